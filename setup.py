@@ -1,0 +1,55 @@
+"""Packaging for residual-quad.
+
+The user-facing top-level folders (``envs/``, ``controllers/``, ``training/``, ``evaluation/``,
+``configs/``) are mapped into one import package ``residual_quad`` with ``package_dir`` so that
+nothing generic like ``envs`` or ``controllers`` lands in site-packages. The small root package
+lives in ``src/residual_quad`` (its ``__init__`` registers the Gymnasium environment).
+"""
+
+from setuptools import setup
+
+SUBPACKAGES = ("envs", "controllers", "training", "evaluation", "configs")
+
+package_dir = {"residual_quad": "src/residual_quad"}
+package_dir.update({f"residual_quad.{name}": name for name in SUBPACKAGES})
+
+setup(
+    name="residual-quad",
+    version="0.1.0",
+    description=(
+        "Gymnasium + MuJoCo quadrotor testbed: geometric, residual-learning, RLS, "
+        "hierarchical-Newton and PPO controllers under drag, wind, payloads and ground effect"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["residual_quad", *(f"residual_quad.{name}" for name in SUBPACKAGES)],
+    package_dir=package_dir,
+    package_data={
+        "residual_quad.envs": ["assets/*.xml"],
+        "residual_quad.configs": ["*.yaml", "*/*.yaml"],
+        "residual_quad.controllers": ["weights/*.npz", "weights/*.zip"],
+    },
+    include_package_data=False,
+    install_requires=[
+        "numpy>=1.24",
+        "mujoco>=3.2",
+        "gymnasium>=1.0",
+        "daqp>=0.6",
+        "PyYAML>=6.0",
+        "tqdm>=4.60",
+        "matplotlib>=3.7",
+        "tensorboard>=2.14",
+        "scipy>=1.10",
+    ],
+    extras_require={
+        "rl": ["stable-baselines3>=2.3", "torch>=2.2"],
+        "cluster": ["ray>=2.9"],
+        "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
+    },
+    entry_points={"console_scripts": ["rquad=residual_quad.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

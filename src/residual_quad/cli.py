@@ -1,0 +1,49 @@
+"""The ``rquad`` command line.
+
+Each subcommand lives next to the code it drives and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` (called with the parsed namespace, returns an exit code). Adding a
+command is one line in ``COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "residual_quad.evaluation.cli_eval",  # demo, eval
+    "residual_quad.evaluation.bench",  # bench
+    "residual_quad.evaluation.stick_cli",  # stick
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``rquad`` parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="rquad",
+        description="residual-quad: quadrotor control under unmodelled disturbances",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rquad`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"rquad {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
