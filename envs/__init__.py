@@ -1,0 +1,1 @@
+"""The plant and the Gymnasium environment (task logic only; no controller imports here)."""

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 
 SECTIONS: dict[str, str] = {
     "plant": "residual_quad.evaluation.bench_plant:run",
-    "hlsp": "residual_quad.evaluation.bench_hlsp:run",
 }
 
 
@@ -69,9 +68,7 @@ def format_rows(rows: list[BenchRow]) -> str:
     lines = [f"{'section':<8} {'benchmark':<46} {'median':>11} {'ratio':>14}  target"]
     for r in rows:
         ratio = f"{r.ratio:6.2f}x {r.ratio_to}" if r.ratio is not None else ""
-        lines.append(
-            f"{r.section:<8} {r.name:<46} {r.median_us:8.2f} us {ratio:>14}  {r.target}"
-        )
+        lines.append(f"{r.section:<8} {r.name:<46} {r.median_us:8.2f} us {ratio:>14}  {r.target}")
     return "\n".join(lines)
 
 

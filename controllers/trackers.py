@@ -1,0 +1,112 @@
+"""Trajectory trackers on one shared inner loop; they differ only in the desired acceleration.
+
+``Tracker.policy`` computes ``a_cmd = desired_accel(...)`` (outer loop, world frame, m/s²),
+subtracts the estimated residual ``residual_world(...)`` (zero here; the residual-learning trackers
+override it) and hands ``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
+from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.envs.observation import ObsLayout as L
+
+_ZERO3 = np.zeros(3)
+
+
+class Tracker:
+    """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
+
+    Args:
+        context: nominal airframe and control period.
+        kp: position gain, 1/s². With no integrator the hover steady-state error under a constant
+            model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
+        kd: velocity gain, 1/s.
+        attitude: inner-loop gains.
+    """
+
+    action_mode = "rotor"
+    name = "tracker"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        kp: float = 20.0,  # 1/s²
+        kd: float = 8.0,  # 1/s
+        attitude: AttitudeGains | None = None,
+    ):
+        self.context = context or ControlContext()
+        self.airframe = self.context.airframe
+        self.dt = self.context.control_dt
+        self.kp, self.kd = float(kp), float(kd)
+        self.inner = InnerLoop(self.airframe, attitude)
+        self.excitation = _ZERO3  # m/s², added to a_cmd (data collection)
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> None:
+        """Restore the initial state (integrators, memories)."""
+        self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's command
+        self.inner.saturated = False
+        self.inner.last_thrust = self.airframe.hover_thrust
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        """Outer loop: desired acceleration (world, m/s²) from the errors ``ref − state``."""
+        return obs[L.ref_acc] + self.kp * e_p + self.kd * e_v
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        """Estimated residual acceleration Δâ (world, m/s²) to cancel by feed-forward."""
+        return _ZERO3
+
+    # -- interface -----------------------------------------------------------------------------
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        R = obs[L.rot].reshape(3, 3)
+        e_p = obs[L.ref_pos] - obs[L.pos]
+        e_v = obs[L.ref_vel] - obs[L.vel]
+        a_cmd = self.desired_accel(obs, e_p, e_v) + self.excitation
+        a_eff = a_cmd - self.residual_world(obs, R, a_cmd)
+        thrusts = self.inner(R, obs[L.omega_b], a_eff, obs[L.ref_yaw], obs[L.ref_yaw_rate])
+        self.last_a_cmd = a_cmd
+        return to_rotor_action(thrusts, self.airframe)
+
+
+class GeoTracker(Tracker):
+    """``geo``: SE(3) geometric control with trajectory feed-forward, no integrator."""
+
+    name = "geo"
+
+
+class PIDTracker(Tracker):
+    """``pid``: position PID with conditional-integration anti-windup.
+
+    The integrator of an axis is frozen while the inner loop saturated (tilt or thrust clip) on
+    the previous step and the error would grow the integral further; it is also bounded by
+    ``i_max``.
+    """
+
+    name = "pid"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        ki: float = 15.0,  # 1/s³
+        i_max: float = 1.0,  # m·s, integral bound per axis
+        **kw,
+    ):
+        self.ki = float(ki)
+        self.i_max = float(i_max)
+        super().__init__(context, **kw)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.integral = np.zeros(3)  # m·s
+
+    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        step = e_p * self.dt
+        if self.inner.saturated:
+            step = np.where(step * self.integral > 0.0, 0.0, step)
+        self.integral = np.clip(self.integral + step, -self.i_max, self.i_max)
+        return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral

@@ -1,0 +1,130 @@
+"""Airframe parameters and rotor allocation (pure numpy, no MuJoCo import).
+
+Both the plant (``action_mode="ctbr"``) and the controllers' shared inner loop use the same
+allocation and the same saturation rule, so there is exactly one mixer in the project.
+
+Frame geometry follows a DJI F450-class X quadrotor: 0.225 m arms (0.45 m motor-to-motor
+diagonal) and 10-inch propellers. The inertia (7.5e-3, 7.5e-3, 1.3e-2 kg·m²) is the value commonly
+identified for that frame at about 1 kg in the modelling literature; with 0.95 kg it is slightly
+conservative. The yaw-torque coefficient 0.015 m gives the source document's ≈0.14 N·m yaw budget
+at nominal hover (0.015 m × 9.32 N).
+
+Rotor numbering (body frame: x forward, y left, z up), X configuration::
+
+        3 (front-left, CW)    0 (front-right, CCW)
+                    \\       /
+                      body
+                    /       \\
+        2 (rear-left, CCW)    1 (rear-right, CW)
+
+A rotor spinning counter-clockwise (seen from above) pushes the body clockwise, so its reaction
+torque about +z is ``-k_yaw·T``; ``yaw_sign`` holds that sign per rotor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GRAVITY = 9.81  # m/s², +z up
+
+
+@dataclass(frozen=True)
+class Airframe:
+    """Physical parameters of the nominal vehicle (what a controller is allowed to know)."""
+
+    mass: float = 0.95  # kg, frame without payload
+    inertia: tuple[float, float, float] = (7.5e-3, 7.5e-3, 1.3e-2)  # kg·m², body principal axes
+    arm_length: float = 0.225  # m, centre to rotor axis
+    k_yaw: float = 0.015  # m, yaw reaction torque per newton of thrust
+    max_rotor_thrust: float = 6.0  # N, per rotor
+    rotor_radius: float = 0.127  # m, 10-inch propeller (ground effect)
+    yaw_sign: tuple[float, float, float, float] = (-1.0, 1.0, -1.0, 1.0)  # CCW, CW, CCW, CW
+    gravity: float = GRAVITY  # m/s²
+    allocation: np.ndarray = field(init=False, repr=False, compare=False)
+    allocation_inv: np.ndarray = field(init=False, repr=False, compare=False)
+    _mix_rows: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mass <= 0 or self.arm_length <= 0 or self.max_rotor_thrust <= 0:
+            raise ValueError("mass, arm_length and max_rotor_thrust must be positive")
+        if min(self.inertia) <= 0:
+            raise ValueError(f"inertia must be positive, got {self.inertia}")
+        object.__setattr__(self, "allocation", allocation_matrix(self))
+        object.__setattr__(self, "allocation_inv", np.linalg.inv(self.allocation))
+        # rows of the torque → rotor-thrust map, as floats for the scalar mixer
+        object.__setattr__(
+            self, "_mix_rows", [tuple(r) for r in self.allocation_inv[:, 1:].tolist()]
+        )
+
+    @property
+    def rotor_positions(self) -> np.ndarray:
+        """Rotor centres in the body frame, shape (4, 3), m."""
+        return rotor_positions(self.arm_length)
+
+    @property
+    def hover_thrust(self) -> float:
+        """Collective thrust that holds the nominal mass in hover, N."""
+        return self.mass * self.gravity
+
+    @property
+    def max_thrust(self) -> float:
+        """Collective thrust with every rotor saturated, N."""
+        return 4.0 * self.max_rotor_thrust
+
+    @property
+    def inertia_matrix(self) -> np.ndarray:
+        return np.diag(self.inertia)
+
+
+def rotor_positions(arm_length: float) -> np.ndarray:
+    """Rotor centres of an X frame in the body frame (order as in the module docstring), m."""
+    a = arm_length / np.sqrt(2.0)
+    return np.array([[a, -a, 0.0], [-a, -a, 0.0], [-a, a, 0.0], [a, a, 0.0]])
+
+
+def allocation_matrix(frame: Airframe) -> np.ndarray:
+    """Map rotor thrusts f (N, 4) to the body wrench ``[T, τx, τy, τz]`` (N, N·m): ``w = A f``."""
+    p = rotor_positions(frame.arm_length)
+    return np.vstack(
+        [
+            np.ones(4),  # collective thrust along body z
+            p[:, 1],  # τx = y·f
+            -p[:, 0],  # τy = -x·f
+            frame.k_yaw * np.asarray(frame.yaw_sign),
+        ]
+    )
+
+
+def mix(frame: Airframe, thrust: float, torque: Sequence[float]) -> np.ndarray:
+    """Rotor thrusts (N) for a collective thrust (N) and body torque (N·m), with saturation.
+
+    The collective is first clipped to ``[0, 4·f_max]``; if the exact solution leaves the rotor box,
+    the torque vector is scaled down as a whole (direction kept) by the largest factor that fits,
+    then the result is clipped. This is the classic proportional "squeeze": a large yaw demand
+    takes roll/pitch authority with it, which is the failure the prioritized allocation of the
+    ``hnewton`` controller removes.
+    """
+    fmax = frame.max_rotor_thrust
+    thrust = min(max(float(thrust), 0.0), 4.0 * fmax)
+    tx, ty, tz = (float(v) for v in torque)
+    base = 0.25 * thrust  # the collective splits evenly
+    delta = [a * tx + b * ty + c * tz for a, b, c in frame._mix_rows]
+    lo, hi = min(delta), max(delta)
+    if base + lo >= 0.0 and base + hi <= fmax:
+        return np.array([base + d for d in delta])
+    # largest s in [0, 1] with 0 <= base + s·delta <= fmax for every rotor
+    s = 1.0
+    if hi > 1e-12:
+        s = min(s, (fmax - base) / hi)
+    if lo < -1e-12:
+        s = min(s, -base / lo)
+    s = max(s, 0.0)
+    return np.array([min(max(base + s * d, 0.0), fmax) for d in delta])
+
+
+def wrench(frame: Airframe, rotor_thrusts: np.ndarray) -> np.ndarray:
+    """Body wrench ``[T, τx, τy, τz]`` produced by rotor thrusts (N)."""
+    return frame.allocation @ np.asarray(rotor_thrusts, dtype=float)

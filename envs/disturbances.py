@@ -1,0 +1,201 @@
+"""Unmodelled effects of the plant: body-frame drag, gusty wind, ground effect, payload levels.
+
+Magnitudes follow the residual-learning source document (§3): drag is ≈60 % of the nominal weight
+at 10 m/s, gusts are a first-order Gauss–Markov (Ornstein–Uhlenbeck) process discretized exactly,
+the ground effect is the Cheeseman–Bennett thrust gain. None of these is known to the controllers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Named payload levels, kg (``extra`` is never used for training).
+PAYLOAD_LEVELS: dict[str, float] = {"none": 0.0, "light": 0.25, "heavy": 0.50, "extra": 0.75}
+
+#: Named wind levels: (mean speed m/s, horizontal gust σ m/s).
+WIND_LEVELS: dict[str, tuple[float, float]] = {
+    "calm": (0.0, 0.0),
+    "breezy": (1.5, 0.9),
+    "windy": (3.2, 1.8),
+}
+
+
+def _choice_error(kind: str, value: object, valid: Mapping[str, object]) -> ValueError:
+    return ValueError(f"unknown {kind} {value!r}; valid choices: {', '.join(valid)}")
+
+
+def resolve_payload(payload: str | float) -> float:
+    """Payload mass in kg from a level name or a non-negative number."""
+    if isinstance(payload, str):
+        if payload not in PAYLOAD_LEVELS:
+            raise _choice_error("payload", payload, PAYLOAD_LEVELS)
+        return PAYLOAD_LEVELS[payload]
+    mass = float(payload)
+    if not math.isfinite(mass) or mass < 0.0:
+        raise ValueError(f"payload must be a level name or a finite mass >= 0 kg, got {payload!r}")
+    return mass
+
+
+@dataclass(frozen=True)
+class DragModel:
+    """Body-frame anisotropic quadratic + linear drag on the air-relative velocity.
+
+    ``F_b = -(k_h·|v_h|·v_x, k_h·|v_h|·v_y, k_v·|v_z|·v_z) - c_lin·v_b`` with ``v_h`` the body-frame
+    horizontal speed. The vehicle is flat, so the vertical coefficient is larger.
+    """
+
+    k_h: float = 0.055  # N/(m/s)², horizontal quadratic
+    k_v: float = 0.090  # N/(m/s)², vertical quadratic
+    c_lin: float = 0.020  # N/(m/s), linear, dominant at low speed
+
+    def __post_init__(self) -> None:
+        if min(self.k_h, self.k_v, self.c_lin) < 0:
+            raise ValueError(f"drag coefficients must be >= 0, got {self}")
+
+    def body_force(self, v_b: np.ndarray) -> np.ndarray:
+        """Drag force in the body frame (N) for an air-relative body-frame velocity (m/s)."""
+        vx, vy, vz = (float(c) for c in v_b)
+        s_h = math.hypot(vx, vy)
+        return -np.array(
+            [
+                self.k_h * s_h * vx + self.c_lin * vx,
+                self.k_h * s_h * vy + self.c_lin * vy,
+                self.k_v * abs(vz) * vz + self.c_lin * vz,
+            ]
+        )
+
+
+@dataclass(frozen=True)
+class WindModel:
+    """Mean wind plus Ornstein–Uhlenbeck gusts, world frame.
+
+    The mean blows along ``direction`` (rad from +x, in the horizontal plane). Each axis of the gust
+    is an independent OU process with time constant ``tau`` and stationary standard deviation
+    ``sigma`` (horizontal) and ``vertical_scale·sigma`` (vertical), discretized exactly:
+    ``x ← e^{-dt/τ}·x + σ·√(1 − e^{-2dt/τ})·n`` — the stationary variance is σ² at any step size.
+    Gusts start from their stationary distribution.
+    """
+
+    mean: float = 0.0  # m/s
+    sigma: float = 0.0  # m/s, horizontal gust standard deviation
+    tau: float = 2.0  # s, gust correlation time
+    direction: float = 0.0  # rad, heading the mean wind blows towards
+    vertical_scale: float = 0.5  # vertical σ relative to horizontal
+
+    def __post_init__(self) -> None:
+        if self.mean < 0 or self.sigma < 0 or self.tau <= 0 or self.vertical_scale < 0:
+            raise ValueError(f"wind needs mean >= 0, sigma >= 0, tau > 0, got {self}")
+
+    @classmethod
+    def from_spec(cls, wind: str | tuple[float, float] | WindModel, **overrides) -> WindModel:
+        """Build from a level name, a ``(mean, sigma)`` pair (m/s) or a ``WindModel``."""
+        if isinstance(wind, WindModel):
+            base = wind
+        elif isinstance(wind, str):
+            if wind not in WIND_LEVELS:
+                raise _choice_error("wind", wind, WIND_LEVELS)
+            mean, sigma = WIND_LEVELS[wind]
+            base = cls(mean=mean, sigma=sigma)
+        else:
+            try:
+                mean, sigma = (float(v) for v in wind)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"wind must be one of {list(WIND_LEVELS)} or a (mean, sigma) pair in m/s, "
+                    f"got {wind!r}"
+                ) from None
+            base = cls(mean=mean, sigma=sigma)
+        if not overrides:
+            return base
+        fields = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}}
+        return cls(**fields)
+
+    @property
+    def mean_vector(self) -> np.ndarray:
+        return np.array([math.cos(self.direction), math.sin(self.direction), 0.0]) * self.mean
+
+    @property
+    def sigma_vector(self) -> np.ndarray:
+        return np.array([self.sigma, self.sigma, self.vertical_scale * self.sigma])
+
+
+class WindProcess:
+    """Seeded sampler of a :class:`WindModel` at a fixed step ``dt``, produced in blocks.
+
+    The recursion is linear, so a block of ``n`` steps is one vectorized expression; the block
+    length keeps ``n·dt/τ`` small enough that the closed form stays well conditioned.
+    """
+
+    def __init__(
+        self,
+        model: WindModel,
+        dt: float,
+        rng: np.random.Generator,
+        block: int = 500,
+        chunk: int = 1,
+    ):
+        if dt <= 0:
+            raise ValueError(f"dt must be > 0, got {dt}")
+        self.model = model
+        self.dt = dt
+        self._rng = rng
+        self._a = math.exp(-dt / model.tau)
+        self._b = math.sqrt(-math.expm1(-2.0 * dt / model.tau))  # √(1 − a²), accurate for small dt
+        block = max(1, min(block, int(4.0 * model.tau / dt)))
+        self._block = max(chunk, block // chunk * chunk)  # whole chunks: take(chunk) is a view
+        self._mean = model.mean_vector
+        self._sigma = model.sigma_vector
+        self._gust = self._sigma * rng.standard_normal(3)  # stationary start
+        self._buf = np.empty((0, 3))
+        self._i = 0
+
+    def _refill(self) -> None:
+        n = self._block
+        noise = self._rng.standard_normal((n, 3)) * (self._b * self._sigma)
+        k = np.arange(1, n + 1)[:, None]
+        # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
+        pw = self._a**k
+        gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
+        self._gust = gust[-1].copy()
+        self._buf = gust + self._mean
+        self._i = 0
+
+    def sample(self) -> np.ndarray:
+        """Wind velocity (m/s, world) for the next step; the returned row must not be modified."""
+        if self._i >= len(self._buf):
+            self._refill()
+        w = self._buf[self._i]
+        self._i += 1
+        return w
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` wind samples (m/s, world), shape (n, 3); a view, do not modify."""
+        i = self._i
+        if i + n <= len(self._buf):
+            self._i = i + n
+            return self._buf[i : i + n]
+        return np.array([self.sample() for _ in range(n)])
+
+
+@dataclass(frozen=True)
+class GroundEffect:
+    """Cheeseman–Bennett thrust gain ``1 / (1 - (R / 4z)²)``, clipped to ``max_gain``.
+
+    ``z`` is the rotor-plane height above the ground (m). Out of ground effect the gain is 1.
+    """
+
+    rotor_radius: float = 0.127  # m
+    max_gain: float = 1.5
+
+    def gain(self, z: float) -> float:
+        if z <= 0.0:
+            return self.max_gain
+        r = self.rotor_radius / (4.0 * z)
+        r2 = r * r
+        if r2 >= 1.0 - 1.0 / self.max_gain:
+            return self.max_gain
+        return 1.0 / (1.0 - r2)

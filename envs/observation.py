@@ -1,0 +1,51 @@
+"""Layout of the flat observation vector, shared by the environment and the controllers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ObsLayout:
+    """Named slices of the ``ResidualQuad-v0`` observation (float64, length :data:`OBS_DIM`).
+
+    ==========  =======  ============================================  =========
+    slice       size     quantity                                      unit
+    ==========  =======  ============================================  =========
+    pos         3        position, world (ENU)                         m
+    vel         3        velocity, world                               m/s
+    rot         9        rotation matrix body → world, row-major       –
+    omega_b     3        body angular rate, body frame                 rad/s
+    ref_pos     3        reference position, world                     m
+    ref_vel     3        reference velocity, world                     m/s
+    ref_acc     3        reference acceleration, world                 m/s²
+    ref_yaw     1        reference heading                             rad
+    ref_yaw_rate 1       reference heading rate                        rad/s
+    thrusts     4        rotor thrusts applied over the last period    N
+    imu         3        accelerometer specific force, body frame      m/s²
+    ==========  =======  ============================================  =========
+    """
+
+    pos = slice(0, 3)
+    vel = slice(3, 6)
+    rot = slice(6, 15)
+    omega_b = slice(15, 18)
+    ref_pos = slice(18, 21)
+    ref_vel = slice(21, 24)
+    ref_acc = slice(24, 27)
+    ref_yaw = 27
+    ref_yaw_rate = 28
+    thrusts = slice(29, 33)
+    imu = slice(33, 36)
+
+    @staticmethod
+    def rotation(obs: np.ndarray) -> np.ndarray:
+        """The body → world rotation matrix (3×3 view)."""
+        return obs[ObsLayout.rot].reshape(3, 3)
+
+    @staticmethod
+    def names() -> dict[str, slice | int]:
+        """Every named field and its index or slice."""
+        return {k: v for k, v in vars(ObsLayout).items() if isinstance(v, slice | int)}
+
+
+OBS_DIM = 36

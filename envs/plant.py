@@ -1,0 +1,214 @@
+"""The disturbance plant: MuJoCo stepping with drag, wind and ground effect applied every substep.
+
+The external wrench on the frame is *recomputed and assigned* before every physics substep (never
+accumulated): drag depends on the velocity, which changes within a control period. Rotor thrusts
+are held constant over a control period (zero-order hold), as a flight controller would.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
+from residual_quad.envs.model import BODY, build_model
+
+
+@dataclass
+class PlantState:
+    """Ground-truth state of the frame (copies)."""
+
+    pos: np.ndarray  # m, world
+    vel: np.ndarray  # m/s, world
+    R: np.ndarray  # body → world rotation
+    omega_b: np.ndarray  # rad/s, body frame
+    quat: np.ndarray  # (w, x, y, z)
+
+
+class QuadrotorPlant:
+    """MuJoCo quadrotor with unmodelled disturbances.
+
+    Args:
+        airframe: nominal vehicle parameters.
+        payload_kg: payload welded under the frame, kg.
+        drag: body-frame drag model.
+        wind: wind model (mean + OU gusts).
+        ground_effect: thrust gain near the ground, or ``None`` to disable.
+        physics_hz: physics rate, Hz.
+        control_hz: control rate, Hz; must divide ``physics_hz``.
+    """
+
+    def __init__(
+        self,
+        airframe: Airframe | None = None,
+        payload_kg: float = 0.0,
+        drag: DragModel | None = None,
+        wind: WindModel | None = None,
+        ground_effect: GroundEffect | None = None,
+        physics_hz: float = 500.0,
+        control_hz: float = 100.0,
+    ):
+        self.airframe = airframe or Airframe()
+        ratio = physics_hz / control_hz
+        if control_hz <= 0 or ratio < 1 or abs(ratio - round(ratio)) > 1e-9:
+            raise ValueError(
+                f"physics_hz ({physics_hz}) must be a positive integer multiple of "
+                f"control_hz ({control_hz})"
+            )
+        self.substeps = int(round(ratio))
+        self.physics_dt = 1.0 / physics_hz
+        self.control_dt = self.substeps * self.physics_dt
+        self.payload_kg = float(payload_kg)
+        self.drag = drag or DragModel()
+        self.wind_model = wind or WindModel()
+        self.ground_effect = ground_effect
+        self.model = build_model(self.airframe, self.payload_kg, physics_hz)
+        self.data = mujoco.MjData(self.model)
+        self.body_id = self.model.body(BODY).id
+        self.true_mass = float(self.model.body_subtreemass[self.body_id])
+        self._xfrc = self.data.xfrc_applied[self.body_id]
+        self._floor_geom = self.model.geom("floor").id
+        self.contact_height = 0.5  # m, collision detection runs below this height (+ margin)
+        self._contact_off = False
+        self._gain = self.model.actuator_gainprm[:, 0]  # view: thrust per unit command
+        self._wind_proc: WindProcess | None = None
+        self.wind = np.zeros(3)  # m/s, world, last substep
+        self.thrusts = np.zeros(4)  # N, last applied (after saturation, before ground effect)
+        self.ground_gain = 1.0
+        self.drag_force = np.zeros(3)  # N, world, last substep
+
+    # ------------------------------------------------------------------ state
+    def reset(
+        self,
+        rng: np.random.Generator,
+        pos: np.ndarray,
+        yaw: float,
+        vel: np.ndarray | None = None,
+    ) -> None:
+        """Place the vehicle at rest (unless ``vel``) at ``pos`` (m) with heading ``yaw`` (rad)."""
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[0:3] = pos
+        self.data.qpos[3:7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
+        if vel is not None:
+            self.data.qvel[0:3] = vel
+        self._wind_proc = WindProcess(self.wind_model, self.physics_dt, rng, chunk=self.substeps)
+        self.thrusts = np.full(4, self.airframe.hover_thrust / 4.0)
+        self.data.ctrl[:] = self.thrusts
+        self.wind = self._wind_proc.sample().copy()
+        self._xfrc[:] = 0.0
+        self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(pos[2])
+        self._contact_off = False
+        self.model.opt.disableflags &= ~_DSBL_CONTACT
+        mujoco.mj_forward(self.model, self.data)
+        self._update_contact_flag()
+
+    def state(self) -> PlantState:
+        d = self.data
+        quat = d.qpos[3:7].copy()
+        return PlantState(
+            pos=d.qpos[0:3].copy(),
+            vel=d.qvel[0:3].copy(),
+            R=d.xmat[self.body_id].reshape(3, 3).copy(),
+            omega_b=d.qvel[3:6].copy(),
+            quat=quat,
+        )
+
+    @property
+    def time(self) -> float:
+        return float(self.data.time)
+
+    def floor_contact_speed(self) -> float:
+        """Largest speed (m/s) of the frame while any of its geoms touches the floor, else 0."""
+        d = self.data
+        for i in range(d.ncon):
+            c = d.contact[i]
+            if c.geom1 == self._floor_geom or c.geom2 == self._floor_geom:
+                return float(np.linalg.norm(d.qvel[0:3]))
+        return 0.0
+
+    # ------------------------------------------------------------------ dynamics
+    def _update_contact_flag(self) -> None:
+        """Run MuJoCo's collision detection only when the vehicle can reach the floor this period.
+
+        Exact, not an approximation: above ``contact_height + 2·|v_z|·Δt`` no geom can touch the
+        floor before the next check, so skipping the (costly) broad phase changes nothing.
+        """
+        d = self.data
+        reach = self.contact_height + 2.0 * abs(float(d.qvel[2])) * self.control_dt
+        off = float(d.qpos[2]) > reach
+        if off != self._contact_off:
+            self._contact_off = off
+            if off:
+                self.model.opt.disableflags |= _DSBL_CONTACT
+            else:
+                self.model.opt.disableflags &= ~_DSBL_CONTACT
+
+    def step(self, rotor_thrusts: np.ndarray) -> None:
+        """Advance one control period with the given rotor thrusts (N, clipped to the limits).
+
+        Ground effect scales the rotors' actuator gain (thrust and reaction torque alike) with the
+        current height; a command still saturates at ``max_rotor_thrust`` out of ground effect.
+        """
+        f = np.minimum(np.maximum(rotor_thrusts, 0.0), self.airframe.max_rotor_thrust)
+        self.thrusts = f
+        d, m, xf = self.data, self.model, self._xfrc
+        d.ctrl[:] = f
+        self._update_contact_flag()
+        k_h, k_v, c_lin = self.drag.k_h, self.drag.k_v, self.drag.c_lin
+        ge, gain = self.ground_effect, self._gain
+        qpos, qvel = d.qpos, d.qvel
+        winds = self._wind_proc.take(self.substeps)
+        fx = fy = fz = 0.0
+        for wx, wy, wz in winds.tolist():
+            pz, qw, qx, qy, qz = qpos[2:7].tolist()
+            vx, vy, vz = qvel[0:3].tolist()
+            # rotation matrix of the unit quaternion (body → world)
+            r00 = 1 - 2 * (qy * qy + qz * qz)
+            r01 = 2 * (qx * qy - qz * qw)
+            r02 = 2 * (qx * qz + qy * qw)
+            r10 = 2 * (qx * qy + qz * qw)
+            r11 = 1 - 2 * (qx * qx + qz * qz)
+            r12 = 2 * (qy * qz - qx * qw)
+            r20 = 2 * (qx * qz - qy * qw)
+            r21 = 2 * (qy * qz + qx * qw)
+            r22 = 1 - 2 * (qx * qx + qy * qy)
+            ax, ay, az = vx - wx, vy - wy, vz - wz  # air-relative velocity, world
+            bx = r00 * ax + r10 * ay + r20 * az  # ... in the body frame
+            by = r01 * ax + r11 * ay + r21 * az
+            bz = r02 * ax + r12 * ay + r22 * az
+            kh = k_h * math.sqrt(bx * bx + by * by) + c_lin
+            gx, gy, gz = -kh * bx, -kh * by, -(k_v * abs(bz) + c_lin) * bz
+            fx = r00 * gx + r01 * gy + r02 * gz  # drag, world
+            fy = r10 * gx + r11 * gy + r12 * gz
+            fz = r20 * gx + r21 * gy + r22 * gz
+            xf[0], xf[1], xf[2] = fx, fy, fz
+            if ge is not None:
+                gain[:] = ge.gain(pz)
+            mujoco.mj_step(m, d)
+        self.ground_gain = float(gain[0])
+        self.wind = winds[-1]
+        self.drag_force = np.array((fx, fy, fz))
+
+    def imu_specific_force(self) -> np.ndarray:
+        """Accelerometer at the frame centre (m/s², body frame), from the last physics substep.
+
+        ``R^T (a − g)`` with the frame origin's acceleration, as an ideal accelerometer there
+        measures it; both are those MuJoCo computed for the last substep (pre-integration state).
+        """
+        d = self.data
+        ax, ay, az = d.qacc[0:3].tolist()
+        az += self.airframe.gravity
+        r = d.xmat[self.body_id].tolist()
+        return np.array(
+            (
+                r[0] * ax + r[3] * ay + r[6] * az,
+                r[1] * ax + r[4] * ay + r[7] * az,
+                r[2] * ax + r[5] * ay + r[8] * az,
+            )
+        )
+
+
+_DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)

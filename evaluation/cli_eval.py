@@ -1,0 +1,161 @@
+"""``rquad eval`` and ``rquad demo``: fly controllers on one scenario and print the metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from residual_quad.controllers.base import available_controllers
+from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
+from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.evaluation.episode import EpisodeResult, run_episode
+
+DEMO_CONTROLLERS = ("pid", "geo")
+
+
+def _payload(text: str) -> str | float:
+    if text in PAYLOAD_LEVELS:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"unknown payload {text!r}; valid: {', '.join(PAYLOAD_LEVELS)} or a mass in kg"
+        ) from None
+
+
+def _wind(text: str) -> str | tuple[float, float]:
+    if text in WIND_LEVELS:
+        return text
+    try:
+        mean, sigma = (float(v) for v in text.split(","))
+        return mean, sigma
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"unknown wind {text!r}; valid: {', '.join(WIND_LEVELS)} or MEAN,SIGMA in m/s"
+        ) from None
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def format_table(rows: list[tuple[str, EpisodeResult]]) -> str:
+    """Metrics of several controllers as an aligned text table."""
+    head = (
+        f"{'controller':<12} {'RMSE>3s [m]':>12} {'max err [m]':>12} {'cost [N²s]':>11} "
+        f"{'diverged':>9} {'wall [s]':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, r in rows:
+        div = r.termination if r.diverged else "no"
+        lines.append(
+            f"{name:<12} {r.rmse:12.4f} {r.max_error:12.4f} {r.control_cost:11.1f} "
+            f"{div:>9} {r.wall_time:9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _scenario_line(args: argparse.Namespace) -> str:
+    return (
+        f"payload={args.payload} wind={args.wind} trajectory={args.trajectory} seed={args.seed} "
+        f"({args.episode_s:g} s, metrics after 3 s)"
+    )
+
+
+def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeResult]]:
+    options: dict[str, Any] = {}
+    if args.yaw_offset:
+        options["yaw_offset"] = math.radians(args.yaw_offset)
+    return [
+        (
+            name,
+            run_episode(
+                name,
+                payload=args.payload,
+                wind=args.wind,
+                trajectory=args.trajectory,
+                seed=args.seed,
+                reset_options=options or None,
+                episode_s=args.episode_s,
+                ground_effect=not args.no_ground_effect,
+            ),
+        )
+        for name in names
+    ]
+
+
+def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> None:
+    if args.json:
+        out = []
+        for name, r in rows:
+            m = r.metrics()
+            m.update(rmse=_finite(r.rmse), max_error=_finite(r.max_error))
+            out.append(
+                {
+                    "controller": name,
+                    "payload": args.payload,
+                    "wind": args.wind,
+                    "trajectory": args.trajectory,
+                    "seed": args.seed,
+                    **m,
+                }
+            )
+        print(json.dumps(out if len(out) > 1 else out[0], indent=2))
+    else:
+        print(_scenario_line(args))
+        print(format_table(rows))
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    names = args.controller.split(",")
+    for name in names:
+        if name not in available_controllers():
+            raise ValueError(
+                f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
+            )
+    _print(args, _fly(args, names))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    _print(args, _fly(args, list(DEMO_CONTROLLERS)))
+    return 0
+
+
+def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: str) -> None:
+    p.add_argument(
+        "--payload",
+        type=_payload,
+        default=payload,
+        help=f"{'/'.join(PAYLOAD_LEVELS)} or kg (default {payload})",
+    )
+    p.add_argument(
+        "--wind",
+        type=_wind,
+        default=wind,
+        help=f"{'/'.join(WIND_LEVELS)} or MEAN,SIGMA m/s (default {wind})",
+    )
+    p.add_argument("--trajectory", choices=list(TRAJECTORIES), default=traj)
+    p.add_argument("--seed", type=int, default=0, help="wind realization")
+    p.add_argument("--episode-s", type=float, default=20.0, help="episode length, s")
+    p.add_argument("--yaw-offset", type=float, default=0.0, help="start heading offset, deg")
+    p.add_argument("--no-ground-effect", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="fly controllers on one scenario and print metrics")
+    p.add_argument(
+        "--controller",
+        default="geo",
+        help=f"name or comma list of {', '.join(available_controllers())}",
+    )
+    _scenario_args(p, "none", "calm", "hover")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("demo", help="pid vs geo, extra payload, windy, helix")
+    _scenario_args(p, "extra", "windy", "helix")
+    p.set_defaults(func=_cmd_demo)
