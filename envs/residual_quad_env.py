@@ -108,6 +108,8 @@ class ResidualQuadEnv(gym.Env):
     | ``max_position_error`` | 5.0 | tracking error that ends the episode, m |
     | ``max_body_rate`` | (4, 4, 2) | ``ctbr`` rate scale, rad/s |
     | ``reward_weights`` | see Rewards | dict overriding ``alive/pos/vel/rate/smooth`` |
+    | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
+    | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
 
     ## Version history
 
@@ -138,6 +140,10 @@ class ResidualQuadEnv(gym.Env):
         max_body_rate: tuple[float, float, float] = (4.0, 4.0, 2.0),
         k_rate: float = 20.0,
         reward_weights: dict[str, float] | None = None,
+        pos_noise: float = 0.0,  # m, std of white noise on the observed position
+        vel_noise: float = 0.0,  # m/s, ... velocity
+        gyro_noise: float = 0.0,  # rad/s, ... body rates
+        imu_noise: float = 0.0,  # m/s², ... accelerometer
         width: int = 640,
         height: int = 480,
     ):
@@ -182,6 +188,14 @@ class ResidualQuadEnv(gym.Env):
             raise ValueError(f"unknown reward_weights {sorted(unknown)}; valid: {list(weights)}")
         weights.update(reward_weights or {})
         self.reward_weights = weights
+        noise = {"pos": pos_noise, "vel": vel_noise, "omega_b": gyro_noise, "imu": imu_noise}
+        if any(not (v >= 0.0 and math.isfinite(v)) for v in noise.values()):
+            raise ValueError(f"sensor noise levels must be finite and >= 0, got {noise}")
+        self._noise_std = np.zeros(OBS_DIM)
+        for name, std in noise.items():
+            self._noise_std[getattr(ObsLayout, name)] = std
+        self._noisy = bool(self._noise_std.any())
+        self._noise_rng = np.random.default_rng(0)
         self._width, self._height = width, height
         self._renderer: mujoco.Renderer | None = None
 
@@ -214,6 +228,8 @@ class ResidualQuadEnv(gym.Env):
             )
         if pos_off.shape != (3,) or not np.all(np.isfinite(pos_off)) or not math.isfinite(yaw_off):
             raise ValueError("position_offset must be a finite 3-vector and yaw_offset finite")
+        # noise has its own stream so that switching it on leaves the wind realization unchanged
+        self._noise_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
         ref = self.trajectory(0.0)
         self.plant.reset(
             self.np_random,
@@ -224,7 +240,7 @@ class ResidualQuadEnv(gym.Env):
         self._steps = 0
         self._prev_action = np.zeros(4)
         obs = self._observe(ref)
-        self._last_obs = obs
+        self._last_true = obs
         info = self._info(
             float(np.linalg.norm(obs[ObsLayout.pos] - ref.pos)), np.zeros(3), {}, None
         )
@@ -237,12 +253,11 @@ class ResidualQuadEnv(gym.Env):
         if not math.isfinite(float(a.sum())) and not np.all(np.isfinite(a)):
             raise ValueError(f"action must be finite, got {a}")
         a = np.minimum(np.maximum(a, -1.0), 1.0)
-        prev = self._last_obs
         self.plant.step(self._rotor_thrusts(a))
         self._steps += 1
         ref = self.trajectory(self._steps * self.control_dt)
         obs = self._observe(ref)
-        self._last_obs = obs
+        prev, self._last_true = self._last_true, obs
 
         # true residual acceleration over the period vs the nominal model, world frame:
         # (v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)
@@ -263,7 +278,7 @@ class ResidualQuadEnv(gym.Env):
             reward = terms["alive"] + terms["pos"] + terms["vel"] + terms["rate"] + terms["smooth"]
         self._prev_action = a
         info = self._info(e_p, residual, terms, termination)
-        return obs, reward, terminated, truncated, info
+        return self._sensed(obs), reward, terminated, truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -320,6 +335,12 @@ class ResidualQuadEnv(gym.Env):
                 p.imu_specific_force(),
             )
         )
+
+    def _sensed(self, obs: np.ndarray) -> np.ndarray:
+        """The observation as the sensors report it (white noise if configured)."""
+        if not self._noisy:
+            return obs
+        return obs + self._noise_std * self._noise_rng.standard_normal(OBS_DIM)
 
     def _termination(self, obs: np.ndarray, e_p: float) -> str | None:
         d = self.plant.data
