@@ -262,6 +262,8 @@ class HLSPSolver:
         signs) on DAQP's point and polish only when they fail or DAQP reports a failure. DAQP's
         prioritized mode is accurate to about 1e-10 on most problems but occasionally leaves a
         level off by up to 1e-6 (degenerate rows), which this check catches.
+    verify_tol:
+        Stationarity / sign tolerance of that check, relative to the problem scale.
     warm_start:
         Start from the previous call's active set when the row layout is unchanged.
     """
@@ -275,6 +277,7 @@ class HLSPSolver:
         rho_soft: float = 3e-8,
         polish: bool = False,
         verify: bool = True,
+        verify_tol: float = 1e-9,
         warm_start: bool = True,
         max_iter: int = 500,
     ) -> None:
@@ -288,6 +291,7 @@ class HLSPSolver:
         self.rho_soft = float(rho_soft)
         self.polish = bool(polish)
         self.verify = bool(verify)
+        self.verify_tol = float(verify_tol)
         self.warm_start = bool(warm_start)
         self.max_iter = int(max_iter)
         self._last_active: list[np.ndarray] | None = None
@@ -319,7 +323,7 @@ class HLSPSolver:
             polish = self.polish or res.status != "optimal"
             if not polish and self.verify:
                 res.multipliers = level_multipliers(levs, res.x, res.active, self.tol)
-                polish = not kkt_ok(levs, res, 1e3 * self.tol)
+                polish = not kkt_ok(levs, res, self.verify_tol)
             if polish:
                 hint_d = res.active if res.status == "optimal" else hint
                 pol = _solve_numpy(levs, n, self.tol, self.max_iter, hint_d)
@@ -372,6 +376,7 @@ def _solve_numpy(
     Z = np.eye(n)
     C = np.zeros((0, n))  # hard one-sided rows C x <= d inherited from above
     d = np.zeros(0)
+    C_src: list[tuple[int, int, int]] = []  # (level, row, sign) of every hard row
     iters = 0
     for li, lev in enumerate(levs):
         A, lo, up = lev.A, lev.lower, lev.upper
@@ -404,6 +409,14 @@ def _solve_numpy(
             work: list[int] = []
             if hint is not None:
                 h = hint[li]
+
+                codes = h[src]
+                soft_on = ((sign > 0) & (codes == UPPER)) | ((sign < 0) & (codes == LOWER_))
+
+                h_hard = [
+                    (hint[lv][row] == UPPER and sg > 0) or (hint[lv][row] == LOWER_ and sg < 0)
+                    for lv, row, sg in C_src
+                ]
                 want = [
                     k
                     for k in range(ms)
@@ -414,6 +427,18 @@ def _solve_numpy(
                 want = [k for k in want if tight[k]]
                 hard_tight = [ms + k for k in range(C.shape[0]) if tight[ms + k]]
                 work = _independent(G, want + hard_tight, 1e-12)
+                # guessed active set: rows the previous solution had active, taken as equalities
+                guess = [int(k) for k in np.flatnonzero(soft_on)] + [
+                    ms + k for k in range(C.shape[0]) if h_hard[k]
+                ]
+                guess = _independent(G, guess, 1e-12)
+                if guess:
+                    yg = _lsq(G[guess], g[guess])
+                    Ng = _null(G[guess], 1e-12)
+                    if Ng.shape[1]:
+                        yg = yg + Ng @ _lsq(M @ Ng, mvec - M @ yg)
+                    if np.all(G @ yg <= g + 1e-10 * (1.0 + np.abs(g))):
+                        y, work = yg, guess
             y, _, it = _active_set_lsqp(M, mvec, G, g, y, work, tol, max_iter)
             iters += it
             x = x + Z @ y[:r]
@@ -429,6 +454,7 @@ def _solve_numpy(
             Z = Z @ _null(A[fixed] @ Z, 1e-10)
         hard_up = np.flatnonzero(~eq & ~viol & np.isfinite(up))
         hard_lo = np.flatnonzero(~eq & ~viol & np.isfinite(lo))
+        C_src += [(li, int(i), 1) for i in hard_up] + [(li, int(i), -1) for i in hard_lo]
         C = np.vstack([C, A[hard_up], -A[hard_lo]])
         d = np.concatenate([d, up[hard_up], -lo[hard_lo]])
     slacks, actives = _slacks_and_activity(levs, x, tol)

@@ -456,3 +456,35 @@ def plot_runs(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
+
+
+def run_acceleration_pd(scn: Scenario, damping: float = 0.0) -> np.ndarray:
+    """Reference for S1: the acceleration-domain PD (paper eq. 3) on a single-level scenario.
+
+    ``J q̈ = -K_p e - K_d ė - J̇ q̇`` solved in the least-squares sense (with optional
+    ``damping² ||q̈||²``), semi-implicit Euler. Returns ``||e||`` after every step, shape (K+1,).
+    """
+    if scn.kd is None or len(scn.levels) != 1:
+        raise ValueError("the acceleration PD reference needs kd and a single level")
+    robot = scn.robot()
+    tasks = make_tasks(scn, robot)[0]
+    q = np.array(scn.q0, dtype=float)
+    qd = np.zeros(robot.n) if scn.qdot0 is None else np.array(scn.qdot0, dtype=float)
+    K = int(round(scn.duration / scn.dt))
+    errs = [level_errors_batch(scn, robot, q[None, :])[0, 0]]
+    for _ in range(K):
+        es, Js, drift = [], [], []
+        for t in tasks:
+            e, J, H = t.evaluate(q)
+            es.append(e)
+            Js.append(J)
+            drift.append(np.zeros(len(e)) if H is None else np.einsum("ijk,j,k->i", H, qd, qd))
+        e, J, dr = np.concatenate(es), np.vstack(Js), np.concatenate(drift)
+        rhs = -scn.kp * e - scn.kd * (J @ qd) - dr
+        A = np.vstack([J, damping * np.eye(robot.n)])
+        b = np.concatenate([rhs, np.zeros(robot.n)])
+        qdd = np.linalg.lstsq(A, b, rcond=None)[0]
+        qd = qd + scn.dt * qdd
+        q = q + scn.dt * qd
+        errs.append(level_errors_batch(scn, robot, q[None, :])[0, 0])
+    return np.array(errs)
