@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from residual_quad.envs.airframe import Airframe, mix
 
 

@@ -8,6 +8,7 @@ override it) and hands ``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`.
 from __future__ import annotations
 
 import numpy as np
+
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
 from residual_quad.controllers.base import ControlContext, to_rotor_action
 from residual_quad.envs.observation import ObsLayout as L

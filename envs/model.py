@@ -11,6 +11,7 @@ from importlib import resources
 
 import mujoco
 import numpy as np
+
 from residual_quad.envs.airframe import Airframe
 
 BODY = "quad"

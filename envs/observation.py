@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -18,7 +20,7 @@ class ObsLayout:
     ref_pos     3        reference position, world                     m
     ref_vel     3        reference velocity, world                     m/s
     ref_acc     3        reference acceleration, world                 m/s²
-    ref_yaw     1        reference heading                             rad
+    ref_yaw     1        reference heading, wrapped to [-π, π]         rad
     ref_yaw_rate 1       reference heading rate                        rad/s
     thrusts     4        rotor thrusts applied over the last period    N
     imu         3        accelerometer specific force, body frame      m/s²
@@ -41,6 +43,27 @@ class ObsLayout:
     def rotation(obs: np.ndarray) -> np.ndarray:
         """The body → world rotation matrix (3×3 view)."""
         return obs[ObsLayout.rot].reshape(3, 3)
+
+    @staticmethod
+    def bounds() -> tuple[np.ndarray, np.ndarray]:
+        """Generous finite limits of every field (a state beyond them ends the episode first)."""
+        high = np.empty(OBS_DIM)
+        L = ObsLayout
+        for name, limit in (
+            ("pos", 1e4),  # m
+            ("vel", 1e4),  # m/s
+            ("rot", 1.0 + 1e-6),
+            ("omega_b", 1e4),  # rad/s
+            ("ref_pos", 1e4),
+            ("ref_vel", 1e4),
+            ("ref_acc", 1e4),
+            ("ref_yaw", math.pi + 1e-6),  # rad, wrapped
+            ("ref_yaw_rate", 1e4),
+            ("thrusts", 1e3),  # N
+            ("imu", 1e6),  # m/s²
+        ):
+            high[getattr(L, name)] = limit
+        return -high, high
 
     @staticmethod
     def names() -> dict[str, slice | int]:

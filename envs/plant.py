@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
 from residual_quad.envs.model import BODY, build_model
@@ -100,6 +101,7 @@ class QuadrotorPlant:
         self.wind = self._wind_proc.sample().copy()
         self._xfrc[:] = 0.0
         self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(pos[2])
+        self.ground_gain = float(self._gain[0])
         self._contact_off = False
         self.model.opt.disableflags &= ~_DSBL_CONTACT
         mujoco.mj_forward(self.model, self.data)

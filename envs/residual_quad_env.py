@@ -9,6 +9,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 from gymnasium import spaces
+
 from residual_quad.envs.airframe import Airframe, mix
 from residual_quad.envs.disturbances import (
     DragModel,
@@ -50,7 +51,8 @@ class ResidualQuadEnv(gym.Env):
 
     ## Observation space
 
-    ``Box(-inf, inf, (36,), float64)``, named slices in :class:`ObsLayout`:
+    ``Box(low, high, (36,), float64)`` with generous finite limits (``ObsLayout.bounds()``),
+    named slices in :class:`ObsLayout`:
 
     | slice | size | quantity | unit |
     |---|---|---|---|
@@ -59,7 +61,7 @@ class ResidualQuadEnv(gym.Env):
     | ``rot`` | 9 | rotation matrix body → world, row-major | – |
     | ``omega_b`` | 3 | angular rate, body frame | rad/s |
     | ``ref_pos`` / ``ref_vel`` / ``ref_acc`` | 3 each | reference, world | m, m/s, m/s² |
-    | ``ref_yaw`` / ``ref_yaw_rate`` | 1 each | reference heading | rad, rad/s |
+    | ``ref_yaw`` / ``ref_yaw_rate`` | 1 each | reference heading (wrapped), rate | rad, rad/s |
     | ``thrusts`` | 4 | rotor thrusts applied over the last period | N |
     | ``imu`` | 3 | accelerometer specific force, body frame | m/s² |
 
@@ -200,7 +202,8 @@ class ResidualQuadEnv(gym.Env):
         self._renderer: mujoco.Renderer | None = None
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(OBS_DIM,), dtype=np.float64)
+        low, high = ObsLayout.bounds()
+        self.observation_space = spaces.Box(low, high, shape=(OBS_DIM,), dtype=np.float64)
         self._prev_action = np.zeros(4)
         self._steps = 0
         self._J = np.asarray(self.airframe.inertia)
@@ -244,7 +247,7 @@ class ResidualQuadEnv(gym.Env):
         info = self._info(
             float(np.linalg.norm(obs[ObsLayout.pos] - ref.pos)), np.zeros(3), {}, None
         )
-        return obs, info
+        return self._sensed(obs), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         a = np.asarray(action, dtype=float).reshape(-1)
@@ -330,7 +333,7 @@ class ResidualQuadEnv(gym.Env):
                 ref.pos,
                 ref.vel,
                 ref.acc,
-                (ref.yaw, ref.yaw_rate),
+                (math.remainder(ref.yaw, 2.0 * math.pi), ref.yaw_rate),
                 p.thrusts,
                 p.imu_specific_force(),
             )

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
 from residual_quad.controllers.base import Controller, make_controller
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.registration import ENV_ID
