@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.linalg import null_space
+from scipy.optimize import minimize
+
 from residual_quad.controllers.hlsp import (
     HLSPSolver,
     Level,
@@ -11,8 +14,6 @@ from residual_quad.controllers.hlsp import (
     solve_hlsp,
     stationarity_residual,
 )
-from scipy.linalg import null_space
-from scipy.optimize import minimize
 
 
 def _signed(A, lo, up, x):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from residual_quad.controllers.hnewton import HierarchicalNewton, HNewtonParams, clamp_factor
 from residual_quad.controllers.stick_robot import StickRobot
 from residual_quad.evaluation.stick import (

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+
 from residual_quad.controllers.stick_robot import StickRobot
 from residual_quad.evaluation import stick_cli
 from residual_quad.evaluation.stick import (
