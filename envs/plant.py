@@ -78,6 +78,7 @@ class QuadrotorPlant:
         self._wind_proc: WindProcess | None = None
         self.wind = np.zeros(3)  # m/s, world, last substep
         self.thrusts = np.zeros(4)  # N, last applied (after saturation, before ground effect)
+        self.thrust_sum = 0.0  # N
         self.ground_gain = 1.0
         self.drag_force = np.zeros(3)  # N, world, last substep
 
@@ -97,6 +98,7 @@ class QuadrotorPlant:
             self.data.qvel[0:3] = vel
         self._wind_proc = WindProcess(self.wind_model, self.physics_dt, rng, chunk=self.substeps)
         self.thrusts = np.full(4, self.airframe.hover_thrust / 4.0)
+        self.thrust_sum = self.airframe.hover_thrust
         self.data.ctrl[:] = self.thrusts
         self.wind = self._wind_proc.sample().copy()
         self._xfrc[:] = 0.0
@@ -156,6 +158,7 @@ class QuadrotorPlant:
         """
         f = np.minimum(np.maximum(rotor_thrusts, 0.0), self.airframe.max_rotor_thrust)
         self.thrusts = f
+        self.thrust_sum = float(f.sum())
         d, m, xf = self.data, self.model, self._xfrc
         d.ctrl[:] = f
         self._update_contact_flag()

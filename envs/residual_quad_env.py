@@ -204,7 +204,7 @@ class ResidualQuadEnv(gym.Env):
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         low, high = ObsLayout.bounds()
         self.observation_space = spaces.Box(low, high, shape=(OBS_DIM,), dtype=np.float64)
-        self._prev_action = np.zeros(4)
+        self._prev_action = [0.0, 0.0, 0.0, 0.0]
         self._steps = 0
         self._J = np.asarray(self.airframe.inertia)
 
@@ -241,43 +241,48 @@ class ResidualQuadEnv(gym.Env):
             None if vel is None else np.asarray(vel, dtype=float),
         )
         self._steps = 0
-        self._prev_action = np.zeros(4)
+        self._prev_action = [0.0, 0.0, 0.0, 0.0]
         obs = self._observe(ref)
-        self._last_true = obs
+        self._last_true = obs.tolist()
         info = self._info(
             float(np.linalg.norm(obs[ObsLayout.pos] - ref.pos)), np.zeros(3), {}, None
         )
         return self._sensed(obs), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        a = np.asarray(action, dtype=float).reshape(-1)
-        if a.shape != (4,):
+        vals = np.asarray(action, dtype=float).ravel().tolist()
+        if len(vals) != 4:
             raise ValueError(f"action must have 4 elements, got shape {np.shape(action)}")
-        if not math.isfinite(float(a.sum())) and not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be finite, got {a}")
-        a = np.minimum(np.maximum(a, -1.0), 1.0)
+        if not all(map(math.isfinite, vals)):
+            raise ValueError(f"action must be finite, got {vals}")
+        a = [min(max(v, -1.0), 1.0) for v in vals]
         self.plant.step(self._rotor_thrusts(a))
         self._steps += 1
         ref = self.trajectory(self._steps * self.control_dt)
         obs = self._observe(ref)
-        prev, self._last_true = self._last_true, obs
+        o = obs.tolist()
+        p, self._last_true = self._last_true, o
 
         # true residual acceleration over the period vs the nominal model, world frame:
-        # (v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)
-        thrust_acc = float(self.plant.thrusts.sum()) / self.airframe.mass
-        residual = (obs[ObsLayout.vel] - prev[ObsLayout.vel]) / self.control_dt
-        residual -= prev[8:15:3] * thrust_acc  # third column of R₀
-        residual[2] += self.airframe.gravity
-
-        ex, ey, ez = (obs[ObsLayout.pos] - ref.pos).tolist()
-        e_p = math.sqrt(ex * ex + ey * ey + ez * ez)
-        termination = self._termination(obs, e_p)
+        # (v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z), R₀'s third column is p[8], p[11], p[14]
+        k = self.plant.thrust_sum / self.airframe.mass
+        inv_dt = 1.0 / self.control_dt
+        residual = np.array(
+            (
+                (o[3] - p[3]) * inv_dt - p[8] * k,
+                (o[4] - p[4]) * inv_dt - p[11] * k,
+                (o[5] - p[5]) * inv_dt - p[14] * k + self.airframe.gravity,
+            )
+        )
+        rx, ry, rz = ref.pos.tolist()
+        e_p = math.sqrt((o[0] - rx) ** 2 + (o[1] - ry) ** 2 + (o[2] - rz) ** 2)
+        termination = self._termination(obs, o, e_p)
         terminated = termination is not None
         truncated = not terminated and self._steps >= self.max_steps
         if termination == "non_finite":
             terms, reward = {}, 0.0
         else:
-            terms = self._reward(obs, ref, e_p, a)
+            terms = self._reward(o, ref, e_p, a)
             reward = terms["alive"] + terms["pos"] + terms["vel"] + terms["rate"] + terms["smooth"]
         self._prev_action = a
         info = self._info(e_p, residual, terms, termination)
@@ -310,14 +315,15 @@ class ResidualQuadEnv(gym.Env):
             self._renderer = None
 
     # ------------------------------------------------------------------ internals
-    def _rotor_thrusts(self, a: np.ndarray) -> np.ndarray:
+    def _rotor_thrusts(self, a: list[float]) -> np.ndarray:
         frame = self.airframe
         if self.action_mode == "rotor":
-            return (a + 1.0) * (0.5 * frame.max_rotor_thrust)
+            k = 0.5 * frame.max_rotor_thrust
+            return np.array([(v + 1.0) * k for v in a])
         # ctbr: collective thrust + body rates through a P rate loop and the mixer
         thrust = (a[0] + 1.0) * 0.5 * frame.max_thrust
         omega = self.plant.data.qvel[3:6]
-        omega_des = a[1:4] * self.max_body_rate
+        omega_des = np.array(a[1:4]) * self.max_body_rate
         J = self._J
         torque = J * self.k_rate * (omega_des - omega) + np.cross(omega, J * omega)
         return mix(frame, thrust, torque)
@@ -345,13 +351,13 @@ class ResidualQuadEnv(gym.Env):
             return obs
         return obs + self._noise_std * self._noise_rng.standard_normal(OBS_DIM)
 
-    def _termination(self, obs: np.ndarray, e_p: float) -> str | None:
+    def _termination(self, obs: np.ndarray, o: list[float], e_p: float) -> str | None:
         d = self.plant.data
         # MuJoCo resets the data (time included) when it detects an unstable acceleration
         unstable = abs(d.time - self._steps * self.control_dt) > 1e-6
-        if unstable or not math.isfinite(float(obs @ obs)):
+        if unstable or not math.isfinite(sum(o)) and not np.all(np.isfinite(obs)):
             return "non_finite"
-        if obs[14] < self.max_tilt_cos:  # R[2, 2] = cos(tilt)
+        if o[14] < self.max_tilt_cos:  # R[2, 2] = cos(tilt)
             return "tilt"
         if e_p > self.max_position_error:
             return "position_error"
@@ -359,17 +365,18 @@ class ResidualQuadEnv(gym.Env):
             return "ground_contact"
         return None
 
-    def _reward(self, obs: np.ndarray, ref, e_p: float, a: np.ndarray) -> dict[str, float]:
+    def _reward(self, o: list[float], ref, e_p: float, a: list[float]) -> dict[str, float]:
         w = self.reward_weights
-        ev = (obs[ObsLayout.vel] - ref.vel).tolist()
-        wx, wy, wz = obs[ObsLayout.omega_b].tolist()
-        da = (a - self._prev_action).tolist()
+        vx, vy, vz = ref.vel.tolist()
+        e_v = math.sqrt((o[3] - vx) ** 2 + (o[4] - vy) ** 2 + (o[5] - vz) ** 2)
+        rate = math.sqrt(o[15] ** 2 + o[16] ** 2 + o[17] ** 2)
+        smooth = sum((x - y) ** 2 for x, y in zip(a, self._prev_action, strict=True))
         return {
             "alive": w["alive"],
             "pos": -w["pos"] * e_p,
-            "vel": -w["vel"] * math.sqrt(ev[0] ** 2 + ev[1] ** 2 + ev[2] ** 2),
-            "rate": -w["rate"] * math.sqrt(wx * wx + wy * wy + wz * wz),
-            "smooth": -w["smooth"] * (da[0] ** 2 + da[1] ** 2 + da[2] ** 2 + da[3] ** 2),
+            "vel": -w["vel"] * e_v,
+            "rate": -w["rate"] * rate,
+            "smooth": -w["smooth"] * smooth,
         }
 
     def _info(
