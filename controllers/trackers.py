@@ -49,6 +49,7 @@ class Tracker:
     def reset(self, seed: int | None = None) -> None:
         """Restore the initial state (integrators, memories)."""
         self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's command
+        self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.inner.saturated = False
         self.inner.last_thrust = self.airframe.hover_thrust
 
@@ -67,7 +68,8 @@ class Tracker:
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]
         a_cmd = self.desired_accel(obs, e_p, e_v) + self.excitation
-        a_eff = a_cmd - self.residual_world(obs, R, a_cmd)
+        self.last_residual = self.residual_world(obs, R, a_cmd)
+        a_eff = a_cmd - self.last_residual
         thrusts = self.inner(R, obs[L.omega_b], a_eff, obs[L.ref_yaw], obs[L.ref_yaw_rate])
         self.last_a_cmd = a_cmd
         return to_rotor_action(thrusts, self.airframe)
