@@ -1,0 +1,216 @@
+"""Result tables computed from sweep rows only (Markdown + CSV), mirroring the source document.
+
+* ``main``: steady-state RMSE per payload × wind, mean over helix and figure-8 and seeds;
+* ``payload_sweep``: helix, windy, per payload (RMSE and residual-estimate bias);
+* ``wind_sweep``: heavy payload, helix, per wind;
+* ``hover_check``: ``geo`` hover offset vs the analytic Δa/K_p (calm);
+* ``control_cost``: ∫ΣT² per payload × wind and its spread across controllers;
+* ``divergence``: diverged runs per controller.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad.envs.airframe import GRAVITY, Airframe
+
+PAYLOAD_ORDER = ["none", "light", "heavy", "extra"]
+WIND_ORDER = ["calm", "breezy", "windy"]
+CONTROLLER_ORDER = [
+    "pid", "geo", "geo_res", "geo_rls", "hnewton", "hnewton_rls", "ppo",
+]  # fmt: skip
+GEO_KP = 20.0  # 1/s², the geo tracker's position gain (hover offset = Δa/K_p)
+
+
+@dataclass
+class Table:
+    """A titled table of strings/numbers."""
+
+    name: str
+    title: str
+    headers: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+
+    def markdown(self, digits: int = 4) -> str:
+        def fmt(v: Any) -> str:
+            if isinstance(v, float):
+                return f"{v:.{digits}f}" if np.isfinite(v) else "–"
+            return "–" if v is None else str(v)
+
+        lines = [f"**{self.title}**", ""]
+        lines.append("| " + " | ".join(self.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in self.rows]
+        if self.note:
+            lines += ["", self.note]
+        return "\n".join(lines)
+
+    def to_csv(self, path: str | Path) -> None:
+        with Path(path).open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(self.headers)
+            w.writerows(self.rows)
+
+
+def _order(values: Iterable[Any], preferred: list[Any]) -> list[Any]:
+    vals = list(dict.fromkeys(values))
+    known = [v for v in preferred if v in vals]
+    return known + sorted((v for v in vals if v not in preferred), key=str)
+
+
+def _key(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _mean(rows: list[dict[str, Any]], metric: str) -> float:
+    vals = [r[metric] for r in rows if r.get(metric) is not None and not r["diverged"]]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _cell(rows: list[dict[str, Any]], metric: str) -> Any:
+    """Mean of ``metric``; diverged runs are shown next to it instead of being averaged away."""
+    m = _mean(rows, metric)
+    div = sum(r["diverged"] for r in rows)
+    if not rows:
+        return None
+    return m if div == 0 else f"{m:.4f} ({div}/{len(rows)} div.)"
+
+
+def _grid(
+    rows: list[dict[str, Any]],
+    select: Callable[[dict[str, Any]], bool],
+    row_keys: tuple[str, ...],
+    controllers: list[str],
+    metric: str,
+) -> list[list[Any]]:
+    groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if select(r):
+            groups[tuple(_key(r[k]) for k in row_keys)][r["controller"]].append(r)
+    out = []
+    orders = {"payload": PAYLOAD_ORDER, "wind": WIND_ORDER}
+    keys = list(groups)
+    for i in reversed(range(len(row_keys))):
+        pref = orders.get(row_keys[i], [])
+        keys.sort(key=lambda k, i=i, pref=pref: pref.index(k[i]) if k[i] in pref else len(pref))
+    for key in keys:
+        out.append([*key, *(_cell(groups[key].get(c, []), metric) for c in controllers)])
+    return out
+
+
+def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
+    """Every table that the rows allow (a table whose slice is absent is omitted)."""
+    controllers = _order((r["controller"] for r in rows), CONTROLLER_ORDER)
+    tracking = {"helix", "figure8"}
+    tables: dict[str, Table] = {}
+
+    main = _grid(rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers,
+                 "rmse")  # fmt: skip
+    if main:
+        tables["main"] = Table(
+            "main",
+            "Steady-state position RMSE (m), mean over helix and figure-8 × seeds",
+            ["payload", "wind", *controllers],
+            main,
+        )
+
+    def helix_windy(r: dict[str, Any]) -> bool:
+        return r["trajectory"] == "helix" and r["wind"] == "windy"
+
+    sweep = _grid(rows, helix_windy, ("payload",), controllers, "rmse")
+    if sweep:
+        tables["payload_sweep"] = Table(
+            "payload_sweep",
+            "Payload sweep: RMSE (m), helix, windy",
+            ["payload", *controllers],
+            sweep,
+        )
+        est = [c for c in controllers if any(
+            r["controller"] == c and r.get("residual_bias") is not None and helix_windy(r)
+            for r in rows)]  # fmt: skip
+        if est:
+            tables["residual_bias"] = Table(
+                "residual_bias",
+                "Residual-estimate bias |mean(Δâ − Δa)| (m/s²), helix, windy",
+                ["payload", *est],
+                _grid(rows, helix_windy, ("payload",), est, "residual_bias"),
+                "For controllers without a residual model (pid, geo) the estimate is zero, so "
+                "the figure is the size of the mean residual itself.",
+            )
+
+    wind = _grid(rows, lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
+                 ("wind",), controllers, "rmse")  # fmt: skip
+    if wind:
+        tables["wind_sweep"] = Table(
+            "wind_sweep",
+            "Wind sweep: RMSE (m), heavy payload, helix",
+            ["wind", *controllers],
+            wind,
+        )
+
+    hover = [r for r in rows if r["controller"] == "geo" and r["trajectory"] == "hover"
+             and r["wind"] == "calm"]  # fmt: skip
+    if hover:
+        by_payload: dict[Any, list] = defaultdict(list)
+        for r in hover:
+            by_payload[r["payload"]].append(r)
+        body = []
+        m_nom = Airframe().mass
+        for p in _order(by_payload, PAYLOAD_ORDER):
+            kg = by_payload[p][0]["payload_kg"]
+            analytic = GRAVITY * kg / m_nom / GEO_KP
+            measured = _mean(by_payload[p], "rmse")
+            ratio = measured / analytic if analytic > 0 else float("nan")
+            body.append([p, kg, analytic, measured, ratio])
+        tables["hover_check"] = Table(
+            "hover_check",
+            "geo hover offset vs the analytic Δa/K_p (calm, K_p = 20 1/s²)",
+            ["payload", "kg", "analytic Δa/K_p (m)", "measured RMSE (m)", "ratio"],
+            body,
+            "Δa = g·Δm/m_nominal. The runs keep the ground effect on (≈ +0.05 % thrust at 1.5 m).",
+        )
+
+    cost = _grid(rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers,
+                 "control_cost")  # fmt: skip
+    if cost:
+        body = []
+        for row in cost:
+            vals = [v for v in row[2:] if isinstance(v, float) and np.isfinite(v)]
+            spread = (max(vals) - min(vals)) / min(vals) * 100 if vals else float("nan")
+            body.append([*row, spread])
+        tables["control_cost"] = Table(
+            "control_cost",
+            "Control cost ∫ΣT² dt (N²·s), mean over helix and figure-8 × seeds",
+            ["payload", "wind", *controllers, "spread (%)"],
+            body,
+            "Spread: (max − min)/min across controllers in the row.",
+        )
+
+    div_rows = []
+    for c in controllers:
+        rs = [r for r in rows if r["controller"] == c]
+        bad = [r["run_id"] for r in rs if r["diverged"]]
+        div_rows.append([c, len(rs), len(bad), ", ".join(bad[:5]) + (" …" if len(bad) > 5 else "")])
+    tables["divergence"] = Table(
+        "divergence", "Diverged runs", ["controller", "runs", "diverged", "examples"], div_rows
+    )
+    return tables
+
+
+def write_tables(tables: dict[str, Table], out_dir: str | Path) -> Path:
+    """Write every table as CSV plus one ``tables.md``; returns the Markdown path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for t in tables.values():
+        t.to_csv(out / f"{t.name}.csv")
+    md = out / "tables.md"
+    md.write_text("\n\n".join(t.markdown() for t in tables.values()) + "\n")
+    return md
