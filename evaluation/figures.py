@@ -1,0 +1,321 @@
+"""Figures (PNG) from sweep rows and the saved time series; nothing here flies a controller.
+
+The disturbance-model figure plots the models themselves; the flight animation is the one figure
+that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL is available.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from residual_quad.envs.airframe import GRAVITY, Airframe  # noqa: E402
+from residual_quad.envs.disturbances import (  # noqa: E402
+    PAYLOAD_LEVELS,
+    DragModel,
+    WindModel,
+    WindProcess,
+)
+from residual_quad.evaluation.tables import CONTROLLER_ORDER, PAYLOAD_ORDER, WIND_ORDER  # noqa: E402
+
+COLORS = {
+    "pid": "#7f7f7f",
+    "geo": "#1f77b4",
+    "geo_res": "#2ca02c",
+    "geo_rls": "#d62728",
+    "hnewton": "#9467bd",
+    "hnewton_rls": "#8c564b",
+    "ppo": "#ff7f0e",
+}
+WARMUP_S = 1.0  # s, the RLS identify-only warm-up (100 steps at 100 Hz), marked on the plots
+
+
+def _series_path(series_dir: Path, run_id: str) -> Path:
+    return series_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id) + ".npz")
+
+
+def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
+    p = _series_path(series_dir, run_id)
+    if not p.exists():
+        return None
+    with np.load(p) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _controllers(rows: list[dict[str, Any]]) -> list[str]:
+    present = list(dict.fromkeys(r["controller"] for r in rows))
+    return [c for c in CONTROLLER_ORDER if c in present] + [
+        c for c in present if c not in CONTROLLER_ORDER
+    ]
+
+
+def disturbance_models(out: Path) -> Path:
+    """Drag vs airspeed (with the tilt-limited thrust), a gust series, the payload residuals."""
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
+    drag, frame = DragModel(), Airframe()
+    v = np.linspace(0, 12, 200)
+    fh = [-drag.body_force(np.array([s, 0, 0]))[0] for s in v]
+    fv = [-drag.body_force(np.array([0, 0, s]))[2] for s in v]
+    ax[0].plot(v, fh, label="horizontal (k_h = 0.055)")
+    ax[0].plot(v, fv, label="vertical (k_v = 0.090)")
+    ax[0].axhline(frame.hover_thrust * np.tan(np.radians(35)), ls="--", c="k",
+                  label="horizontal thrust at 35° tilt")  # fmt: skip
+    ax[0].set(xlabel="air-relative speed (m/s)", ylabel="drag (N)", title="(a) body-frame drag")
+    ax[0].legend(fontsize=8)
+    proc = WindProcess(WindModel.from_spec("windy"), 0.01, np.random.default_rng(0))
+    w = proc.take(3000)
+    t = np.arange(3000) * 0.01
+    for i, lab in enumerate(("x", "y", "z")):
+        ax[1].plot(t, w[:, i], lw=0.8, label=lab)
+    ax[1].set(xlabel="t (s)", ylabel="wind (m/s)", title="(b) windy: 3.2 m/s + OU gusts σ 1.8")
+    ax[1].legend(fontsize=8)
+    names = list(PAYLOAD_LEVELS)
+    da = [GRAVITY * PAYLOAD_LEVELS[n] / frame.mass for n in names]
+    ax[2].bar(names, da, color=["#1f77b4"] * 3 + ["#999999"])
+    ax[2].set(ylabel="vertical residual in hover (m/s²)", title="(c) payload residual g·Δm/m")
+    for i, d in enumerate(da):
+        ax[2].text(i, d + 0.1, f"{d:.2f}", ha="center")
+    fig.tight_layout()
+    path = out / "disturbance_models.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def tracking_comparison(rows: list[dict[str, Any]], series_dir: Path, out: Path,
+                        payload: str = "heavy", wind: str = "windy",
+                        trajectory: str = "helix", seed: int = 0) -> Path | None:  # fmt: skip
+    """Four-panel comparison of every controller on one showcase scenario."""
+    ctrls = _controllers(rows)
+    series = {}
+    for c in ctrls:
+        s = _load_series(series_dir, f"{c}|{payload}|{wind}|{trajectory}|{seed}")
+        if s is not None:
+            series[c] = s
+    if not series:
+        return None
+    fig, ax = plt.subplots(2, 3, figsize=(15, 8))
+    ref = next(iter(series.values()))
+    ax[0, 0].plot(ref["ref"][:, 0], ref["ref"][:, 1], "k--", lw=1, label="reference")
+    for c, s in series.items():
+        col = COLORS.get(c)
+        ax[0, 0].plot(s["pos"][:, 0], s["pos"][:, 1], color=col, lw=1, label=c)
+        ax[0, 1].plot(s["t"], s["pos"][:, 2], color=col, lw=1, label=c)
+        err = np.linalg.norm(s["pos"] - s["ref"], axis=1)
+        ax[0, 2].plot(s["t"], err, color=col, lw=1, label=c)
+        est = s["residual_est"][:, 2]
+        if np.isfinite(est).all() and np.abs(est).max() > 0:
+            ax[1, 0].plot(s["t"], est, color=col, lw=1, label=f"{c} estimate")
+    ax[0, 1].plot(ref["t"], ref["ref"][:, 2], "k--", lw=1, label="reference")
+    ax[1, 0].plot(ref["t"], ref["residual_true"][:, 2], "k", lw=0.6, alpha=0.6, label="true")
+    ax[0, 0].set(xlabel="x (m)", ylabel="y (m)", title="(a) horizontal path", aspect="equal")
+    ax[0, 1].set(xlabel="t (s)", ylabel="z (m)", title="(b) height")
+    ax[0, 2].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(c) position error")
+    ax[1, 0].set(xlabel="t (s)", ylabel="Δa_z (m/s²)", title="(d) vertical residual: truth vs Δâ")
+    sel = [r for r in rows if r["payload"] == payload and r["wind"] == wind
+           and r["trajectory"] == trajectory and not r["diverged"]]  # fmt: skip
+    by = defaultdict(list)
+    for r in sel:
+        by[r["controller"]].append(r)
+    names = [c for c in ctrls if c in by]
+    ax[1, 1].bar(names, [np.mean([r["control_cost"] for r in by[c]]) for c in names],
+                 color=[COLORS.get(c) for c in names])  # fmt: skip
+    ax[1, 1].set(ylabel="∫ΣT² dt (N²·s)", title="(e) control cost")
+    ax[1, 2].bar(names, [np.mean([r["rmse"] for r in by[c]]) for c in names],
+                 color=[COLORS.get(c) for c in names])  # fmt: skip
+    ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
+    for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
+        a.legend(fontsize=7)
+    fig.suptitle(f"{payload} payload, {wind}, {trajectory} (seed {seed})")
+    fig.tight_layout()
+    path = out / "tracking_comparison.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _sweep_plot(rows: list[dict[str, Any]], key: str, order: list[str], select, title: str,
+                xlabel: str, path: Path, bias: bool = False) -> Path | None:  # fmt: skip
+    sel = [r for r in rows if select(r) and not r["diverged"] and r[key] in order]
+    if not sel:
+        return None
+    ctrls = _controllers(sel)
+    xs = [v for v in order if any(r[key] == v for r in sel)]
+    ncol = 2 if bias else 1
+    fig, axes = plt.subplots(1, ncol, figsize=(6.5 * ncol, 4))
+    axes = np.atleast_1d(axes)
+    for c in ctrls:
+        ys = [np.mean([r["rmse"] for r in sel if r["controller"] == c and r[key] == x] or [np.nan])
+              for x in xs]  # fmt: skip
+        axes[0].plot(xs, ys, "o-", color=COLORS.get(c), label=c)
+        if bias:
+            b = [
+                np.mean(
+                    [
+                        r["residual_bias"]
+                        for r in sel
+                        if r["controller"] == c
+                        and r[key] == x
+                        and r.get("residual_bias") is not None
+                    ]
+                    or [np.nan]
+                )
+                for x in xs
+            ]
+            if np.isfinite(b).any() and c not in ("pid",):
+                axes[1].plot(xs, b, "o-", color=COLORS.get(c), label=c)
+    if "extra" in xs:
+        i = xs.index("extra")
+        for a in axes:
+            a.axvspan(i - 0.4, i + 0.4, color="0.85", zorder=0)
+    axes[0].set(xlabel=xlabel, ylabel="RMSE after 3 s (m)", title=title, yscale="log")
+    axes[0].legend(fontsize=8)
+    if bias:
+        axes[1].set(
+            xlabel=xlabel,
+            ylabel="|mean(Δâ − Δa)| (m/s²)",
+            title="residual-estimate bias (shaded: not in training)",
+            yscale="log",
+        )
+        if axes[1].get_legend_handles_labels()[0]:
+            axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def rls_adaptation(series_dir: Path, out: Path, payload: str = "extra", wind: str = "windy",
+                   trajectory: str = "helix", seed: int = 0) -> Path | None:  # fmt: skip
+    """Residual estimate vs truth on the unseen payload: offline net vs RLS, warm-up marked."""
+    s_rls = _load_series(series_dir, f"geo_rls|{payload}|{wind}|{trajectory}|{seed}")
+    s_res = _load_series(series_dir, f"geo_res|{payload}|{wind}|{trajectory}|{seed}")
+    if s_rls is None:
+        return None
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4))
+    t = s_rls["t"]
+    ax[0].plot(t, s_rls["residual_true"][:, 2], "k", lw=0.5, alpha=0.5, label="true Δa_z")
+    ax[0].plot(t, s_rls["residual_est"][:, 2], color=COLORS["geo_rls"], label="geo_rls Δâ_z")
+    if s_res is not None:
+        ax[0].plot(t, s_res["residual_est"][:, 2], color=COLORS["geo_res"], label="geo_res Δâ_z")
+    for a in ax:
+        a.axvspan(0, WARMUP_S, color="0.9", zorder=0, label="RLS warm-up (identify only)")
+    ax[0].set(xlabel="t (s)", ylabel="m/s²", title=f"(a) vertical residual, {payload} payload",
+              ylim=(np.nanpercentile(s_rls["residual_true"][:, 2], 1) - 2,
+                    np.nanpercentile(s_rls["residual_true"][:, 2], 99) + 2))  # fmt: skip
+    ax[0].legend(fontsize=8)
+    for name, s in (("geo_res", s_res), ("geo_rls", s_rls)):
+        if s is not None:
+            ax[1].plot(s["t"], np.linalg.norm(s["pos"] - s["ref"], axis=1), color=COLORS[name],
+                       label=name)  # fmt: skip
+    ax[1].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(b) position error", yscale="log")
+    ax[1].legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "rls_adaptation.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def training_curves(history_path: Path | None, out: Path) -> Path | None:
+    """Residual-network learning curves from the training history (``history.json``)."""
+    if history_path is None or not Path(history_path).exists():
+        return None
+    import json
+
+    hist = json.loads(Path(history_path).read_text())
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4))
+    epochs = hist.get("epoch") or list(range(1, len(hist["train_loss"]) + 1))
+    ax[0].plot(epochs, hist["train_loss"], label="train")
+    ax[0].plot(epochs, hist["val_loss"], label="validation")
+    ax[0].set(xlabel="epoch", ylabel="MSE (standardized)", yscale="log", title="(a) loss")
+    ax[0].legend()
+    for key, lab in (("val_rmse_x", "x"), ("val_rmse_y", "y"), ("val_rmse_z", "z")):
+        if key in hist:
+            ax[1].plot(epochs, hist[key], label=lab)
+    ax[1].set(xlabel="epoch", ylabel="validation RMSE (m/s²)", title="(b) per-axis RMSE")
+    ax[1].legend()
+    fig.tight_layout()
+    path = out / "residual_learning.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
+                     wind: str = "windy", trajectory: str = "helix", seconds: float = 8.0,
+                     fps: int = 20) -> Path | None:  # fmt: skip
+    """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
+    import os
+
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    try:
+        from PIL import Image
+
+        from residual_quad.controllers.base import make_controller
+        from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+        frames_per: dict[str, list[np.ndarray]] = {}
+        for name in controllers:
+            env = ResidualQuadEnv(payload=payload, wind=wind, trajectory=trajectory,
+                                  render_mode="rgb_array", width=320, height=240,
+                                  episode_s=seconds)  # fmt: skip
+            ctrl = make_controller(name, env)
+            obs, _ = env.reset(seed=0)
+            ctrl.reset(0)
+            every = max(1, int(round(1.0 / (fps * env.control_dt))))
+            frames = []
+            for k in range(env.max_steps):
+                obs, _, term, trunc, _ = env.step(ctrl.policy(obs))
+                if k % every == 0:
+                    frames.append(env.render())
+                if term or trunc:
+                    break
+            env.close()
+            frames_per[name] = frames
+    except Exception as exc:  # no OpenGL context on this machine
+        print(f"flight animation skipped: rendering is not available here ({exc})")
+        return None
+    n = min(len(f) for f in frames_per.values())
+    tiles = [np.concatenate([frames_per[c][i] for c in controllers], axis=1) for i in range(n)]
+    images = [Image.fromarray(t) for t in tiles]
+    path = out / "flight.gif"
+    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
+    return path
+
+
+def make_figures(rows: list[dict[str, Any]], run_dir: str | Path, out_dir: str | Path,
+                 history_path: str | Path | None = None,
+                 animation: bool = True) -> dict[str, Path]:  # fmt: skip
+    """Every figure the rows and series allow; returns name → path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    series_dir = Path(run_dir) / "series"
+    figs: dict[str, Path | None] = {
+        "disturbance_models": disturbance_models(out),
+        "residual_learning": training_curves(Path(history_path) if history_path else None, out),
+        "tracking_comparison": tracking_comparison(rows, series_dir, out),
+        "payload_sweep": _sweep_plot(
+            rows, "payload", PAYLOAD_ORDER,
+            lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
+            "payload sweep (helix, windy)", "payload", out / "payload_sweep.png", bias=True,
+        ),
+        "wind_sweep": _sweep_plot(
+            rows, "wind", WIND_ORDER,
+            lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
+            "wind sweep (heavy, helix)", "wind", out / "wind_sweep.png",
+        ),
+        "rls_adaptation": rls_adaptation(series_dir, out),
+    }  # fmt: skip
+    if animation:
+        ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
+        figs["flight_animation"] = flight_animation(out, ctrls or _controllers(rows)[:3])
+    return {k: v for k, v in figs.items() if v is not None}
