@@ -1,0 +1,78 @@
+"""``rquad sweep`` (fly the matrix) and ``rquad report`` (tables, figures, report.md from rows)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from residual_quad import configs
+from residual_quad.evaluation.sweep import BACKENDS, SweepConfig, read_rows, run_sweep
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    overrides = {}
+    if args.controllers:
+        overrides["controllers"] = args.controllers.split(",")
+    if args.seeds:
+        overrides["seeds"] = [int(s) for s in args.seeds.split(",")]
+    cfg = configs.load(SweepConfig, args.config, **overrides)
+    t0 = time.perf_counter()
+    rows = run_sweep(
+        cfg,
+        args.out,
+        resume=args.resume,
+        backend=args.backend,
+        address=args.address,
+        workers=args.workers,
+    )
+    div = sum(r["diverged"] for r in rows)
+    print(f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged), "
+          f"{time.perf_counter() - t0:.1f} s wall")  # fmt: skip
+    if not args.no_report:
+        _report(Path(args.out), animation=False)
+    return 0
+
+
+def _report(run_dir: Path, animation: bool = True, history: Path | None = None) -> Path:
+    from residual_quad.evaluation.figures import make_figures
+    from residual_quad.evaluation.report import write_report
+
+    rows = read_rows(run_dir)
+    if not rows:
+        raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
+    figs = make_figures(rows, run_dir, run_dir / "figures", history, animation=animation)
+    path = write_report(rows, run_dir, figs)
+    print(f"report: {path}")
+    return path
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    _report(Path(args.run_dir), animation=not args.no_animation,
+            history=Path(args.history) if args.history else None)  # fmt: skip
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="fly the payload × wind × trajectory × seed matrix")
+    p.add_argument(
+        "config",
+        nargs="?",
+        default="sweep",
+        help="YAML path or shipped name (sweep, sweep_quick); default: the 432 runs",
+    )
+    p.add_argument("--out", default="runs/sweep", help="output folder (rows.jsonl, series/)")
+    p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    p.add_argument("--backend", choices=BACKENDS, default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (ray backend)")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument("--controllers", default="", help="comma list overriding the config's")
+    p.add_argument("--seeds", default="", help="comma list overriding the config's")
+    p.add_argument("--no-report", action="store_true", help="skip tables/figures/report.md")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("report", help="tables, figures and report.md from a sweep folder")
+    p.add_argument("run_dir", help="folder holding rows.jsonl")
+    p.add_argument("--history", default=None, help="residual training history.json to plot")
+    p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.set_defaults(func=_cmd_report)
