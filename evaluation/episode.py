@@ -14,7 +14,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from residual_quad.controllers.base import Controller, make_controller
+from residual_quad.controllers.base import ControlContext, Controller, make_controller
+from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.registration import ENV_ID
 
@@ -82,6 +83,14 @@ def run_episode(
         callback: optional ``callback(step, obs, action, info)`` called after every step.
         **env_kwargs: any other ``ResidualQuad-v0`` argument.
     """
+    if isinstance(controller, str):
+        context = ControlContext(
+            airframe=env_kwargs.get("airframe") or Airframe(),
+            control_dt=1.0 / float(env_kwargs.get("control_hz", 100.0)),
+        )
+        controller = make_controller(controller, context)
+    # the env speaks the controller's action mode unless the caller insists on one
+    env_kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
     env = gym.make(
         ENV_ID,
         payload=payload,
@@ -90,8 +99,6 @@ def run_episode(
         disable_env_checker=True,
         **env_kwargs,
     ).unwrapped
-    if isinstance(controller, str):
-        controller = make_controller(controller, env)
     if getattr(controller, "action_mode", "rotor") != env.action_mode:
         raise ValueError(
             f"controller acts in action_mode {controller.action_mode!r} but the env was made with "
