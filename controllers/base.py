@@ -53,6 +53,8 @@ Factory = Callable[..., Controller]
 _REGISTRY: dict[str, str | Factory] = {
     "pid": "residual_quad.controllers.trackers:PIDTracker",
     "geo": "residual_quad.controllers.trackers:GeoTracker",
+    "geo_res": "residual_quad.controllers.residual_trackers:ResidualGeoTracker",
+    "geo_rls": "residual_quad.controllers.residual_trackers:RLSGeoTracker",
 }
 
 

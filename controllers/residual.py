@@ -1,0 +1,575 @@
+"""Residual dynamics: body-frame features, the measured residual and a small numpy MLP.
+
+The nominal model of every tracker is ``a = R·e_z·T/m − g·e_z``. What it misses (payload, drag,
+wind, ground effect) is the *residual acceleration* ``Δa``, which the residual trackers predict
+and cancel by feed-forward (``a_eff = a_cmd − Δâ``). This module holds what both the online
+trackers and the offline training need:
+
+* :func:`features_from_obs` — the 14 body-frame features (source document §4.1);
+* :func:`measured_residual` — Δa measured from observables only (see its docstring for the
+  choice between velocity differences and the accelerometer, and the effect of sensor noise);
+* :class:`ResidualMLP` — 14 → 64 → 64 → 3, tanh, linear output ×2.0 m/s², clipped to ±10 m/s²,
+  with a hand-written backward pass, Adam and a versioned ``.npz`` format;
+* :class:`FastMLP` — a private, standardization-folded copy for single-sample inference at the
+  control rate, whose last layer the RLS rewrites.
+
+Pure numpy (no torch) so that a controller runs anywhere numpy does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad.envs.observation import ObsLayout as L
+
+FORMAT_VERSION = 1
+N_FEATURES = 14
+N_OUTPUTS = 3
+FEATURE_NAMES: tuple[str, ...] = (
+    "v_bx",  # m/s, body-frame velocity
+    "v_by",
+    "v_bz",
+    "vx_abs_vh",  # m²/s², v_x·|v_h|   quadratic drag basis
+    "vy_abs_vh",  # m²/s², v_y·|v_h|
+    "vz_abs_vz",  # m²/s², v_z·|v_z|
+    "a_cmd_bx",  # m/s², previous step's commanded acceleration, body frame
+    "a_cmd_by",
+    "a_cmd_bz",
+    "omega_x",  # rad/s, body rates
+    "omega_y",
+    "omega_z",
+    "z",  # m, height
+    "thrust_per_mass",  # m/s², Σ rotor thrust / nominal mass
+)
+OUTPUT_NAMES: tuple[str, ...] = ("x", "y", "z")  # body-frame residual axes
+
+DEFAULT_SIZES: tuple[int, ...] = (N_FEATURES, 64, 64, N_OUTPUTS)
+DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "residual_default.npz"
+
+
+class ResidualWeightsError(ValueError):
+    """A residual weight file is missing, unreadable or inconsistent (message names the file)."""
+
+
+# ----------------------------------------------------------------------------- features
+def build_features(
+    v_b: np.ndarray,
+    a_cmd_b: np.ndarray,
+    omega_b: np.ndarray,
+    z: float,
+    thrust_per_mass: float,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """The 14 features from body-frame quantities (m/s, m/s², rad/s, m, m/s²).
+
+    The quadratic drag basis ``v_x|v_h|, v_y|v_h|, v_z|v_z|`` is given explicitly so the network
+    does not have to build squares from tanh units; height feeds the ground effect and the
+    normalized thrust encodes the payload (in hover ``T/m_nom = g·m_true/m_nom``).
+    """
+    f = np.empty(N_FEATURES) if out is None else out
+    vx, vy, vz = float(v_b[0]), float(v_b[1]), float(v_b[2])
+    s_h = math.sqrt(vx * vx + vy * vy)
+    f[0], f[1], f[2] = vx, vy, vz
+    f[3], f[4], f[5] = vx * s_h, vy * s_h, vz * abs(vz)
+    f[6:9] = a_cmd_b
+    f[9:12] = omega_b
+    f[12] = z
+    f[13] = thrust_per_mass
+    return f
+
+
+def features_from_obs(
+    obs: np.ndarray,
+    R: np.ndarray,
+    last_a_cmd: np.ndarray,
+    mass: float,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Features of one observation.
+
+    Args:
+        obs: ``ResidualQuad-v0`` observation.
+        R: its body → world rotation (3×3).
+        last_a_cmd: the tracker's previous commanded acceleration (world, m/s²). The previous
+            one, not the current: the current command depends on the prediction (no loop).
+        mass: nominal mass (kg) normalizing the applied collective thrust.
+    """
+    v_b = obs[L.vel] @ R  # Rᵀ v
+    a_b = last_a_cmd @ R
+    thrust = float(obs[29] + obs[30] + obs[31] + obs[32])  # N, L.thrusts summed
+    return build_features(v_b, a_b, obs[L.omega_b], float(obs[2]), thrust / mass, out)
+
+
+def measured_residual(
+    prev_obs: np.ndarray, obs: np.ndarray, dt: float, mass: float, gravity: float
+) -> np.ndarray:
+    """Residual acceleration over the last control period, world frame (m/s²), from observables.
+
+    ``Δa = (v₁ − v₀)/Δt − (R₀·e_z·ΣT/m_nom − g·e_z)`` with ``v₀, R₀`` from ``prev_obs``, ``v₁``
+    from ``obs`` and ``ΣT`` the rotor thrusts ``obs`` reports as applied over the period.
+
+    Why the velocity difference rather than the accelerometer: it is the *period-averaged*
+    residual, exactly the quantity a zero-order-hold feed-forward has to cancel over the next
+    period, and without sensor noise it equals the env's ground truth ``info["residual_accel"]``
+    to rounding. The IMU gives the residual at the sampling instant only (``f_imu −
+    e_z·ΣT/m_nom`` in the body frame, see :func:`imu_residual`), and it is offered as an option.
+
+    With sensor noise the difference amplifies white velocity noise σ_v into residual noise
+    ``√2·σ_v/Δt`` (141·σ_v at 100 Hz: 1.4 m/s² for σ_v = 1 cm/s), negatively correlated between
+    consecutive periods. The RLS averages it over its memory ``1/(1 − λ)`` steps; the trackers'
+    ``lowpass_tau`` option additionally filters target and regressor with the same first-order
+    low-pass (which keeps the linear regression consistent).
+    """
+    inv_dt = 1.0 / dt
+    thrust_acc = float(obs[29] + obs[30] + obs[31] + obs[32]) / mass
+    out = (obs[3:6] - prev_obs[3:6]) * inv_dt
+    out -= prev_obs[8:15:3] * thrust_acc  # third column of R₀ (row-major rot at 6..14)
+    out[2] += gravity
+    return out
+
+
+def imu_residual(obs: np.ndarray, mass: float) -> np.ndarray:
+    """Instantaneous residual in the *body* frame from the accelerometer, m/s².
+
+    The specific force is ``f = Rᵀ(a + g·e_z)``, so ``Δa_b = f − e_z·ΣT/m_nom``. White IMU noise
+    enters unamplified (σ_imu), but the value is a sample at the end of the period.
+    """
+    out = np.array(obs[L.imu], dtype=float)
+    out[2] -= float(obs[29] + obs[30] + obs[31] + obs[32]) / mass
+    return out
+
+
+# ----------------------------------------------------------------------------- network
+def _tanh_inplace(a: np.ndarray) -> np.ndarray:
+    """``tanh`` as ``2/(1 + e^{−2a}) − 1`` in place: same values to rounding, about twice as fast
+    as ``np.tanh`` on training batches (``exp`` is the better-vectorized ufunc)."""
+    with np.errstate(over="ignore"):  # e^{−2a} = inf for a ≪ 0 gives exactly −1
+        np.multiply(a, -2.0, out=a)
+        np.exp(a, out=a)
+    np.add(a, 1.0, out=a)
+    np.divide(2.0, a, out=a)
+    np.subtract(a, 1.0, out=a)
+    return a
+
+
+@dataclass
+class ForwardCache:
+    """Activations kept by :meth:`ResidualMLP.forward` for the backward pass."""
+
+    x_n: np.ndarray  # standardized inputs (N, 14)
+    hidden: list[np.ndarray]  # tanh activations of each hidden layer
+    z: np.ndarray  # raw linear outputs (N, 3)
+    mask: np.ndarray  # 1 where the output clip is inactive
+
+
+class ResidualMLP:
+    """14 → 64 → 64 → 3 tanh MLP predicting the body-frame residual acceleration (m/s²).
+
+    ``Δâ = clip(y_mean + s·(h₂W₃ + b₃), ±clip)`` with ``s = output_scale`` (2.0 m/s²) and the
+    inputs standardized by ``(x − x_mean)/x_std``. The targets are standardized the same way as the
+    output: centred on ``y_mean`` and divided by the fixed scale ``s``, so that the last layer (the
+    RLS's parameters) is in the same units for every training run. Glorot-uniform initialization
+    with a zero output layer and zero ``y_mean``: an untrained network predicts exactly zero and
+    the residual trackers reduce to plain geometric control.
+
+    All parameters live in one flat vector :attr:`flat` (``W`` and ``b`` are views into it), so the
+    optimizer updates them with a few vector operations.
+
+    Args:
+        sizes: layer widths, input first.
+        output_scale: m/s², multiplies the linear output.
+        output_clip: m/s², symmetric clip of the prediction. It must exceed the targets (the heavy
+            payload alone is 5.2 m/s² vertically).
+        seed: seeds the Glorot draw.
+        dtype: float64 (default) or float32 (faster training).
+    """
+
+    def __init__(
+        self,
+        sizes: tuple[int, ...] = DEFAULT_SIZES,
+        *,
+        output_scale: float = 2.0,
+        output_clip: float = 10.0,
+        seed: int = 0,
+        dtype: type = np.float64,
+    ):
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"invalid layer sizes {sizes}")
+        if not (output_scale > 0 and output_clip > 0):
+            raise ValueError("output_scale and output_clip must be positive")
+        self.sizes = sizes
+        self.output_scale = float(output_scale)
+        self.output_clip = float(output_clip)
+        self._allocate(np.dtype(dtype))
+        rng = np.random.default_rng(seed)
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            if i < len(sizes) - 2:  # the output layer stays zero: untrained ⇒ Δâ = 0
+                lim = math.sqrt(6.0 / (n_in + n_out))
+                self.W[i][...] = rng.uniform(-lim, lim, size=(n_in, n_out))
+        self.x_mean = np.zeros(sizes[0])
+        self.x_std = np.ones(sizes[0])
+        self.y_mean = np.zeros(sizes[-1])
+        self.metadata: dict[str, Any] = {}
+
+    def _allocate(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.flat = np.zeros(self.n_params, dtype=dtype)
+        self.W, self.b = self._views(self.flat)
+
+    def _views(self, flat: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Weight and bias views into a flat parameter-sized vector."""
+        W, b, k = [], [], 0
+        for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):
+            W.append(flat[k : k + n_in * n_out].reshape(n_in, n_out))
+            k += n_in * n_out
+            b.append(flat[k : k + n_out])
+            k += n_out
+        return W, b
+
+    # -- parameters ----------------------------------------------------------------------------
+    @property
+    def params(self) -> list[np.ndarray]:
+        """Parameter views in a fixed order ``W0, b0, W1, b1, ...``."""
+        return [p for pair in zip(self.W, self.b, strict=True) for p in pair]
+
+    @property
+    def n_params(self) -> int:
+        s = self.sizes
+        return int(sum(a * b + b for a, b in zip(s[:-1], s[1:], strict=True)))
+
+    def copy(self, dtype: type | None = None) -> ResidualMLP:
+        """Deep copy (weights, standardization, metadata), optionally in another dtype."""
+        net = ResidualMLP.__new__(ResidualMLP)
+        net.sizes = self.sizes
+        net.output_scale, net.output_clip = self.output_scale, self.output_clip
+        net._allocate(np.dtype(dtype or self.dtype))
+        net.flat[...] = self.flat
+        net.x_mean, net.x_std, net.y_mean = (
+            self.x_mean.copy(),
+            self.x_std.copy(),
+            self.y_mean.copy(),
+        )
+        net.metadata = json.loads(json.dumps(self.metadata))
+        return net
+
+    def set_standardization(
+        self, x_mean: np.ndarray, x_std: np.ndarray, y_mean: np.ndarray
+    ) -> None:
+        """Input mean/std and target mean (the target scale is the fixed ``output_scale``)."""
+        x_std = np.asarray(x_std, dtype=float)
+        if np.any(~np.isfinite(x_std)) or np.any(x_std <= 0):
+            raise ValueError("x_std must be finite and positive")
+        self.x_mean = np.array(x_mean, dtype=float).reshape(self.sizes[0])
+        self.x_std = x_std.reshape(self.sizes[0]).copy()
+        self.y_mean = np.array(y_mean, dtype=float).reshape(self.sizes[-1])
+
+    def last_layer(self) -> np.ndarray:
+        """``θ = [W_last; b_last]``, shape (hidden + 1, outputs): the RLS parameters (a copy)."""
+        return np.vstack([self.W[-1], self.b[-1][None, :]]).astype(float)
+
+    def set_last_layer(self, theta: np.ndarray) -> None:
+        n_in = self.sizes[-2]
+        theta = np.asarray(theta)
+        if theta.shape != (n_in + 1, self.sizes[-1]):
+            raise ValueError(f"theta must have shape {(n_in + 1, self.sizes[-1])}")
+        self.W[-1][...] = theta[:n_in]
+        self.b[-1][...] = theta[n_in]
+
+    # -- batch forward / backward --------------------------------------------------------------
+    def standardize(self, X: np.ndarray) -> np.ndarray:
+        """Raw features → network inputs (in the network's dtype)."""
+        return ((X - self.x_mean) / self.x_std).astype(self.dtype)
+
+    def normalize_targets(self, Y: np.ndarray) -> np.ndarray:
+        """Targets (m/s²) → units of the raw linear output, ``(Y − y_mean)/s``."""
+        return ((Y - self.y_mean) / self.output_scale).astype(self.dtype)
+
+    def forward(self, X: np.ndarray) -> tuple[np.ndarray, ForwardCache]:
+        """Predictions (N, 3) in m/s² for raw features ``X`` (N, 14), and the cache."""
+        x_n = self.standardize(X)
+        hidden = []
+        h = x_n
+        for W, b in zip(self.W[:-1], self.b[:-1], strict=True):
+            h = np.tanh(h @ W + b)
+            hidden.append(h)
+        z = h @ self.W[-1] + self.b[-1]
+        y = self.y_mean + self.output_scale * z
+        c = self.output_clip
+        mask = (y > -c) & (y < c)
+        return np.clip(y, -c, c), ForwardCache(x_n, hidden, z, mask)
+
+    def backward(self, cache: ForwardCache, dY: np.ndarray) -> list[np.ndarray]:
+        """Gradients (order of :attr:`params`) of a loss with ``∂loss/∂Ŷ = dY`` (m/s² units)."""
+        D = (dY * cache.mask * self.output_scale).astype(self.dtype)  # ∂/∂z
+        n = len(self.W)
+        gW: list[np.ndarray] = [None] * n  # type: ignore[list-item]
+        gb: list[np.ndarray] = [None] * n  # type: ignore[list-item]
+        for i in range(n - 1, -1, -1):
+            prev = cache.x_n if i == 0 else cache.hidden[i - 1]
+            gW[i] = prev.T @ D
+            gb[i] = D.sum(axis=0)
+            if i > 0:
+                D = (D @ self.W[i].T) * (1.0 - prev * prev)  # tanh' = 1 − tanh²
+        return [g for pair in zip(gW, gb, strict=True) for g in pair]
+
+    def loss_and_grad(self, X: np.ndarray, Y: np.ndarray) -> tuple[float, list[np.ndarray]]:
+        """MSE in standardized target units and its gradient, for raw features and targets (m/s²).
+
+        ``loss = mean(((Ŷ − Y)/s)²)`` over all N·3 elements, so ``∂loss/∂Ŷ = 2(Ŷ − Y)/(s²·N·3)``:
+        the gradient is divided by the *element* count, exactly as ``np.mean`` averages (dividing
+        by N alone would make it 3× too large — invisible with Adam, wrong with SGD).
+        """
+        Yhat, cache = self.forward(X)
+        s2 = self.output_scale**2
+        err = Yhat - Y
+        loss = float(np.mean(err * err)) / s2
+        dY = err * (2.0 / (s2 * err.size))
+        return loss, self.backward(cache, dY)
+
+    def batch_step(self, Xn: np.ndarray, T: np.ndarray, grad: np.ndarray) -> float:
+        """Training fast path: loss and gradient for standardized inputs ``Xn`` and normalized
+        targets ``T`` (see :meth:`standardize`, :meth:`normalize_targets`).
+
+        The same loss as :meth:`loss_and_grad` (so the same ÷(N·3) gradient), written into the
+        flat buffer ``grad`` (shape of :attr:`flat`) without building a cache.
+        """
+        gW, gb = self._views(grad)
+        hs = [Xn]
+        for W, b in zip(self.W[:-1], self.b[:-1], strict=True):
+            a = hs[-1] @ W
+            a += b
+            hs.append(_tanh_inplace(a))
+        z = hs[-1] @ self.W[-1]
+        z += self.b[-1]
+        # the output clip in normalized units, per axis
+        lo = (-self.output_clip - self.y_mean) / self.output_scale
+        hi = (self.output_clip - self.y_mean) / self.output_scale
+        err = np.clip(z, lo.astype(self.dtype), hi.astype(self.dtype)) - T
+        loss = float(np.mean(err * err))
+        D = err * ((z > lo) & (z < hi))
+        D *= 2.0 / err.size
+        for i in range(len(self.W) - 1, -1, -1):
+            prev = hs[i]
+            np.dot(prev.T, D, out=gW[i])
+            np.sum(D, axis=0, out=gb[i])
+            if i > 0:
+                D = D @ self.W[i].T
+                D *= 1.0 - prev * prev
+        return loss
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Predictions (m/s²) for a batch (N, 14) or one feature vector (14,)."""
+        X = np.asarray(X, dtype=float)
+        return self.forward(X)[0] if X.ndim == 2 else self.forward(X[None, :])[0][0]
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: str | Path, **metadata: Any) -> Path:
+        """Write a versioned ``.npz`` (float64); ``metadata`` must be JSON-serializable."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {**self.metadata, **metadata}
+        arrays: dict[str, np.ndarray] = {
+            "format_version": np.array(FORMAT_VERSION),
+            "sizes": np.array(self.sizes, dtype=np.int64),
+            "x_mean": self.x_mean,
+            "x_std": self.x_std,
+            "y_mean": self.y_mean,
+            "output_scale": np.array(self.output_scale),
+            "output_clip": np.array(self.output_clip),
+            "feature_names": np.array(",".join(FEATURE_NAMES)),
+            "metadata": np.array(json.dumps(meta, sort_keys=True)),
+        }
+        for i, (W, b) in enumerate(zip(self.W, self.b, strict=True)):
+            arrays[f"W{i}"] = W.astype(np.float64)
+            arrays[f"b{i}"] = b.astype(np.float64)
+        # write through a file object so numpy does not append ".npz" to other suffixes
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ResidualMLP:
+        """Read a file written by :meth:`save`; any inconsistency raises
+        :class:`ResidualWeightsError` naming the file and the problem."""
+        path = Path(path)
+        if not path.is_file():
+            raise ResidualWeightsError(f"residual weights file {str(path)!r} does not exist")
+
+        def fail(what: str) -> ResidualWeightsError:
+            return ResidualWeightsError(f"residual weights file {str(path)!r}: {what}")
+
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as exc:
+            raise fail(f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+        required = ("format_version", "sizes", "x_mean", "x_std", "y_mean", "output_scale")
+        missing = [k for k in required if k not in arrays]
+        if missing:
+            raise fail(f"missing entries {missing} (not a residual-network file?)")
+        try:
+            version = int(arrays["format_version"])
+            sizes = tuple(int(s) for s in np.atleast_1d(arrays["sizes"]))
+            scale = float(arrays["output_scale"])
+            clip = float(arrays.get("output_clip", 10.0))
+        except (TypeError, ValueError):
+            raise fail("format_version, sizes, output_scale or output_clip malformed") from None
+        if version != FORMAT_VERSION:
+            raise fail(f"format version {version}, this code reads version {FORMAT_VERSION}")
+        if len(sizes) < 3 or sizes[0] != N_FEATURES or sizes[-1] != N_OUTPUTS or min(sizes) < 1:
+            raise fail(
+                f"layer sizes {sizes} do not map {N_FEATURES} features through at least one "
+                f"hidden layer to {N_OUTPUTS} outputs"
+            )
+        names = str(arrays.get("feature_names", ",".join(FEATURE_NAMES)))
+        if names != ",".join(FEATURE_NAMES):
+            raise fail(f"feature names {names!r} differ from this code's {FEATURE_NAMES}")
+        if not (scale > 0 and clip > 0):
+            raise fail(f"output_scale {scale} and output_clip {clip} must be positive")
+        net = cls(sizes, output_scale=scale, output_clip=clip)
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            for key, shape in ((f"W{i}", (n_in, n_out)), (f"b{i}", (n_out,))):
+                if key not in arrays:
+                    raise fail(f"missing layer array {key!r}")
+                if arrays[key].shape != shape:
+                    raise fail(f"{key} has shape {arrays[key].shape}, expected {shape}")
+            net.W[i][...] = arrays[f"W{i}"]
+            net.b[i][...] = arrays[f"b{i}"]
+        for key, n in (("x_mean", sizes[0]), ("x_std", sizes[0]), ("y_mean", sizes[-1])):
+            if arrays[key].shape != (n,):
+                raise fail(f"{key} has shape {arrays[key].shape}, expected {(n,)}")
+        values = [net.flat, arrays["x_mean"], arrays["x_std"], arrays["y_mean"]]
+        if not all(np.all(np.isfinite(v)) for v in values):
+            raise fail("contains non-finite values")
+        if np.any(arrays["x_std"] <= 0):
+            raise fail("x_std must be positive")
+        net.set_standardization(arrays["x_mean"], arrays["x_std"], arrays["y_mean"])
+        try:
+            net.metadata = json.loads(str(arrays.get("metadata", "{}")))
+        except json.JSONDecodeError:
+            raise fail("metadata is not valid JSON") from None
+        return net
+
+
+class FastMLP:
+    """Single-sample inference for the control loop, from a private copy of a :class:`ResidualMLP`.
+
+    The input standardization and every bias are folded into augmented weight matrices (inputs
+    carry a trailing 1), and the intermediates live in preallocated buffers, so a prediction is
+    one small BLAS call and one ``tanh`` per layer, with no allocation besides the returned
+    3-vector. The last layer is held as ``theta`` (hidden + 1, 3) next to the regressor
+    ``phi = [h_last, 1]``, the form the RLS works on.
+    """
+
+    def __init__(self, net: ResidualMLP):
+        if len(net.sizes) < 3 or net.sizes[-1] != N_OUTPUTS:
+            raise ValueError(f"FastMLP needs a hidden layer and {N_OUTPUTS} outputs")
+        W0 = np.asarray(net.W[0], dtype=float) / net.x_std[:, None]
+        b0 = np.asarray(net.b[0], dtype=float) - net.x_mean @ W0
+        self.Ws = [np.vstack([W0, b0])] + [
+            np.vstack([np.asarray(w, dtype=float), np.asarray(b, dtype=float)])
+            for w, b in zip(net.W[1:-1], net.b[1:-1], strict=True)
+        ]
+        self.theta0 = net.last_layer()  # offline last layer, never modified
+        self.theta = self.theta0.copy()
+        self.scale = net.output_scale
+        self.clip = net.output_clip
+        self.y_mean = net.y_mean.copy()
+        self._ym = self.y_mean.tolist()
+        # augmented buffers [activation, 1]; the last one is the regressor phi
+        self._bufs = [np.ones(n + 1) for n in net.sizes[:-1]]
+        self._act = [buf[:-1] for buf in self._bufs]
+        self.phi = self._bufs[-1]
+        self._z = np.empty(net.sizes[-1])
+
+    def hidden(self, x: np.ndarray) -> np.ndarray:
+        """Fill and return :attr:`phi` (the last layer's input, ``[h_last, 1]``) for features
+        ``x`` (14,)."""
+        bufs, act = self._bufs, self._act
+        act[0][...] = x
+        for i, W in enumerate(self.Ws):
+            out = act[i + 1]
+            np.dot(bufs[i], W, out=out)
+            np.tanh(out, out=out)
+        return self.phi
+
+    def output(self, phi: np.ndarray, theta: np.ndarray | None = None) -> np.ndarray:
+        """Prediction (m/s², body frame) for a regressor and last layer (default :attr:`theta`)."""
+        z0, z1, z2 = np.dot(phi, self.theta if theta is None else theta, out=self._z).tolist()
+        s, c, (m0, m1, m2) = self.scale, self.clip, self._ym
+        return np.array(
+            (
+                min(max(m0 + s * z0, -c), c),
+                min(max(m1 + s * z1, -c), c),
+                min(max(m2 + s * z2, -c), c),
+            )
+        )
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Prediction (m/s², body frame) for raw features ``x`` (14,)."""
+        return self.output(self.hidden(x))
+
+
+# ----------------------------------------------------------------------------- training helper
+class Adam:
+    """Adam (Kingma & Ba 2015) updating one flat parameter vector in place."""
+
+    def __init__(
+        self,
+        params: np.ndarray,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        self.params = params
+        self.lr = float(lr)
+        self.b1, self.b2 = betas
+        self.eps = eps
+        self.m = np.zeros_like(params)
+        self.v = np.zeros_like(params)
+        self._tmp = np.zeros_like(params)
+        self.t = 0
+
+    def step(self, grad: np.ndarray) -> None:
+        """One update with gradient ``grad`` (shape of the parameters)."""
+        self.t += 1
+        b1, b2, m, v, tmp = self.b1, self.b2, self.m, self.v, self._tmp
+        step = self.lr * math.sqrt(1.0 - b2**self.t) / (1.0 - b1**self.t)
+        m *= b1
+        np.multiply(grad, 1.0 - b1, out=tmp)
+        m += tmp
+        v *= b2
+        np.multiply(grad, grad, out=tmp)
+        tmp *= 1.0 - b2
+        v += tmp
+        np.sqrt(v, out=tmp)
+        tmp += self.eps
+        np.divide(m, tmp, out=tmp)
+        tmp *= step
+        self.params -= tmp
+
+
+def load_network(spec: str | Path | None, *, seed: int = 0) -> ResidualMLP:
+    """The network named by a config's ``weights``.
+
+    ``"default"`` → the packaged weights; ``None``/``"none"``/``"untrained"`` → a fresh network
+    with a zero output layer (plain geometric control); anything else → a weights file path.
+    """
+    if spec is None or str(spec).lower() in ("none", "untrained"):
+        return ResidualMLP(seed=seed)
+    if str(spec) == "default":
+        if not DEFAULT_WEIGHTS.is_file():
+            raise ResidualWeightsError(
+                f"the packaged default residual weights {str(DEFAULT_WEIGHTS)!r} are missing; "
+                "train them with `rquad collect` and `rquad train residual --out ...`"
+            )
+        return ResidualMLP.load(DEFAULT_WEIGHTS)
+    return ResidualMLP.load(spec)

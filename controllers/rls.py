@@ -1,0 +1,178 @@
+"""Recursive least squares on the residual network's last layer (source document §5).
+
+The regression is ``y = θᵀφ`` with ``φ = [h_last, 1]`` (65) the last hidden activation and ``θ``
+(65 × 3) the last layer; the three outputs share one covariance ``P`` (65 × 65) because they share
+the regressor. The safeguards the source document found indispensable are all here:
+
+* **prior covariance** ``P₀ = p0·I`` small: the offline layer is trusted, one sample cannot
+  overwrite it (``p0`` large fits θ exactly to the first sample — worse than no RLS in hover);
+* **warm-up**: the first ``warmup_steps`` updates identify only; :attr:`LastLayerRLS.applied` stays
+  the offline layer until then (take-off is the largest and dirtiest sample);
+* **trace cap**: when ``tr P`` exceeds ``trace_cap`` P is *scaled* down to it, never reset (under
+  single-direction excitation P grows like λ⁻ᵏ in the unexcited directions, and a reset would
+  claim total ignorance — the next update would jump just the same);
+* **forgetting factor** λ: memory of about ``1/(1 − λ)`` steps;
+* optional **leak** ``θ ← θ − leak·(θ − θ₀)`` toward the offline layer;
+* **symmetry**: P is stored as one triangle and updated with the BLAS symmetric rank-1 routines
+  (``dsymv``/``dsyr``), so it is symmetric by construction — the exact form of the usual
+  ``P ← (P + Pᵀ)/2`` safeguard, at no cost. ``λ`` and the cap are kept in a scalar factor
+  (``P = s·P̃``), so one update touches P̃ once (rank-1) and costs a few µs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
+
+
+@dataclass(frozen=True)
+class RLSConfig:
+    """RLS settings (YAML section ``rls`` of ``configs/residual.yaml``).
+
+    ``p0`` and ``trace_cap`` are in the units of the last layer, i.e. of the normalized target
+    ``(Δa − y_mean)/output_scale`` (dimensionless).
+    """
+
+    p0: float = 1e-2  # prior covariance per parameter
+    forgetting: float = 0.995  # λ, memory ≈ 1/(1 − λ) steps
+    trace_cap: float = 10.0  # cap on tr P (scaled, never reset)
+    warmup_steps: int = 100  # identify-only updates before the estimate is applied
+    leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
+
+    def __post_init__(self) -> None:
+        if not (self.p0 > 0 and math.isfinite(self.p0)):
+            raise ValueError(f"rls.p0 must be positive and finite, got {self.p0}")
+        if not (0.0 < self.forgetting <= 1.0):
+            raise ValueError(f"rls.forgetting must be in (0, 1], got {self.forgetting}")
+        if not (self.trace_cap > 0):
+            raise ValueError(f"rls.trace_cap must be positive, got {self.trace_cap}")
+        if int(self.warmup_steps) != self.warmup_steps or self.warmup_steps < 0:
+            raise ValueError(f"rls.warmup_steps must be an integer >= 0, got {self.warmup_steps}")
+        if not (0.0 <= self.leak < 1.0):
+            raise ValueError(f"rls.leak must be in [0, 1), got {self.leak}")
+
+
+class LastLayerRLS:
+    """Multi-output RLS with a shared covariance, for ``θ`` of shape (n, m).
+
+    Args:
+        theta0: the offline last layer; kept as a private copy that :meth:`reset` restores.
+        config: :class:`RLSConfig`.
+    """
+
+    # P̃ is rescaled into s when s leaves this range (keeps P̃ well away from under/overflow)
+    _RENORM = 1e6
+
+    def __init__(self, theta0: np.ndarray, config: RLSConfig | None = None):
+        theta0 = np.array(theta0, dtype=float)
+        if theta0.ndim != 2:
+            raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
+        self.config = config or RLSConfig()
+        self.n, self.m = theta0.shape
+        self._theta0 = theta0.copy()  # private: never handed out, never written
+        self._theta0.setflags(write=False)
+        self.theta = np.asfortranarray(theta0.copy())  # column-major for BLAS dger/dgemv
+        self._Pt = np.asfortranarray(np.eye(self.n))  # upper triangle is P̃ (BLAS, column-major)
+        self._Pt_flat = self._Pt.reshape(-1, order="F")  # a view: diagonal at stride n + 1
+        self._ones = np.ones(self.n)
+        self.reset()
+
+    # -- state ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Back to the offline layer and the prior covariance, as after construction."""
+        c = self.config
+        self.theta[...] = self._theta0
+        self._Pt[...] = 0.0
+        np.fill_diagonal(self._Pt, 1.0)
+        self._s = c.p0  # P = s·P̃
+        self.steps = 0  # updates done
+        self.cap_hits = 0  # times the trace cap scaled P
+        self.last_innovation = np.zeros(self.m)  # y − θᵀφ before the last update
+
+    @property
+    def theta0(self) -> np.ndarray:
+        """The offline layer (read-only view)."""
+        return self._theta0
+
+    @property
+    def warmup_done(self) -> bool:
+        return self.steps >= self.config.warmup_steps
+
+    @property
+    def applied(self) -> np.ndarray:
+        """The layer the controller uses: the offline one during warm-up, the estimate after."""
+        return self.theta if self.steps >= self.config.warmup_steps else self._theta0
+
+    @property
+    def trace(self) -> float:
+        """``tr P``."""
+        return self._s * self._trace_t()
+
+    @property
+    def P(self) -> np.ndarray:
+        """The covariance as a full symmetric matrix (a copy; for analysis and tests)."""
+        U = np.triu(self._Pt)
+        return self._s * (U + np.triu(U, 1).T)
+
+    # -- update --------------------------------------------------------------------------------
+    def update(self, phi: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One RLS step with regressor ``phi`` (n,) and target ``y`` (m,); returns the innovation
+        ``y − θᵀφ`` before the update.
+
+        ``k = Pφ/(λ + φᵀPφ)``, ``θ ← θ + k·eᵀ``, ``P ← (P − k·φᵀP)/λ``, then the leak and the
+        trace cap.
+        """
+        c = self.config
+        s = self._s
+        Pt = self._Pt
+        theta = self.theta
+        g = dsymv(1.0, Pt, phi)  # P̃φ  (Pφ = s·g)
+        denom = c.forgetting + s * ddot(phi, g)
+        e = y - dgemv(1.0, theta, phi, trans=1)  # y − θᵀφ
+        self.last_innovation = e
+        dger(s / denom, g, e, a=theta, overwrite_a=1)  # θ += (s/denom)·g·eᵀ
+        if c.leak > 0.0:
+            theta -= c.leak * (theta - self._theta0)
+        # P_new = (s·P̃ − s²·g·gᵀ/denom)/λ = (s/λ)·(P̃ − (s/denom)·g·gᵀ)
+        dsyr(-s / denom, g, a=Pt, overwrite_a=1)
+        s /= c.forgetting
+        trace = s * self._trace_t()
+        if trace > c.trace_cap:  # scale, never reset
+            s *= c.trace_cap / trace
+            self.cap_hits += 1
+        if not (1.0 / self._RENORM < s < self._RENORM):  # fold s into P̃
+            Pt *= s
+            s = 1.0
+        self._s = s
+        self.steps += 1
+        return e
+
+    def _trace_t(self) -> float:
+        """``tr P̃``: a strided BLAS dot over the diagonal (a fraction of ``np.trace``'s cost)."""
+        return ddot(self._Pt_flat, self._ones, n=self.n, incx=self.n + 1)
+
+
+def reference_update(
+    P: np.ndarray,
+    theta: np.ndarray,
+    phi: np.ndarray,
+    y: np.ndarray,
+    config: RLSConfig,
+    theta0: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Textbook full-matrix RLS step (source document §11.5 form), to cross-check
+    :class:`LastLayerRLS` in tests. Returns the new ``(P, theta)``; the cap is applied last."""
+    Pphi = P @ phi
+    k = Pphi / (config.forgetting + phi @ Pphi)
+    theta = theta + np.outer(k, y - theta.T @ phi)
+    if config.leak > 0.0:
+        theta = theta - config.leak * (theta - theta0)
+    P = (P - np.outer(k, Pphi)) / config.forgetting
+    P = 0.5 * (P + P.T)
+    tr = float(np.trace(P))
+    if tr > config.trace_cap:
+        P = P * (config.trace_cap / tr)
+    return P, theta

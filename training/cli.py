@@ -1,0 +1,104 @@
+"""``rquad collect`` and ``rquad train <target>``.
+
+``train`` takes a positional target; each target is one entry of :data:`TRAIN_TARGETS`
+(``name → "module:register_function"``), whose function adds that target's parser to the
+``train`` sub-parsers. Adding a target (e.g. ``ppo``) is one line there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+
+#: train target → "module:function(subparsers)" adding its parser
+TRAIN_TARGETS: dict[str, str] = {
+    "residual": "residual_quad.training.cli:register_train_residual",
+}
+
+DEFAULT_DATASET = Path("outputs/residual/dataset.npz")
+DEFAULT_WEIGHTS_OUT = Path("outputs/residual/weights.npz")
+DEFAULT_LOGDIR = Path("runs/residual_train")
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from residual_quad.training.collect import collect, load_collect_config
+
+    overrides = {}
+    if args.seeds:
+        overrides["seeds"] = [int(s) for s in args.seeds.split(",")]
+    if args.episode_s is not None:
+        overrides["episode_s"] = args.episode_s
+    if args.workers is not None:
+        overrides["workers"] = args.workers
+    cfg = load_collect_config(args.config, **overrides)
+    summary = collect(cfg, args.out, progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"{summary['samples']} samples from {summary['runs']} runs "
+            f"({summary['rejected']} rejected, {summary['diverged']} diverged) in "
+            f"{summary['wall_s']:.1f} s on {summary['workers']} worker(s)\n"
+            f"dataset: {summary['path']}\nconfig:  {summary['config_path']}"
+        )
+    return 0
+
+
+def _cmd_train_residual(args: argparse.Namespace) -> int:
+    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+
+    cfg = load_train_config(args.config, epochs=args.epochs, seed=args.seed)
+    logdir = None if args.no_tensorboard else args.logdir
+    s = train_from_dataset(
+        args.dataset, cfg, args.out, logdir=logdir, progress=not args.no_progress
+    )
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        rmse = ", ".join(f"{v:.3f}" for v in s["val_rmse"])
+        print(
+            f"{s['epochs_run']} epochs (best {s['best_epoch']}) on {s['train_samples']} samples, "
+            f"{s['val_samples']} validation samples from {s['val_runs']} held-out runs\n"
+            f"validation RMSE x, y, z: {rmse} m/s²  (loss {s['val_loss']:.4f})\n"
+            f"training loop {s['train_time_s']:.1f} s, total {s['wall_s']:.1f} s\n"
+            f"weights: {s['weights']} ({s['size_bytes'] / 1024:.1f} KB)"
+            + (f"\nTensorBoard: tensorboard --logdir {s['logdir']}" if s["logdir"] else "")
+        )
+    return 0
+
+
+def register_train_residual(targets: argparse._SubParsersAction) -> None:
+    p = targets.add_parser(
+        "residual", help="residual network from a `rquad collect` dataset (numpy, Adam)"
+    )
+    p.add_argument("--dataset", type=Path, default=DEFAULT_DATASET, help="collected .npz")
+    p.add_argument("--config", type=Path, default=None, help="YAML (default: packaged)")
+    p.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS_OUT, help="weights .npz to write")
+    p.add_argument("--logdir", type=Path, default=DEFAULT_LOGDIR, help="TensorBoard run dir")
+    p.add_argument("--no-tensorboard", action="store_true")
+    p.add_argument("--epochs", type=int, default=None, help="override the config")
+    p.add_argument("--seed", type=int, default=None, help="override the config")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_train_residual)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collect", help="fly geo with excitation and save a residual dataset")
+    p.add_argument("--config", type=Path, default=None, help="YAML (default: packaged)")
+    p.add_argument("--out", type=Path, default=DEFAULT_DATASET, help="dataset .npz to write")
+    p.add_argument("--workers", type=int, default=None, help="processes (config default: 2)")
+    p.add_argument("--seeds", default="", help="comma list of env seeds (override)")
+    p.add_argument("--episode-s", type=float, default=None, help="seconds per run (override)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_collect)
+
+    p = sub.add_parser("train", help="train a model: residual (more targets may be registered)")
+    targets = p.add_subparsers(dest="target", metavar="TARGET")
+    targets.required = True
+    for spec in TRAIN_TARGETS.values():
+        module, func = spec.split(":")
+        getattr(importlib.import_module(module), func)(targets)
