@@ -1,0 +1,528 @@
+"""``hnewton`` / ``hnewton_rls``: prioritized quadrotor control on the hierarchical Newton method.
+
+Why: the geometric tracker's proportional mixer lets a large yaw error eat the roll/pitch
+authority (the source document's 90°-yaw-start flip), and demands beyond the thrust/tilt envelope
+are handled by ad-hoc clipping. Here a strict priority order is solved instead, in two stages
+per control step:
+
+1. **Thrust-vector level** (:class:`ThrustVectorNewton`). The "configuration" is the commanded
+   thrust vector ``q = (c, φ, θ)``: collective thrust ``c`` (N) and the *projected* tilt angles
+   at the reference heading ψ, i.e. the thrust direction is ``Rz(ψ)·(tan θ, −tan φ, 1)/D`` with
+   ``D = √(1 + tan²φ + tan²θ)`` (θ tilts it forward, φ to the right, as roll and pitch do). The
+   nominal acceleration is ``a(q) = c/m·b3(q) − g·e_z``. Levels, highest first:
+
+   * hard: the trust region on ``q̇`` (``|ċ| <= rate_thrust``, ``|φ̇|, |θ̇| <= rate_tilt``)
+     intersected with the box ``c ∈ [c_min, c_max]``, ``|φ|, |θ| <= max_tilt`` (reached in one
+     step at most);
+   * vertical acceleration ``a_z(q) = a_des,z``;
+   * horizontal acceleration ``a_xy(q) = a_des,xy`` (heading frame);
+
+   with ``a_des = a_ref + k_p e_p + k_d e_v − Δâ`` (``Δâ`` the residual estimate of
+   ``hnewton_rls``, zero for ``hnewton``). One hierarchical Newton cycle per control step
+   (``hnewton.md`` §5/§7, the same switching, factors and multiplier scaling as
+   :class:`~residual_quad.controllers.hnewton.HierarchicalNewton`; variants ``gn``, ``lm``,
+   ``bfgs``, ``newton``), solved with the exact small-problem solver
+   :class:`~residual_quad.controllers.hlsp_fast.BoxHLSP`, then ``q ← q + Δt·q̇``.
+
+   The projected angles make the tilt box a square in ``(tan θ, tan φ)``; with the vertical task
+   met the horizontal acceleration is ``(g + a_z)·(tan θ, −tan φ)``, so the reachable set is
+   convex and the least-squares horizontal optimum under the bound is unique (per-axis clip in
+   the heading frame when the thrust bound does not bind). The largest tilt is
+   ``atan(√2·tan(max_tilt))`` (44.7° for 35°), on the diagonal.
+
+2. **Prioritized allocation** (:class:`PrioritizedAllocator`): HLSP over the four rotor thrusts,
+   rotor bounds ≻ roll/pitch torque ≻ collective thrust ≻ yaw torque, so yaw is always given up
+   first and a yaw error can never squeeze roll/pitch.
+
+The attitude PD between them is the shared geometric law of
+:class:`~residual_quad.controllers.attitude.InnerLoop` (same gains) towards the attitude whose
+body z axis is the commanded thrust direction and whose heading is ψ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
+from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.hlsp_fast import BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.hnewton import METHODS, clamp_factor
+from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.observation import ObsLayout as L
+
+__all__ = [
+    "HNewtonQuadParams",
+    "HNewtonRLSTracker",
+    "HNewtonTracker",
+    "PrioritizedAllocator",
+    "ThrustVectorNewton",
+    "thrust_vector_tasks",
+]
+
+_ZERO3 = np.zeros(3)
+
+
+# --------------------------------------------------------------------------- thrust-vector tasks
+def thrust_vector_tasks(
+    q: np.ndarray, mass: float, gravity: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nominal acceleration ``a(q)`` in the heading frame, its Jacobian and Hessian stack.
+
+    ``q = (c [N], φ [rad], θ [rad])``; returns ``a`` (m/s², shape (3,) ordered x, y, z of the
+    heading frame, gravity included), ``J = ∂a/∂q`` (3, 3) and ``H = ∂²a/∂q²`` (3, 3, 3).
+    """
+    c, phi, theta = float(q[0]), float(q[1]), float(q[2])
+    s, t = math.tan(phi), math.tan(theta)
+    u = c / mass
+    D2 = 1.0 + s * s + t * t
+    D = math.sqrt(D2)
+    iD, iD3 = 1.0 / D, 1.0 / (D * D2)
+    iD5 = iD3 / D2
+    # components f = (t, -s, 1)/D and their partials in (s, t)
+    fx, fy, fz = t * iD, -s * iD, iD
+    fx_s, fx_t = -s * t * iD3, (1.0 + s * s) * iD3
+    fy_s, fy_t = -(1.0 + t * t) * iD3, s * t * iD3
+    fz_s, fz_t = -s * iD3, -t * iD3
+    fx_ss, fx_st, fx_tt = t * (3 * s * s - D2) * iD5, s * (3 * t * t - D2) * iD5, -3 * t * (
+        1 + s * s
+    ) * iD5
+    fy_ss, fy_st, fy_tt = 3 * s * (1 + t * t) * iD5, -t * (3 * s * s - D2) * iD5, -s * (
+        3 * t * t - D2
+    ) * iD5
+    fz_ss, fz_st, fz_tt = (3 * s * s - D2) * iD5, 3 * s * t * iD5, (3 * t * t - D2) * iD5
+    # chain rule through s = tan φ, t = tan θ
+    sp, tp = 1.0 + s * s, 1.0 + t * t
+    spp, tpp = 2.0 * s * sp, 2.0 * t * tp
+    im = 1.0 / mass
+    a = np.array([u * fx, u * fy, u * fz - gravity])
+    J = np.array(
+        [
+            [fx * im, u * fx_s * sp, u * fx_t * tp],
+            [fy * im, u * fy_s * sp, u * fy_t * tp],
+            [fz * im, u * fz_s * sp, u * fz_t * tp],
+        ]
+    )
+    H = np.empty((3, 3, 3))
+    for i, (f_s, f_t, f_ss, f_st, f_tt) in enumerate(
+        (
+            (fx_s, fx_t, fx_ss, fx_st, fx_tt),
+            (fy_s, fy_t, fy_ss, fy_st, fy_tt),
+            (fz_s, fz_t, fz_ss, fz_st, fz_tt),
+        )
+    ):
+        cp, ct = f_s * sp * im, f_t * tp * im
+        pp = u * (f_ss * sp * sp + f_s * spp)
+        pt = u * f_st * sp * tp
+        tt = u * (f_tt * tp * tp + f_t * tpp)
+        H[i] = ((0.0, cp, ct), (cp, pp, pt), (ct, pt, tt))
+    return a, J, H
+
+
+def thrust_direction(q: np.ndarray, yaw: float) -> tuple[float, float, float]:
+    """Unit thrust direction (world) of ``q = (c, φ, θ)`` at heading ``yaw`` (rad)."""
+    s, t = math.tan(float(q[1])), math.tan(float(q[2]))
+    iD = 1.0 / math.sqrt(1.0 + s * s + t * t)
+    hx, hy, hz = t * iD, -s * iD, iD
+    cy, sy = math.cos(yaw), math.sin(yaw)
+    return cy * hx - sy * hy, sy * hx + cy * hy, hz
+
+
+@dataclass
+class HNewtonQuadParams:
+    """Settings of the thrust-vector Newton step (units in brackets).
+
+    ``gain`` is the task gain ``k`` of ``J q̇ = −k·e`` [1/s]; ``None`` takes ``1/Δt``, a full
+    Newton step per control step. ``switch``/``nu``/``eps``/``lm_mu``/``bfgs_b0`` and the
+    ``Δt``-scaling of the multipliers are those of
+    :class:`~residual_quad.controllers.hnewton.HNewtonParams` (switch reading "A").
+    """
+
+    method: str = "newton"
+    gain: float | None = None  # 1/s
+    max_tilt: float = math.radians(35.0)  # rad, box on each projected tilt angle
+    thrust_min_frac: float = 0.1  # × nominal hover thrust
+    thrust_max_frac: float = 0.95  # × all-rotors-saturated thrust (torque headroom)
+    rate_thrust: float = 300.0  # N/s, trust region on ċ
+    rate_tilt: float = 8.0  # rad/s, trust region on φ̇, θ̇
+    lm_mu: float = 0.3
+    eps: float = 1e-9
+    switch: str = "residual"  # "residual" | "always" | "never"
+    nu: float | None = None  # default 1e-12 Δt²
+    bfgs_b0: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; valid: {list(METHODS)}")
+        if self.switch not in ("residual", "always", "never"):
+            raise ValueError(f"switch must be residual|always|never, got {self.switch!r}")
+        if not 0.0 < self.max_tilt < math.radians(80.0):
+            raise ValueError("max_tilt must lie in (0, 80°)")
+        if not (self.thrust_min_frac > 0.0 and 0.0 < self.thrust_max_frac <= 1.0):
+            raise ValueError("thrust fractions must be positive and thrust_max_frac <= 1")
+        if self.rate_thrust <= 0 or self.rate_tilt <= 0:
+            raise ValueError("trust-region rates must be positive")
+        if self.gain is not None and self.gain <= 0:
+            raise ValueError("gain must be positive")
+
+
+class ThrustVectorNewton:
+    """One hierarchical Newton cycle on ``q = (c, φ, θ)`` per call of :meth:`step`.
+
+    Mirrors :meth:`HierarchicalNewton.step <residual_quad.controllers.hnewton.HierarchicalNewton
+    .step>` for the fixed layout (box ≻ vertical ≻ horizontal) with the exact fast solver; the
+    tests cross-check it against the generic class on the numpy HLSP backend.
+    """
+
+    def __init__(self, airframe: Airframe, dt: float, params: HNewtonQuadParams | None = None):
+        self.frame = airframe
+        self.dt = float(dt)
+        self.p = p = params or HNewtonQuadParams()
+        self.k = 1.0 / self.dt if p.gain is None else float(p.gain)
+        self.nu = 1e-12 * self.dt**2 if p.nu is None else float(p.nu)
+        self.q_lower = np.array(
+            [p.thrust_min_frac * airframe.hover_thrust, -p.max_tilt, -p.max_tilt]
+        )
+        self.q_upper = np.array([p.thrust_max_frac * airframe.max_thrust, p.max_tilt, p.max_tilt])
+        self.vmax = np.array([p.rate_thrust, p.rate_tilt, p.rate_tilt])
+        need_mult = p.method in ("bfgs", "newton")
+        self.solver = BoxHLSP(3, multipliers=need_mult)
+        self.gn_solver = BoxHLSP(3, multipliers=need_mult)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget multipliers, BFGS matrices, warm starts and the previous step."""
+        self.lam: list[list[np.ndarray]] | None = None
+        self.B = [self.p.bfgs_b0 * np.eye(3) for _ in range(2)]
+        self.prev_q: np.ndarray | None = None
+        self.prev_J: list[np.ndarray] | None = None
+        self.solver.reset()
+        self.gn_solver.reset()
+        self.augmented = [False, False]
+        self.gn_norms = np.zeros(2)
+        self.last: BoxHLSPResult | None = None
+
+    def velocity_box(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Trust region ∩ the q-box reached in one step (always a non-empty box)."""
+        inv = 1.0 / self.dt
+        lo = np.minimum(np.maximum(-self.vmax, (self.q_lower - q) * inv), self.vmax)
+        up = np.maximum(np.minimum(self.vmax, (self.q_upper - q) * inv), -self.vmax)
+        return lo, up
+
+    def evaluate(
+        self, q: np.ndarray, a_des: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(e, J, H)`` of the vertical and the horizontal level at ``q`` for target ``a_des``
+        (heading frame, m/s²)."""
+        a, J, H = thrust_vector_tasks(q, self.frame.mass, self.frame.gravity)
+        e = a - a_des
+        return [(e[2:3], J[2:3], H[2:3]), (e[:2], J[:2], H[:2])]
+
+    def _switch_on(self, w_norm: float) -> bool:
+        if self.p.switch == "always":
+            return True
+        if self.p.switch == "never":
+            return False
+        return (self.dt * w_norm) ** 2 > self.nu
+
+    def hierarchical_hessian(self, ev: list, lam: list[list[np.ndarray]], level: int) -> np.ndarray:
+        """``Ĥ_l = Δt·Σ_{j<=l} λ_{j,l}·H_j`` (3×3)."""
+        Hs = np.zeros((3, 3))
+        for j in range(level + 1):
+            Hs += np.tensordot(lam[level][j], ev[j][2], axes=1)
+        Hs *= self.dt
+        return 0.5 * (Hs + Hs.T)
+
+    def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
+        m = self.p.method
+        if m == "lm":
+            return self.p.lm_mu * np.eye(3)
+        if m == "bfgs":
+            B = 0.5 * (self.B[li] + self.B[li].T)
+            try:
+                return np.linalg.cholesky(B).T
+            except np.linalg.LinAlgError:
+                return clamp_factor(B, self.p.eps)
+        if lam is None:
+            return math.sqrt(self.p.eps) * np.eye(3)
+        return clamp_factor(self.hierarchical_hessian(ev, lam, li), self.p.eps)
+
+    def _bfgs_update(self, q: np.ndarray, ev: list) -> None:
+        if self.prev_q is None or self.prev_J is None or self.lam is None:
+            return
+        s = q - self.prev_q
+        if float(s @ s) < 1e-30:
+            return
+        for li in range(2):
+            y = np.zeros(3)
+            for j in range(li + 1):
+                y += self.dt * (ev[j][1] - self.prev_J[j]).T @ self.lam[li][j]
+            B = self.B[li]
+            Bs = B @ s
+            sBs = float(s @ Bs)
+            sy = float(s @ y)
+            if sBs <= 0.0:
+                continue
+            if sy < 0.2 * sBs:  # Powell damping
+                theta = 0.8 * sBs / (sBs - sy)
+                r = theta * y + (1.0 - theta) * Bs
+            else:
+                r = y
+            sr = float(s @ r)
+            if sr <= 1e-300:
+                continue
+            self.B[li] = B - np.outer(Bs, Bs) / sBs + np.outer(r, r) / sr
+
+    @staticmethod
+    def _extract_lam(res: BoxHLSPResult, dims: tuple[int, int]) -> list[list[np.ndarray]] | None:
+        if res.multipliers is None:
+            return None
+        return [
+            [res.multipliers[li + 1][j + 1][: dims[j]].copy() for j in range(li + 1)]
+            for li in range(2)
+        ]
+
+    def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """Velocity ``q̇`` (N/s, rad/s, rad/s) of one cycle at ``q`` towards ``a_des`` (heading
+        frame, m/s²)."""
+        ev = self.evaluate(q, a_des)
+        if self.p.method == "bfgs":
+            self._bfgs_update(q, ev)
+        lo, up = self.velocity_box(q)
+        k = self.k
+        levels = [(J, -k * e) for e, J, _ in ev]
+        self.augmented = [False, False]
+        inv = _inverse3(np.vstack([ev[0][1], ev[1][1]]))
+        if self.p.method == "gn":
+            res = self.solver.solve(lo, up, levels, inverse=inv)
+            self.gn_norms = res.slack_norms()
+        else:
+            gn = self.gn_solver.solve(lo, up, levels, inverse=inv)
+            self.gn_norms = gn.slack_norms()
+            aug = []
+            for li, (A, b) in enumerate(levels):
+                if self._switch_on(float(self.gn_norms[li])):
+                    R = self._factor(li, ev, self.lam)
+                    A = np.vstack([A, R])
+                    b = np.concatenate([b, np.zeros(3)])
+                    self.augmented[li] = True
+                aug.append((A, b))
+            res = self.solver.solve(lo, up, aug) if any(self.augmented) else gn
+        self.lam = self._extract_lam(res, (1, 2))
+        self.prev_q = np.array(q, dtype=float)
+        self.prev_J = [J for _, J, _ in ev]
+        self.last = res
+        return res.x.copy()
+
+
+def _inverse3(M: np.ndarray) -> np.ndarray | None:
+    """Cofactor inverse of a 3×3 matrix, ``None`` when it is (nearly) singular."""
+    (a, b, c), (d, e, f), (g, h, i) = M.tolist()
+    A, B, C = e * i - f * h, f * g - d * i, d * h - e * g
+    det = a * A + b * B + c * C
+    scale = max(abs(a), abs(b), abs(c), abs(d), abs(e), abs(f), abs(g), abs(h), abs(i))
+    if abs(det) <= 1e-12 * scale**3 or not math.isfinite(det):
+        return None
+    r = 1.0 / det
+    return np.array(
+        [
+            [A * r, (c * h - b * i) * r, (b * f - c * e) * r],
+            [B * r, (a * i - c * g) * r, (c * d - a * f) * r],
+            [C * r, (b * g - a * h) * r, (a * e - b * d) * r],
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- allocation
+class PrioritizedAllocator:
+    """Rotor thrusts (N) from a wrench by HLSP: bounds ≻ roll/pitch ≻ collective ≻ yaw."""
+
+    def __init__(self, airframe: Airframe):
+        self.frame = airframe
+        A = np.asarray(airframe.allocation, dtype=float)
+        self.A_rp, self.A_T, self.A_yaw = A[1:3].copy(), A[0:1].copy(), A[3:4].copy()
+        self.lower = np.zeros(4)
+        self.upper = np.full(4, airframe.max_rotor_thrust)
+        self.solver = BoxHLSP(4, multipliers=False)
+        self.inverse = np.linalg.inv(np.vstack([self.A_rp, self.A_T, self.A_yaw]))
+        self.last: BoxHLSPResult | None = None
+
+    def reset(self) -> None:
+        """Forget the warm-start face."""
+        self.solver.reset()
+        self.last = None
+
+    def __call__(self, thrust: float, torque: tuple[float, float, float]) -> np.ndarray:
+        """Rotor thrusts for collective ``thrust`` (N) and body ``torque`` (N·m)."""
+        tx, ty, tz = torque
+        res = self.solver.solve(
+            self.lower,
+            self.upper,
+            [
+                (self.A_rp, np.array([tx, ty])),
+                (self.A_T, np.array([thrust])),
+                (self.A_yaw, np.array([tz])),
+            ],
+            inverse=self.inverse,
+        )
+        self.last = res
+        return res.x
+
+
+# --------------------------------------------------------------------------- controllers
+class HNewtonTracker:
+    """``hnewton``: position PD + feed-forward → thrust-vector Newton step → attitude PD →
+    prioritized allocation (see the module docstring).
+
+    Args:
+        context: nominal airframe and control period.
+        method: ``gn``, ``lm``, ``bfgs`` or ``newton``.
+        kp: position gain, 1/s² (same as ``geo``).
+        kd: velocity gain, 1/s.
+        attitude: attitude PD gains (those of the shared inner loop by default).
+        **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...).
+    """
+
+    action_mode = "rotor"
+    name = "hnewton"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        method: str = "newton",
+        kp: float = 20.0,  # 1/s²
+        kd: float = 8.0,  # 1/s
+        attitude: AttitudeGains | None = None,
+        **params: Any,
+    ):
+        self.context = context or ControlContext()
+        self.airframe = self.context.airframe
+        self.dt = self.context.control_dt
+        self.kp, self.kd = float(kp), float(kd)
+        self.params = HNewtonQuadParams(method=method, **params)
+        self.newton = ThrustVectorNewton(self.airframe, self.dt, self.params)
+        self.alloc = PrioritizedAllocator(self.airframe)
+        inner = InnerLoop(self.airframe, attitude)
+        self._J, self._kR, self._kW = inner._J, inner._kR, inner._kW
+        self.reset()
+
+    @property
+    def method(self) -> str:
+        return self.params.method
+
+    def reset(self, seed: int | None = None) -> None:
+        """Restore the initial state: thrust vector at nominal hover, no memories."""
+        self.q = np.array([self.airframe.hover_thrust, 0.0, 0.0])
+        self.qdot = np.zeros(3)
+        self.newton.reset()
+        self.alloc.reset()
+        self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's desired acceleration
+        self.last_estimate = np.zeros(3)  # m/s², world, residual estimate applied
+        self.last_thrust = self.airframe.hover_thrust  # N
+
+    # -- hook ----------------------------------------------------------------------------------
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        """Estimated residual acceleration Δâ (world, m/s²); zero for ``hnewton``."""
+        return _ZERO3
+
+    # -- interface -----------------------------------------------------------------------------
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        R = obs[L.rot].reshape(3, 3)
+        a_cmd = obs[L.ref_acc] + self.kp * (obs[L.ref_pos] - obs[L.pos])
+        a_cmd += self.kd * (obs[L.ref_vel] - obs[L.vel])
+        est = self.residual_world(obs, R, a_cmd)
+        self.last_estimate = est
+        ax, ay, az = (a_cmd - est).tolist()
+        yaw = float(obs[L.ref_yaw])
+        cy, sy = math.cos(yaw), math.sin(yaw)
+        a_head = np.array([cy * ax + sy * ay, -sy * ax + cy * ay, az])
+        qdot = self.newton.step(self.q, a_head)
+        self.qdot = qdot
+        self.q = np.clip(self.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
+        b3 = thrust_direction(self.q, yaw)
+        thrusts = self._attitude_and_allocate(R, obs[L.omega_b], b3, yaw, obs[L.ref_yaw_rate])
+        self.last_a_cmd = a_cmd
+        return to_rotor_action(thrusts, self.airframe)
+
+    def _attitude_and_allocate(
+        self,
+        R: np.ndarray,
+        omega_b: np.ndarray,
+        b3: tuple[float, float, float],
+        yaw_des: float,
+        yaw_rate_des: float,
+    ) -> np.ndarray:
+        """Geometric attitude PD towards (b3, heading) and the prioritized allocation."""
+        r00, r01, r02, r10, r11, r12, r20, r21, r22 = np.ravel(R).tolist()
+        b3x, b3y, b3z = b3
+        frame = self.airframe
+        thrust = float(self.q[0]) * (b3x * r02 + b3y * r12 + b3z * r22)
+        thrust = min(max(thrust, 0.0), frame.max_thrust)
+        self.last_thrust = thrust
+        c, s = math.cos(yaw_des), math.sin(yaw_des)
+        b2x, b2y, b2z = -b3z * s, b3z * c, b3x * s - b3y * c  # b3 × (c, s, 0)
+        n = math.sqrt(b2x * b2x + b2y * b2y + b2z * b2z)
+        b2x, b2y, b2z = b2x / n, b2y / n, b2z / n
+        b1x, b1y, b1z = b2y * b3z - b2z * b3y, b2z * b3x - b2x * b3z, b2x * b3y - b2y * b3x
+        e01 = b1x * r01 + b1y * r11 + b1z * r21
+        e02 = b1x * r02 + b1y * r12 + b1z * r22
+        e10 = b2x * r00 + b2y * r10 + b2z * r20
+        e12 = b2x * r02 + b2y * r12 + b2z * r22
+        e20 = b3x * r00 + b3y * r10 + b3z * r20
+        e21 = b3x * r01 + b3y * r11 + b3z * r21
+        e22 = b3x * r02 + b3y * r12 + b3z * r22
+        eRx, eRy, eRz = 0.5 * (e21 - e12), 0.5 * (e02 - e20), 0.5 * (e10 - e01)
+        wx, wy, wz = omega_b.tolist()
+        yr = float(yaw_rate_des)
+        ewx, ewy, ewz = wx - e20 * yr, wy - e21 * yr, wz - e22 * yr
+        Jx, Jy, Jz = self._J
+        kRx, kRy, kRz = self._kR
+        kWx, kWy, kWz = self._kW
+        tx = -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy)
+        ty = -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz)
+        tz = -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx)
+        return self.alloc(thrust, (tx, ty, tz))
+
+
+class HNewtonRLSTracker(HNewtonTracker):
+    """``hnewton_rls``: ``hnewton`` fed with the online RLS residual estimate of ``geo_rls``.
+
+    The estimator is a private :class:`~residual_quad.controllers.residual_trackers.RLSGeoTracker`
+    used by composition only (its ``residual_world`` measures the residual between successive
+    observations, updates the RLS and predicts); its own policy is never flown. The position
+    gains default to those of the residual configuration, as for ``geo_rls``.
+
+    Args:
+        context: nominal airframe and control period.
+        residual: keyword arguments for the estimator (``config=``, ``network=``, overrides).
+        **kw: as :class:`HNewtonTracker`.
+    """
+
+    name = "hnewton_rls"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        residual: dict[str, Any] | None = None,
+        **kw: Any,
+    ):
+        from residual_quad.controllers.residual_trackers import RLSGeoTracker
+
+        self.estimator = RLSGeoTracker(context, **(residual or {}))
+        kw.setdefault("kp", self.estimator.kp)
+        kw.setdefault("kd", self.estimator.kd)
+        super().__init__(context, **kw)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.estimator.reset(seed)
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        # the estimator's features use the previous step's commanded acceleration
+        self.estimator.last_a_cmd = self.last_a_cmd
+        return self.estimator.residual_world(obs, R, a_cmd)
