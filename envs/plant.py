@@ -8,6 +8,7 @@ are held constant over a control period (zero-order hold), as a flight controlle
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mujoco
@@ -16,6 +17,15 @@ import numpy as np
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
 from residual_quad.envs.model import BODY, build_model
+
+
+def quat_to_rot(qw: float, qx: float, qy: float, qz: float) -> list[float]:
+    """Row-major body → world rotation matrix (9 floats) of a unit quaternion (w, x, y, z)."""
+    return [
+        1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw),
+        2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw),
+        2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy),
+    ]  # fmt: skip
 
 
 @dataclass
@@ -150,15 +160,16 @@ class QuadrotorPlant:
             else:
                 self.model.opt.disableflags &= ~_DSBL_CONTACT
 
-    def step(self, rotor_thrusts: np.ndarray) -> None:
+    def step(self, rotor_thrusts: Sequence[float]) -> None:
         """Advance one control period with the given rotor thrusts (N, clipped to the limits).
 
         Ground effect scales the rotors' actuator gain (thrust and reaction torque alike) with the
         current height; a command still saturates at ``max_rotor_thrust`` out of ground effect.
         """
-        f = np.minimum(np.maximum(rotor_thrusts, 0.0), self.airframe.max_rotor_thrust)
-        self.thrusts = f
-        self.thrust_sum = float(f.sum())
+        fmax = self.airframe.max_rotor_thrust
+        f = [min(max(float(x), 0.0), fmax) for x in rotor_thrusts]
+        self.thrusts = np.array(f)
+        self.thrust_sum = f[0] + f[1] + f[2] + f[3]
         d, m, xf = self.data, self.model, self._xfrc
         d.ctrl[:] = f
         self._update_contact_flag()
@@ -170,16 +181,7 @@ class QuadrotorPlant:
         for wx, wy, wz in winds.tolist():
             pz, qw, qx, qy, qz = qpos[2:7].tolist()
             vx, vy, vz = qvel[0:3].tolist()
-            # rotation matrix of the unit quaternion (body → world)
-            r00 = 1 - 2 * (qy * qy + qz * qz)
-            r01 = 2 * (qx * qy - qz * qw)
-            r02 = 2 * (qx * qz + qy * qw)
-            r10 = 2 * (qx * qy + qz * qw)
-            r11 = 1 - 2 * (qx * qx + qz * qz)
-            r12 = 2 * (qy * qz - qx * qw)
-            r20 = 2 * (qx * qz - qy * qw)
-            r21 = 2 * (qy * qz + qx * qw)
-            r22 = 1 - 2 * (qx * qx + qy * qy)
+            r00, r01, r02, r10, r11, r12, r20, r21, r22 = quat_to_rot(qw, qx, qy, qz)
             ax, ay, az = vx - wx, vy - wy, vz - wz  # air-relative velocity, world
             bx = r00 * ax + r10 * ay + r20 * az  # ... in the body frame
             by = r01 * ax + r11 * ay + r21 * az
@@ -197,7 +199,7 @@ class QuadrotorPlant:
         self.wind = winds[-1]
         self.drag_force = np.array((fx, fy, fz))
 
-    def imu_specific_force(self) -> np.ndarray:
+    def imu_specific_force(self) -> list[float]:
         """Accelerometer at the frame centre (m/s², body frame), from the last physics substep.
 
         ``R^T (a − g)`` with the frame origin's acceleration, as an ideal accelerometer there
@@ -207,13 +209,11 @@ class QuadrotorPlant:
         ax, ay, az = d.qacc[0:3].tolist()
         az += self.airframe.gravity
         r = d.xmat[self.body_id].tolist()
-        return np.array(
-            (
-                r[0] * ax + r[3] * ay + r[6] * az,
-                r[1] * ax + r[4] * ay + r[7] * az,
-                r[2] * ax + r[5] * ay + r[8] * az,
-            )
-        )
+        return [
+            r[0] * ax + r[3] * ay + r[6] * az,
+            r[1] * ax + r[4] * ay + r[7] * az,
+            r[2] * ax + r[5] * ay + r[8] * az,
+        ]
 
 
 _DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)

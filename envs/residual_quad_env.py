@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -18,7 +19,7 @@ from residual_quad.envs.disturbances import (
     resolve_payload,
 )
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
-from residual_quad.envs.plant import QuadrotorPlant
+from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
 from residual_quad.envs.trajectories import Trajectory, make_trajectory
 
 ACTION_MODES = ("rotor", "ctbr")
@@ -242,8 +243,9 @@ class ResidualQuadEnv(gym.Env):
         )
         self._steps = 0
         self._prev_action = [0.0, 0.0, 0.0, 0.0]
-        obs = self._observe(ref)
-        self._last_true = obs.tolist()
+        o = self._observe(ref)
+        obs = np.array(o)
+        self._last_true = o
         info = self._info(
             float(np.linalg.norm(obs[ObsLayout.pos] - ref.pos)), np.zeros(3), {}, None
         )
@@ -259,8 +261,8 @@ class ResidualQuadEnv(gym.Env):
         self.plant.step(self._rotor_thrusts(a))
         self._steps += 1
         ref = self.trajectory(self._steps * self.control_dt)
-        obs = self._observe(ref)
-        o = obs.tolist()
+        o = self._observe(ref)
+        obs = np.array(o)
         p, self._last_true = self._last_true, o
 
         # true residual acceleration over the period vs the nominal model, world frame:
@@ -315,11 +317,11 @@ class ResidualQuadEnv(gym.Env):
             self._renderer = None
 
     # ------------------------------------------------------------------ internals
-    def _rotor_thrusts(self, a: list[float]) -> np.ndarray:
+    def _rotor_thrusts(self, a: list[float]) -> Sequence[float]:
         frame = self.airframe
         if self.action_mode == "rotor":
             k = 0.5 * frame.max_rotor_thrust
-            return np.array([(v + 1.0) * k for v in a])
+            return [(v + 1.0) * k for v in a]
         # ctbr: collective thrust + body rates through a P rate loop and the mixer
         thrust = (a[0] + 1.0) * 0.5 * frame.max_thrust
         omega = self.plant.data.qvel[3:6]
@@ -328,22 +330,24 @@ class ResidualQuadEnv(gym.Env):
         torque = J * self.k_rate * (omega_des - omega) + np.cross(omega, J * omega)
         return mix(frame, thrust, torque)
 
-    def _observe(self, ref) -> np.ndarray:
-        d, p = self.plant.data, self.plant
-        return np.concatenate(
-            (
-                d.qpos[0:3],
-                d.qvel[0:3],
-                d.xmat[p.body_id],
-                d.qvel[3:6],
-                ref.pos,
-                ref.vel,
-                ref.acc,
-                (math.remainder(ref.yaw, 2.0 * math.pi), ref.yaw_rate),
-                p.thrusts,
-                p.imu_specific_force(),
-            )
-        )
+    def _observe(self, ref) -> list[float]:
+        """The true observation as a list (the attitude from the current quaternion)."""
+        p = self.plant
+        d = p.data
+        x, y, z, qw, qx, qy, qz = d.qpos[0:7].tolist()
+        return [
+            x, y, z,
+            *d.qvel[0:3].tolist(),
+            *quat_to_rot(qw, qx, qy, qz),
+            *d.qvel[3:6].tolist(),
+            *ref.pos.tolist(),
+            *ref.vel.tolist(),
+            *ref.acc.tolist(),
+            math.remainder(ref.yaw, 2.0 * math.pi),
+            ref.yaw_rate,
+            *p.thrusts.tolist(),
+            *p.imu_specific_force(),
+        ]  # fmt: skip
 
     def _sensed(self, obs: np.ndarray) -> np.ndarray:
         """The observation as the sensors report it (white noise if configured)."""
