@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .hlsp import Level
+from .hlsp import Level, _active_set_lsqp
 
 __all__ = ["BoxHLSP", "BoxHLSPResult", "box_levels"]
 
@@ -259,7 +259,12 @@ class BoxHLSP:
             signed = sgn * box  # must be >= 0 on every active bound
             k = int(np.argmin(signed))
             if signed[k] < -sig:
-                return None, k
+                # degenerate rows: look for multipliers with the right signs (as hlsp does)
+                lam = _signed_multipliers(B, rhs, sgn[fixed])
+                if lam is None:
+                    return None, k
+                box = np.zeros(n)
+                box[fixed] = lam[: fixed.size]
             row = [box]
             k = fixed.size
             for sz in sizes[1:]:
@@ -315,6 +320,25 @@ def _square_solution(levs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.nd
     ):
         return None
     return x
+
+
+def _signed_multipliers(B: np.ndarray, rhs: np.ndarray, sgn_box: np.ndarray) -> np.ndarray | None:
+    """Solution of ``Bᵀλ = rhs`` with ``sgn·λ >= 0`` on the leading box rows, or ``None``."""
+    nb = sgn_box.size
+    sel = np.flatnonzero(sgn_box != 0)
+    G = np.zeros((sel.size, B.shape[0]))
+    G[np.arange(sel.size), sel] = -sgn_box[sel]
+    try:
+        lam, _, _ = _active_set_lsqp(
+            B.T, rhs, G, np.zeros(sel.size), np.zeros(B.shape[0]), [], 1e-12, 200
+        )
+    except RuntimeError:
+        return None
+    if float(np.abs(B.T @ lam - rhs).max()) > 1e-7 * (1.0 + float(np.abs(rhs).max())):
+        return None
+    if np.any(sgn_box * lam[:nb] < -1e-7 * (1.0 + float(np.abs(lam).max()))):
+        return None
+    return lam
 
 
 def _violated(x: np.ndarray, lo: np.ndarray, up: np.ndarray, ftol: float) -> np.ndarray:

@@ -499,7 +499,9 @@ class HNewtonRLSTracker(HNewtonTracker):
     Args:
         context: nominal airframe and control period.
         residual: keyword arguments for the estimator (``config=``, ``network=``, overrides).
-        **kw: as :class:`HNewtonTracker`.
+        **kw: :class:`HNewtonTracker` arguments (``method``, ``kp``, ``kd``, ``attitude`` and
+            the :class:`HNewtonQuadParams` fields); any other keyword (``weights``, ``config``,
+            ``rls``, ...) goes to the estimator, exactly as it would to ``geo_rls``.
     """
 
     name = "hnewton_rls"
@@ -513,7 +515,11 @@ class HNewtonRLSTracker(HNewtonTracker):
     ):
         from residual_quad.controllers.residual_trackers import RLSGeoTracker
 
-        self.estimator = RLSGeoTracker(context, **(residual or {}))
+        own = {"method", "kp", "kd", "attitude", *HNewtonQuadParams.__dataclass_fields__}
+        est_kw = dict(residual or {})
+        est_kw.update({k: v for k, v in kw.items() if k not in own})
+        kw = {k: v for k, v in kw.items() if k in own}
+        self.estimator = RLSGeoTracker(context, **est_kw)
         kw.setdefault("kp", self.estimator.kp)
         kw.setdefault("kd", self.estimator.kd)
         super().__init__(context, **kw)
