@@ -1,0 +1,373 @@
+"""Stress scenarios: what happens outside the nominal envelope (``rquad stress``).
+
+Three groups (issue 6, ``configs/stress.yaml``): (a) take-off with a large heading error (the
+source document's 90°-yaw-start flip), (b) references beyond the thrust/tilt envelope (fast
+figure-8 with the ``extra`` payload, large position steps) and (c) strong gusts. Every
+controller flies every scenario for every seed through :func:`run_episode`; a row per run goes to
+``rows.jsonl`` and the summary table (crash rate, flips, max tilt, RMSE) to ``stress.md``, with a
+figure of the max tilt and the tilt time series of the first seed.
+
+A *crash* is any terminated episode (tilt beyond 90°, floor contact faster than the crash speed,
+position error beyond 5 m, non-finite state); a *flip* is a run whose tilt exceeded 90° (upside
+down), whatever ended it. RMSE is computed after 3 s over the runs that survived.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad import configs
+from residual_quad.controllers.base import ControlContext, available_controllers, make_controller
+from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.evaluation.episode import EpisodeResult, run_episode
+
+GROUPS = ("yaw", "envelope", "gust")
+ROWS_FILE = "rows.jsonl"
+FLIP_TILT = math.pi / 2  # rad, a run whose tilt exceeded this was upside down
+
+
+@dataclass
+class TrajectorySpec:
+    """A shipped trajectory by name with constructor parameters (e.g. ``period`` in s)."""
+
+    name: str = "hover"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in TRAJECTORIES:
+            raise ValueError(f"unknown trajectory {self.name!r}; valid: {', '.join(TRAJECTORIES)}")
+        self.build()  # unknown parameters fail at load time
+
+    def build(self) -> Any:
+        """The trajectory object."""
+        try:
+            return TRAJECTORIES[self.name](**self.params)
+        except TypeError as exc:
+            raise ValueError(f"trajectory {self.name}: {exc}") from None
+
+
+@dataclass
+class StressScenario:
+    """One stress case; every field but ``name`` and ``group`` has a nominal default."""
+
+    name: str
+    group: str  # one of GROUPS
+    description: str = ""
+    trajectory: str | TrajectorySpec = "hover"
+    payload: str | float = "none"
+    wind: str | list[float] = "calm"  # level name or [mean, sigma] in m/s
+    yaw_offset_deg: float = 0.0  # deg, heading error at take-off
+    position_offset: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # m
+    episode_s: float | None = None  # s, default: the config's
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"scenario {self.name}: group must be one of {GROUPS}")
+        if isinstance(self.trajectory, str):
+            self.trajectory = TrajectorySpec(self.trajectory)
+        if len(self.position_offset) != 3:
+            raise ValueError(f"scenario {self.name}: position_offset needs 3 values (m)")
+        if not isinstance(self.wind, str) and len(self.wind) != 2:
+            raise ValueError(f"scenario {self.name}: wind is a level name or [mean, sigma]")
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """``run_episode`` keyword arguments of this scenario (without seed and controller)."""
+        assert isinstance(self.trajectory, TrajectorySpec)
+        return {
+            "trajectory": self.trajectory.build(),
+            "payload": self.payload,
+            "wind": self.wind if isinstance(self.wind, str) else tuple(float(v) for v in self.wind),
+            "reset_options": {
+                "yaw_offset": math.radians(self.yaw_offset_deg),
+                "position_offset": [float(v) for v in self.position_offset],
+            },
+        }
+
+
+@dataclass
+class StressConfig:
+    """The stress set: controllers × scenarios × seeds."""
+
+    controllers: list[str] = field(default_factory=lambda: ["geo", "hnewton"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    episode_s: float = 12.0  # s
+    controller_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per label
+    scenarios: list[StressScenario] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for label in self.controllers:
+            parse_label(label)
+        names = [s.name for s in self.scenarios]
+        if len(set(names)) != len(names):
+            raise ValueError("scenario names must be unique")
+
+
+def parse_label(label: str) -> tuple[str, dict[str, Any]]:
+    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
+    name, _, method = label.partition(":")
+    if name not in available_controllers():
+        raise ValueError(
+            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
+        )
+    if method and not name.startswith("hnewton"):
+        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
+    return name, ({"method": method} if method else {})
+
+
+def load_stress_config(source: str | Path | dict[str, Any] | None = "stress") -> StressConfig:
+    """Read a stress YAML (path or shipped name; strict: unknown keys are errors)."""
+    return configs.load(StressConfig, source)
+
+
+def _row(label: str, scn: StressScenario, seed: int, res: EpisodeResult) -> dict[str, Any]:
+    def fin(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    return {
+        "controller": label,
+        "scenario": scn.name,
+        "group": scn.group,
+        "seed": int(seed),
+        "crashed": bool(res.diverged),
+        "termination": res.termination,
+        "flipped": bool(float(res.tilt.max()) > FLIP_TILT),
+        "max_tilt_deg": math.degrees(float(res.tilt.max())),
+        "rmse": fin(res.rmse),
+        "max_error": fin(res.max_error),
+        "duration": res.duration,
+        "wall_time": res.wall_time,
+    }
+
+
+def run_stress(
+    cfg: StressConfig,
+    out_dir: str | Path | None = None,
+    *,
+    progress: bool = False,
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], np.ndarray]]:
+    """Fly every (scenario, controller, seed); returns the rows and the tilt series (rad) of the
+    first seed per (scenario, controller). Rows are appended to ``out_dir/rows.jsonl``."""
+    rows: list[dict[str, Any]] = []
+    series: dict[tuple[str, str], np.ndarray] = {}
+    fh = None
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        configs.dump(cfg, out / "stress_config.yaml")
+        fh = open(out / ROWS_FILE, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+    try:
+        for scn in cfg.scenarios:
+            kw = scn.env_kwargs()
+            episode_s = scn.episode_s or cfg.episode_s
+            for label in cfg.controllers:
+                name, opts = parse_label(label)
+                opts = {**opts, **cfg.controller_options.get(label, {})}
+                ctrl = make_controller(name, ControlContext(), **opts)
+                for i, seed in enumerate(cfg.seeds):
+                    t0 = time.perf_counter()
+                    res = run_episode(ctrl, seed=int(seed), episode_s=episode_s, **kw)
+                    row = _row(label, scn, seed, res)
+                    rows.append(row)
+                    if i == 0:
+                        series[(scn.name, label)] = np.column_stack([res.t, res.tilt])
+                    if fh is not None:
+                        fh.write(json.dumps(row) + "\n")
+                        fh.flush()
+                    if progress:
+                        state = row["termination"] or "ok"
+                        print(
+                            f"{scn.name:<26} {label:<16} seed {seed}: {state:<14} "
+                            f"tilt {row['max_tilt_deg']:6.1f}°  rmse {row['rmse']}  "
+                            f"({time.perf_counter() - t0:.1f} s)",
+                            flush=True,
+                        )
+    finally:
+        if fh is not None:
+            fh.close()
+    return rows, series
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (scenario, controller): crash/flip counts, tilt and RMSE statistics."""
+    out: list[dict[str, Any]] = []
+    keys: list[tuple[str, str]] = []
+    for r in rows:
+        k = (r["scenario"], r["controller"])
+        if k not in keys:
+            keys.append(k)
+    for scn, ctl in keys:
+        rs = [r for r in rows if r["scenario"] == scn and r["controller"] == ctl]
+        ok = [r["rmse"] for r in rs if not r["crashed"] and r["rmse"] is not None]
+        terms = sorted({r["termination"] for r in rs if r["crashed"]})
+        out.append(
+            {
+                "scenario": scn,
+                "group": rs[0]["group"],
+                "controller": ctl,
+                "runs": len(rs),
+                "crashes": sum(r["crashed"] for r in rs),
+                "flips": sum(r["flipped"] for r in rs),
+                "terminations": terms,
+                "max_tilt_deg": max(r["max_tilt_deg"] for r in rs),
+                "mean_max_tilt_deg": float(np.mean([r["max_tilt_deg"] for r in rs])),
+                "rmse": float(np.mean(ok)) if ok else None,
+            }
+        )
+    return out
+
+
+def format_table(summary: list[dict[str, Any]]) -> str:
+    """Markdown table of :func:`summarize`."""
+    lines = [
+        "| scenario | controller | crashed | flipped | max tilt (°) | mean max tilt (°) "
+        "| RMSE of survivors (m) | how it ended |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary:
+        rmse = f"{s['rmse']:.3f}" if s["rmse"] is not None else "–"
+        ended = ", ".join(s["terminations"]) if s["terminations"] else "all survived"
+        lines.append(
+            f"| {s['scenario']} | {s['controller']} | {s['crashes']}/{s['runs']} "
+            f"| {s['flips']}/{s['runs']} | {s['max_tilt_deg']:.1f} | {s['mean_max_tilt_deg']:.1f} "
+            f"| {rmse} | {ended} |"
+        )
+    return "\n".join(lines)
+
+
+def survival_check(summary: list[dict[str, Any]], reference: str = "geo") -> list[str]:
+    """Target of issue 6: scenarios where ``reference`` crashed or flipped in some run but an
+    hnewton controller also crashed or flipped there (empty = target met)."""
+    misses = []
+    for s in summary:
+        if s["controller"] != reference or not (s["crashes"] or s["flips"]):
+            continue
+        for h in summary:
+            if (
+                h["scenario"] == s["scenario"]
+                and h["controller"].startswith("hnewton")
+                and (h["crashes"] or h["flips"])
+            ):
+                misses.append(f"{h['scenario']}: {h['controller']} {h['crashes']}/{h['runs']}")
+    return misses
+
+
+def plot_stress(
+    summary: list[dict[str, Any]],
+    series: dict[tuple[str, str], np.ndarray],
+    out_dir: str | Path,
+) -> list[Path]:
+    """Bar chart of the max tilt (crashes hatched) and tilt time series of the first seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    scenarios = list(dict.fromkeys(s["scenario"] for s in summary))
+    ctls = list(dict.fromkeys(s["controller"] for s in summary))
+    width = 0.8 / max(len(ctls), 1)
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.3 * len(scenarios)), 4.2))
+    for j, c in enumerate(ctls):
+        xs, hs, crashed = [], [], []
+        for i, sc in enumerate(scenarios):
+            e = next((s for s in summary if s["scenario"] == sc and s["controller"] == c), None)
+            if e is None:
+                continue
+            xs.append(i + (j - (len(ctls) - 1) / 2) * width)
+            hs.append(min(e["max_tilt_deg"], 180.0))
+            crashed.append(e["crashes"] > 0)
+        bars = ax.bar(xs, hs, width, label=c)
+        for b, cr in zip(bars, crashed, strict=True):
+            if cr:
+                b.set_hatch("///")
+                b.set_edgecolor("black")
+    ax.axhline(90.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(range(len(scenarios)))
+    ax.set_xticklabels(scenarios, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("max tilt over seeds (°); hatched: ≥1 crash")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    p1 = out / "max_tilt.png"
+    fig.savefig(p1, dpi=120)
+    plt.close(fig)
+
+    n = len(scenarios)
+    cols = 3
+    rows_n = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(12, 2.8 * rows_n), squeeze=False)
+    for k, sc in enumerate(scenarios):
+        ax = axes[k // cols][k % cols]
+        for c in ctls:
+            s = series.get((sc, c))
+            if s is not None:
+                ax.plot(s[:, 0], np.degrees(s[:, 1]), lw=0.9, label=c)
+        ax.set_title(sc, fontsize=9)
+        ax.set_ylim(0, 185)
+        ax.axhline(90.0, color="k", lw=0.6, ls="--")
+        ax.set_xlabel("t (s)", fontsize=8)
+        ax.set_ylabel("tilt (°)", fontsize=8)
+    for k in range(n, rows_n * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    p2 = out / "tilt_series.png"
+    fig.savefig(p2, dpi=110)
+    plt.close(fig)
+    return [p1, p2]
+
+
+# ------------------------------------------------------------------------------ CLI
+def _cmd(args: Any) -> int:
+    cfg = load_stress_config(args.config)
+    if args.controllers:
+        cfg.controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
+    if args.seeds:
+        cfg.seeds = [int(s) for s in args.seeds.split(",")]
+    if args.scenarios:
+        wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+        known = [s.name for s in cfg.scenarios]
+        bad = [w for w in wanted if w not in known]
+        if bad:
+            raise ValueError(f"unknown scenario(s) {bad}; valid: {', '.join(known)}")
+        cfg.scenarios = [s for s in cfg.scenarios if s.name in wanted]
+    if args.episode_s:
+        cfg.episode_s = float(args.episode_s)
+    cfg = StressConfig(
+        cfg.controllers, cfg.seeds, cfg.episode_s, cfg.controller_options, cfg.scenarios
+    )  # re-validate the overridden labels
+    out = Path(args.out)
+    rows, series = run_stress(cfg, out, progress=not args.quiet)
+    summary = summarize(rows)
+    table = format_table(summary)
+    (out / "stress.md").write_text(table + "\n", encoding="utf-8")
+    with open(out / "summary.json", "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+    print(table)
+    if not args.no_plot:
+        paths = plot_stress(summary, series, out)
+        print("figures:", ", ".join(str(p) for p in paths))
+    misses = survival_check(summary)
+    print("target (hnewton survives wherever geo crashes/flips):", "met" if not misses else misses)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``stress`` subcommand."""
+    p = sub.add_parser("stress", help="stress scenarios: 90° yaw start, beyond-envelope, gusts")
+    p.add_argument("config", nargs="?", default="stress", help="YAML path or shipped name")
+    p.add_argument("--controllers", default="", help="comma list, e.g. geo,hnewton,hnewton:gn")
+    p.add_argument("--scenarios", default="", help="comma list of scenario names (default: all)")
+    p.add_argument("--seeds", default="", help="comma list of seeds (default: the config's)")
+    p.add_argument("--episode-s", dest="episode_s", default="", help="episode length, s")
+    p.add_argument("--out", default="runs/stress", help="output folder (rows, table, figures)")
+    p.add_argument("--no-plot", action="store_true", help="skip the figures")
+    p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    p.set_defaults(func=_cmd)
