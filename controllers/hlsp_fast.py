@@ -145,9 +145,7 @@ class BoxHLSP:
                 x0 = _square_solution(levs, self.n)
             if x0 is not None:
                 xl = x0.tolist()
-                if all(
-                    a - ftol <= v <= c + ftol for a, v, c in zip(lo_l, xl, up_l, strict=True)
-                ):
+                if all(a - ftol <= v <= c + ftol for a, v, c in zip(lo_l, xl, up_l, strict=True)):
                     tried += 1
                     return self._finish(np.clip(x0, lo, up), self._free, levs, tried, False)
         pinned = np.array(pinned_l)
@@ -207,6 +205,24 @@ class BoxHLSP:
         """Cascade on the face's affine hull; returns the point and whether it is in the box."""
         x = np.where(face == AT_UPPER, up, np.where(face != FREE, lo, 0.0))
         free = np.flatnonzero(face == FREE)
+        # shortcut: the leading whole levels form a non-singular square system on the free
+        # variables -> every one of them is met exactly and nothing is left for the rest
+        nf, acc = free.size, 0
+        for li, (A, _) in enumerate(levs):
+            acc += A.shape[0]
+            if acc >= nf:
+                if acc == nf and nf:
+                    M = np.vstack([a[:, free] for a, _ in levs[: li + 1]])
+                    r = np.concatenate([b - a @ x for a, b in levs[: li + 1]])
+                    try:
+                        y = np.linalg.solve(M, r)
+                    except np.linalg.LinAlgError:
+                        break
+                    if float(np.abs(M @ y - r).max()) <= 1e-10 * (1.0 + float(np.abs(r).max())):
+                        x[free] += y
+                        ok = bool(np.all(x >= lo - ftol) and np.all(x <= up + ftol))
+                        return x, ok
+                break
         Z = np.eye(free.size)
         for A, b in levs:
             if Z.shape[1] == 0:
@@ -238,11 +254,14 @@ class BoxHLSP:
         rows: list[np.ndarray] = [box_rows]
         sizes = [fixed.size]
         sgn = np.where(face == AT_UPPER, 1.0, np.where(face == AT_LOWER, -1.0, 0.0))
+        tiny = 1e-12 * (1.0 + float(np.abs(x).max()))
         for A, b in levs:
             w = A @ x - b
             rhs = -(A.T @ w)
             B = np.vstack(rows)
-            if B.shape[0] and float(np.abs(w).max(initial=0.0)) > 0.0:
+            if B.shape[0] and float(np.abs(w).max(initial=0.0)) > tiny * (
+                1.0 + float(np.abs(b).max())
+            ):
                 lam = np.linalg.lstsq(B.T, rhs, rcond=None)[0]
                 resid = B.T @ lam - rhs
                 if float(np.abs(resid).max()) > 1e-7 * (1.0 + float(np.abs(rhs).max())):
@@ -299,9 +318,7 @@ class BoxHLSP:
                 mult = self._kkt(x, face, levs)[0] or _min_norm_multipliers(
                     x, face, levs, self._eye
                 )
-        return BoxHLSPResult(
-            x, slacks, face, mult if self.multipliers else None, tried, enumerated
-        )
+        return BoxHLSPResult(x, slacks, face, mult if self.multipliers else None, tried, enumerated)
 
 
 def _square_solution(levs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray | None:

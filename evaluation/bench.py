@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 SECTIONS: dict[str, str] = {
     "plant": "residual_quad.evaluation.bench_plant:run",
     "hlsp": "residual_quad.evaluation.bench_hlsp:run",
+    "hnewton": "residual_quad.evaluation.bench_hnewton:run",
 }
 
 
