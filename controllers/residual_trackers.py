@@ -294,10 +294,9 @@ class RLSGeoTracker(ResidualGeoTracker):
         R0 = self._prev_R
         if self.config.measurement.source == "velocity":
             meas_w = measured_residual(self._prev_obs, obs, self.dt, ctx.mass, ctx.gravity)
-            meas_b = meas_w @ R0  # R₀ᵀ Δa
         else:
-            meas_b = imu_residual(obs, ctx.mass)
-            meas_w = obs[6:15].reshape(3, 3) @ meas_b
+            meas_w = obs[6:15].reshape(3, 3) @ imu_residual(obs, ctx.mass)
+        meas_b = meas_w @ R0  # R₀ᵀ Δa, body frame of the previous observation
         self.last_measured = meas_w
         self.last_prediction_error = meas_w - self.last_estimate
         net = self.net

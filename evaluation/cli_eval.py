@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from residual_quad.controllers.base import available_controllers
@@ -12,7 +13,7 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.evaluation.episode import EpisodeResult, run_episode
 
-DEMO_CONTROLLERS = ("pid", "geo")
+DEMO_CONTROLLERS = ("pid", "geo", "geo_res", "geo_rls")
 
 
 def _payload(text: str) -> str | float:
@@ -69,22 +70,32 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
     options: dict[str, Any] = {}
     if args.yaw_offset:
         options["yaw_offset"] = math.radians(args.yaw_offset)
-    return [
-        (
-            name,
-            run_episode(
-                name,
-                payload=args.payload,
-                wind=args.wind,
-                trajectory=args.trajectory,
-                seed=args.seed,
-                reset_options=options or None,
-                episode_s=args.episode_s,
-                ground_effect=not args.no_ground_effect,
-            ),
+    rows = []
+    for name in names:
+        controller: Any = name
+        logger = None
+        if args.tensorboard:  # per-step residual/RLS curves, one run directory per controller
+            from residual_quad.controllers.base import make_controller
+            from residual_quad.training.tb_logging import EpisodeLogger
+
+            controller = make_controller(name)
+            run = f"{name}_{args.payload}_{args.wind}_{args.trajectory}_s{args.seed}"
+            logger = EpisodeLogger(Path(args.tensorboard) / run, controller)
+        result = run_episode(
+            controller,
+            payload=args.payload,
+            wind=args.wind,
+            trajectory=args.trajectory,
+            seed=args.seed,
+            reset_options=options or None,
+            callback=logger,
+            episode_s=args.episode_s,
+            ground_effect=not args.no_ground_effect,
         )
-        for name in names
-    ]
+        if logger is not None:
+            logger.close()
+        rows.append((name, result))
+    return rows
 
 
 def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> None:
@@ -144,6 +155,12 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
     p.add_argument("--yaw-offset", type=float, default=0.0, help="start heading offset, deg")
     p.add_argument("--no-ground-effect", action="store_true")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        default=None,
+        help="log per-step residual estimate vs truth, RLS P trace, warm-up end to DIR/<run>",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -156,6 +173,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     _scenario_args(p, "none", "calm", "hover")
     p.set_defaults(func=_cmd_eval)
 
-    p = sub.add_parser("demo", help="pid vs geo, extra payload, windy, helix")
+    p = sub.add_parser("demo", help="pid, geo, geo_res, geo_rls: extra payload, windy, helix")
     _scenario_args(p, "extra", "windy", "helix")
     p.set_defaults(func=_cmd_demo)
