@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 SECTIONS: dict[str, str] = {
     "plant": "residual_quad.evaluation.bench_plant:run",
+    "residual": "residual_quad.evaluation.bench_residual:run",
     "hlsp": "residual_quad.evaluation.bench_hlsp:run",
     "hnewton": "residual_quad.evaluation.bench_hnewton:run",
 }

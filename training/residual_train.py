@@ -46,6 +46,7 @@ class TrainConfig:
     val_fraction: float = 0.15  # share of runs held out
     seed: int = 0  # initialization, split and shuffling
     dtype: str = "float32"  # training precision
+    blas_threads: int = 1  # OpenBLAS threads during training (see training.blas)
 
     def __post_init__(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
@@ -56,6 +57,8 @@ class TrainConfig:
             raise ValueError("val_fraction must be in (0, 1)")
         if not (self.lr > 0 and self.lr_final > 0):
             raise ValueError("learning rates must be positive")
+        if self.blas_threads < 1:
+            raise ValueError("blas_threads must be >= 1")
         if self.dtype not in ("float32", "float64"):
             raise ValueError("dtype must be float32 or float64")
 
@@ -106,6 +109,7 @@ def train_residual(
     """
     from tqdm import tqdm
 
+    from residual_quad.training.blas import blas_threads
     from residual_quad.training.tb_logging import ScalarWriter
 
     X = np.asarray(X, dtype=float)
@@ -134,38 +138,41 @@ def train_residual(
     n, bs = len(Xn), cfg.batch_size
     t0 = time.perf_counter()
     train_time = 0.0
-    bar = tqdm(range(cfg.epochs), desc="train residual", unit="epoch", disable=not progress)
-    for epoch in bar:
-        te = time.perf_counter()
-        opt.lr = _lr_at(cfg, epoch)
-        perm = rng.permutation(n)
-        Xs, Ts = Xn[perm], Tn[perm]  # one contiguous shuffled copy per epoch
-        total = 0.0
-        for i in range(0, n, bs):
-            xb, tb = Xs[i : i + bs], Ts[i : i + bs]
-            total += net.batch_step(xb, tb, grad) * len(xb)
-            opt.step(grad)
-        train_time += time.perf_counter() - te
-        train_loss = total / n
-        net64 = net.copy(np.float64)
-        val_loss, val_rmse = evaluate(net64, Xva, Yva)
-        history.append((train_loss, val_loss))
-        if writer is not None:
-            values = {
-                "loss/train": train_loss,
-                "loss/val": val_loss,
-                "lr": opt.lr,
-                "time/epoch_s": time.perf_counter() - te,
-            }
-            values.update({f"val_rmse/{a}": r for a, r in zip(OUTPUT_NAMES, val_rmse, strict=True)})
-            for i, W in enumerate(net.W):
-                values[f"weights/norm_W{i}"] = float(np.linalg.norm(W))
-            writer.scalars(epoch, values)
-        bar.set_postfix(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}")
-        if val_loss < best["val_loss"]:
-            best = {"val_loss": val_loss, "epoch": epoch, "flat": net.flat.copy()}
-        elif epoch - best["epoch"] >= cfg.patience:
-            break
+    with blas_threads(cfg.blas_threads):
+        bar = tqdm(range(cfg.epochs), desc="train residual", unit="epoch", disable=not progress)
+        for epoch in bar:
+            te = time.perf_counter()
+            opt.lr = _lr_at(cfg, epoch)
+            perm = rng.permutation(n)
+            Xs, Ts = Xn[perm], Tn[perm]  # one contiguous shuffled copy per epoch
+            total = 0.0
+            for i in range(0, n, bs):
+                xb, tb = Xs[i : i + bs], Ts[i : i + bs]
+                total += net.batch_step(xb, tb, grad) * len(xb)
+                opt.step(grad)
+            train_time += time.perf_counter() - te
+            train_loss = total / n
+            net64 = net.copy(np.float64)
+            val_loss, val_rmse = evaluate(net64, Xva, Yva)
+            history.append((train_loss, val_loss))
+            if writer is not None:
+                values = {
+                    "loss/train": train_loss,
+                    "loss/val": val_loss,
+                    "lr": opt.lr,
+                    "time/epoch_s": time.perf_counter() - te,
+                }
+                values.update(
+                    {f"val_rmse/{a}": r for a, r in zip(OUTPUT_NAMES, val_rmse, strict=True)}
+                )
+                for i, W in enumerate(net.W):
+                    values[f"weights/norm_W{i}"] = float(np.linalg.norm(W))
+                writer.scalars(epoch, values)
+            bar.set_postfix(train=f"{train_loss:.4f}", val=f"{val_loss:.4f}")
+            if val_loss < best["val_loss"]:
+                best = {"val_loss": val_loss, "epoch": epoch, "flat": net.flat.copy()}
+            elif epoch - best["epoch"] >= cfg.patience:
+                break
     bar.close()
     if writer is not None:
         writer.close()

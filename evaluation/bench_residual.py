@@ -1,0 +1,115 @@
+"""``rquad bench --sections residual``: residual-network inference, RLS update, training throughput.
+
+Rows: one network forward on a single feature vector (the control-loop path, :class:`FastMLP`),
+features + forward, one RLS update of the 65 × 3 last layer, a full ``geo_rls`` policy step, and
+the training loop (mini-batch Adam, float32) timed on synthetic data and extrapolated to the
+issue's reference workload of 90 000 samples × 60 epochs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from residual_quad.evaluation.bench import BenchRow, median_time_us
+
+SECTION = "residual"
+
+
+def _training_seconds(quick: bool) -> tuple[float, float]:
+    """One epoch over 90k samples (µs, median) and the time for 60 epochs (s)."""
+    from residual_quad.controllers.residual import Adam, ResidualMLP
+    from residual_quad.training.blas import blas_threads
+    from residual_quad.training.residual_train import load_train_config
+
+    cfg = load_train_config()
+    rng = np.random.default_rng(0)
+    n = 90_000
+    net = ResidualMLP(seed=0, dtype=np.dtype(cfg.dtype))
+    net.W[-1][...] = 0.1 * rng.standard_normal(net.W[-1].shape)
+    X = rng.standard_normal((n, net.sizes[0])).astype(net.dtype)
+    T = rng.standard_normal((n, 3)).astype(net.dtype)
+    opt, grad = Adam(net.flat, lr=1e-3), np.zeros_like(net.flat)
+    epochs = 1 if quick else 3
+    times = []
+    with blas_threads(cfg.blas_threads):
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            perm = rng.permutation(n)
+            Xs, Ts = X[perm], T[perm]
+            for i in range(0, n, cfg.batch_size):
+                net.batch_step(Xs[i : i + cfg.batch_size], Ts[i : i + cfg.batch_size], grad)
+                opt.step(grad)
+            times.append(time.perf_counter() - t0)
+    per_epoch = float(np.median(times))
+    return per_epoch * 1e6, per_epoch * 60
+
+
+def run(quick: bool = False) -> list[BenchRow]:
+    from residual_quad.controllers.base import make_controller
+    from residual_quad.controllers.residual import FastMLP, features_from_obs, load_network
+    from residual_quad.controllers.rls import LastLayerRLS, RLSConfig
+    from residual_quad.envs.observation import OBS_DIM
+
+    calls, blocks = (200, 5) if quick else (2000, 15)
+    rng = np.random.default_rng(0)
+    net = FastMLP(load_network("default"))
+    obs = np.zeros(OBS_DIM)
+    obs[0:3] = (0.3, -0.2, 1.6)
+    obs[3:6] = (1.2, 0.4, 0.1)
+    obs[6:15] = np.eye(3).ravel()
+    obs[29:33] = 3.9
+    R = obs[6:15].reshape(3, 3)
+    a_prev = np.array([0.5, -0.2, 0.3])
+    x = features_from_obs(obs, R, a_prev, 0.95)
+    rows = [
+        BenchRow(
+            SECTION,
+            "network forward, 1 sample (14→64→64→3)",
+            median_time_us(lambda: net(x), calls=calls, blocks=blocks),
+            target="<= 10 us",
+        ),
+        BenchRow(
+            SECTION,
+            "features + forward, 1 sample",
+            median_time_us(
+                lambda: net(features_from_obs(obs, R, a_prev, 0.95)), calls=calls, blocks=blocks
+            ),
+        ),
+    ]
+    rls = LastLayerRLS(net.theta0, RLSConfig())
+    phi = net.hidden(x).copy()
+    y = rng.standard_normal(3)
+    rows.append(
+        BenchRow(
+            SECTION,
+            "RLS update, 65x3 last layer",
+            median_time_us(lambda: rls.update(phi, y), calls=calls, blocks=blocks),
+            target="<= 10 us",
+        )
+    )
+    geo = make_controller("geo")
+    geo_rls = make_controller("geo_rls")
+    obs2 = obs.copy()
+    geo_rls.policy(obs)
+
+    def step_rls() -> None:
+        geo_rls.policy(obs2)
+
+    t_geo = median_time_us(lambda: geo.policy(obs2), calls=calls, blocks=blocks)
+    t_rls = median_time_us(step_rls, calls=calls, blocks=blocks)
+    rows.append(BenchRow(SECTION, "geo policy step", t_geo))
+    rows.append(
+        BenchRow(SECTION, "geo_rls policy step (measure+RLS+predict)", t_rls, t_rls / t_geo, "geo")
+    )
+    per_epoch, total = _training_seconds(quick)
+    rows.append(
+        BenchRow(
+            SECTION,
+            f"training epoch, 90k samples (x60 = {total:.1f} s)",
+            per_epoch,
+            target="x60 <= 10 s",
+        )
+    )
+    return rows
