@@ -37,8 +37,8 @@ class RLSConfig:
     """
 
     p0: float = 1e-2  # prior covariance per parameter
-    forgetting: float = 0.995  # λ, memory ≈ 1/(1 − λ) steps
-    trace_cap: float = 100.0  # cap on tr P (scaled, never reset)
+    forgetting: float = 0.99  # λ, memory ≈ 1/(1 − λ) steps
+    trace_cap: float = 1000.0  # cap on tr P (scaled, never reset)
     warmup_steps: int = 100  # identify-only updates before the estimate is applied
     leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
 
