@@ -34,22 +34,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(run_dir: Path, animation: bool = True, history: Path | None = None) -> Path:
+def _report(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.report import write_report
 
     rows = read_rows(run_dir)
     if not rows:
         raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
-    figs = make_figures(rows, run_dir, run_dir / "figures", history, animation=animation)
+    figs = make_figures(rows, run_dir, run_dir / "figures", training, animation=animation)
     path = write_report(rows, run_dir, figs)
     print(f"report: {path}")
     return path
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    _report(Path(args.run_dir), animation=not args.no_animation,
-            history=Path(args.history) if args.history else None)  # fmt: skip
+    training = {k: Path(v) for k, v in (("logdir", args.train_logdir),
+                ("dataset", args.dataset), ("weights", args.weights)) if v}  # fmt: skip
+    _report(Path(args.run_dir), animation=not args.no_animation, training=training)
     return 0
 
 
@@ -73,6 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="tables, figures and report.md from a sweep folder")
     p.add_argument("run_dir", help="folder holding rows.jsonl")
-    p.add_argument("--history", default=None, help="residual training history.json to plot")
+    p.add_argument("--train-logdir", default=None, help="residual training TensorBoard run")
+    p.add_argument("--dataset", default=None, help="collected dataset (prediction scatter)")
+    p.add_argument("--weights", default=None, help="trained residual weights (scatter)")
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
     p.set_defaults(func=_cmd_report)

@@ -225,24 +225,43 @@ def rls_adaptation(series_dir: Path, out: Path, payload: str = "extra", wind: st
     return path
 
 
-def training_curves(history_path: Path | None, out: Path) -> Path | None:
-    """Residual-network learning curves from the training history (``history.json``)."""
-    if history_path is None or not Path(history_path).exists():
+def residual_learning(
+    logdir: Path | None, dataset: Path | None, weights: Path | None, out: Path
+) -> Path | None:
+    """Learning curves (from the TensorBoard run) and prediction scatter/error histogram."""
+    if logdir is None or not Path(logdir).exists():
         return None
-    import json
+    from residual_quad.training.tb_logging import read_scalars
 
-    hist = json.loads(Path(history_path).read_text())
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4))
-    epochs = hist.get("epoch") or list(range(1, len(hist["train_loss"]) + 1))
-    ax[0].plot(epochs, hist["train_loss"], label="train")
-    ax[0].plot(epochs, hist["val_loss"], label="validation")
+    sc = read_scalars(logdir)
+    if "loss/train" not in sc:
+        return None
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    for tag, lab in (("loss/train", "train"), ("loss/val", "validation")):
+        steps, vals = zip(*sc[tag], strict=True)
+        ax[0].plot(steps, vals, label=lab)
     ax[0].set(xlabel="epoch", ylabel="MSE (standardized)", yscale="log", title="(a) loss")
     ax[0].legend()
-    for key, lab in (("val_rmse_x", "x"), ("val_rmse_y", "y"), ("val_rmse_z", "z")):
-        if key in hist:
-            ax[1].plot(epochs, hist[key], label=lab)
-    ax[1].set(xlabel="epoch", ylabel="validation RMSE (m/s²)", title="(b) per-axis RMSE")
-    ax[1].legend()
+    if dataset is not None and weights is not None and Path(dataset).exists():
+        from residual_quad.controllers.residual import ResidualMLP
+        from residual_quad.training.collect import load_dataset
+
+        data = load_dataset(dataset)
+        net = ResidualMLP.load(weights)
+        rng = np.random.default_rng(0)
+        idx = rng.choice(len(data["X"]), size=min(6000, len(data["X"])), replace=False)
+        Y, P = data["Y"][idx], net.predict(data["X"][idx])
+        for i, axis in enumerate("xyz"):
+            ax[1].scatter(Y[:, i], P[:, i], s=2, alpha=0.3, label=axis)
+        lim = [float(Y.min()), float(Y.max())]
+        ax[1].plot(lim, lim, "k--", lw=0.8)
+        ax[1].set(xlabel="measured Δa (body, m/s²)", ylabel="predicted Δâ (m/s²)",
+                  title="(b) prediction vs measurement (all axes)")  # fmt: skip
+        ax[1].legend(markerscale=5)
+        err = (P - Y).ravel()
+        ax[2].hist(err, bins=120, range=(-2, 2), color="#2ca02c")
+        ax[2].set(xlabel="prediction error (m/s²)", ylabel="samples",
+                  title=f"(c) error, RMSE {np.sqrt(np.mean(err**2)):.3f} m/s²")  # fmt: skip
     fig.tight_layout()
     path = out / "residual_learning.png"
     fig.savefig(path, dpi=110)
@@ -293,15 +312,22 @@ def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
 
 
 def make_figures(rows: list[dict[str, Any]], run_dir: str | Path, out_dir: str | Path,
-                 history_path: str | Path | None = None,
+                 training: dict[str, Path] | None = None,
                  animation: bool = True) -> dict[str, Path]:  # fmt: skip
-    """Every figure the rows and series allow; returns name → path."""
+    """Every figure the rows and series allow; returns name → path.
+
+    ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
+    ``weights`` for the learning-curve/scatter figure.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     series_dir = Path(run_dir) / "series"
     figs: dict[str, Path | None] = {
         "disturbance_models": disturbance_models(out),
-        "residual_learning": training_curves(Path(history_path) if history_path else None, out),
+        "residual_learning": residual_learning(
+            (training or {}).get("logdir"), (training or {}).get("dataset"),
+            (training or {}).get("weights"), out,
+        ),
         "tracking_comparison": tracking_comparison(rows, series_dir, out),
         "payload_sweep": _sweep_plot(
             rows, "payload", PAYLOAD_ORDER,

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.evaluation.cli_eval",  # demo, eval
     "residual_quad.evaluation.cli_sweep",  # sweep, report
+    "residual_quad.evaluation.pipeline",  # pipeline
     "residual_quad.evaluation.bench",  # bench
     "residual_quad.training.cli",  # collect, train
     "residual_quad.evaluation.stick_cli",  # stick

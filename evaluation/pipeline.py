@@ -1,0 +1,134 @@
+"""``rquad pipeline``: collect → train → evaluate → tables/figures → ``report.md``, one command.
+
+The trained network (not the packaged one) is what ``geo_res``/``geo_rls`` fly in the evaluation,
+so the report measures exactly what this run produced. Every stage writes its resolved config next
+to its output; the pipeline's own config is ``pipeline_config.yaml`` in the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from residual_quad import configs
+from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+
+RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
+
+
+@dataclass
+class PipelineConfig:
+    """Which configs each stage uses, and the overrides of the quick profile."""
+
+    collect: str = "collect"  # shipped name or YAML path (training.collect.CollectConfig)
+    train: str = "train_residual"  # (training.residual_train.TrainConfig)
+    sweep: str = "sweep"  # (evaluation.sweep.SweepConfig)
+    collect_overrides: dict[str, Any] = field(default_factory=dict)
+    train_overrides: dict[str, Any] = field(default_factory=dict)
+    sweep_overrides: dict[str, Any] = field(default_factory=dict)
+    workers: int = 0  # 0: every core
+    animation: bool = True  # rendered flight GIF (skipped without OpenGL)
+
+
+QUICK = PipelineConfig(
+    sweep="sweep_quick",
+    collect_overrides={"seeds": [1000], "episode_s": 8.0},
+    train_overrides={"epochs": 15},
+    animation=False,
+)
+
+
+def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = False) -> Path:
+    """Run every stage into ``out_dir``; returns the path of ``report.md``."""
+    from residual_quad.evaluation.figures import make_figures
+    from residual_quad.evaluation.report import write_report
+    from residual_quad.training.collect import collect, load_collect_config
+    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    configs.dump(cfg, out / "pipeline_config.yaml")
+    timings: dict[str, float] = {}
+    workers = cfg.workers or None
+
+    dataset = out / "data" / "dataset.npz"
+    t0 = time.perf_counter()
+    if resume and dataset.exists():
+        print(f"[1/4] collect: reusing {dataset}")
+    else:
+        print("[1/4] collect: geo + band-limited excitation, payloads none/light/heavy")
+        c_cfg = load_collect_config(configs.resolve(cfg.collect), **cfg.collect_overrides)
+        s = collect(c_cfg, dataset, workers=workers)
+        print(f"      {s['samples']} samples from {s['runs']} runs in {s['wall_s']:.1f} s")
+    timings["collect"] = time.perf_counter() - t0
+
+    weights = out / "model" / "residual.npz"
+    logdir = out / "tensorboard" / "residual_train"
+    t0 = time.perf_counter()
+    if resume and weights.exists():
+        print(f"[2/4] train: reusing {weights}")
+    else:
+        print("[2/4] train: numpy MLP 14→64→64→3, Adam, early stopping (TensorBoard: "
+              f"{logdir})")  # fmt: skip
+        t_cfg = load_train_config(configs.resolve(cfg.train), **cfg.train_overrides)
+        s = train_from_dataset(dataset, t_cfg, weights, logdir=logdir)
+        rmse = ", ".join(f"{v:.3f}" for v in s["val_rmse"])
+        print(f"      best epoch {s['best_epoch']}, validation RMSE x/y/z {rmse} m/s², "
+              f"{s['train_time_s']:.1f} s")  # fmt: skip
+    timings["train"] = time.perf_counter() - t0
+
+    print("[3/4] evaluate: the sweep matrix with the network trained above")
+    s_cfg = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides)
+    options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
+    for name in RESIDUAL_CONTROLLERS:
+        if name in s_cfg.controllers:
+            options.setdefault(name, {})["weights"] = str(weights.resolve())
+    s_cfg = dataclasses.replace(s_cfg, controller_options=options)
+    t0 = time.perf_counter()
+    rows = run_sweep(s_cfg, out / "sweep", resume=resume, workers=workers)
+    timings["evaluate"] = time.perf_counter() - t0
+
+    print("[4/4] tables, figures, report")
+    t0 = time.perf_counter()
+    training = {"logdir": logdir, "dataset": dataset, "weights": weights}
+    figs = make_figures(rows, out / "sweep", out / "figures", training, animation=cfg.animation)
+    timings["report"] = time.perf_counter() - t0
+    total = sum(timings.values())
+    stage_lines = "\n".join(f"| {k} | {v:.1f} |" for k, v in timings.items())
+    section = (
+        "## Pipeline\n\n"
+        f"Stages of this run (wall seconds; total {total:.0f} s):\n\n"
+        "| stage | s |\n|---|---|\n" + stage_lines + "\n\n"
+        "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
+        "`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`."
+    )
+    report = write_report(rows, out, figs, extra_sections=[section])
+    print(f"report: {report} ({total:.0f} s)")
+    return report
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    base = QUICK if args.quick else PipelineConfig()
+    if args.config:
+        base = configs.load(PipelineConfig, args.config)
+    if args.workers is not None:
+        base = dataclasses.replace(base, workers=args.workers)
+    if args.no_animation:
+        base = dataclasses.replace(base, animation=False)
+    run_pipeline(base, args.out, resume=args.resume)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pipeline", help="collect → train → evaluate → report.md, one command")
+    p.add_argument("--out", default="outputs/pipeline", help="output folder")
+    p.add_argument("--quick", action="store_true", help="smoke profile (a couple of minutes)")
+    p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
+    p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
+    p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.set_defaults(func=_cmd)

@@ -1,0 +1,37 @@
+"""`rquad pipeline --quick` produces every artifact (slower: second CI step)."""
+
+from __future__ import annotations
+
+import pytest
+
+from residual_quad.cli import main
+
+
+@pytest.mark.slow
+def test_quick_pipeline_produces_every_artifact(tmp_path):
+    out = tmp_path / "pipe"
+    assert main(["pipeline", "--quick", "--out", str(out), "--workers", "2"]) == 0
+    for rel in (
+        "pipeline_config.yaml",
+        "data/dataset.npz",
+        "data/dataset.yaml",
+        "model/residual.npz",
+        "sweep/rows.jsonl",
+        "sweep/sweep_config.yaml",
+        "tables/main.csv",
+        "tables/tables.md",
+        "figures/disturbance_models.png",
+        "figures/residual_learning.png",
+        "figures/tracking_comparison.png",
+        "figures/payload_sweep.png",
+        "figures/wind_sweep.png",
+        "figures/rls_adaptation.png",
+        "report.md",
+    ):
+        assert (out / rel).exists(), rel
+    assert any((out / "tensorboard" / "residual_train").iterdir())
+    report = (out / "report.md").read_text()
+    assert "## Targets from the source document" in report
+    assert "figures/rls_adaptation.png" in report
+    # resume reuses every finished stage and run
+    assert main(["pipeline", "--quick", "--out", str(out), "--resume", "--workers", "1"]) == 0
