@@ -28,7 +28,7 @@ per control step:
    met the horizontal acceleration is ``(g + a_z)·(tan θ, −tan φ)``, so the reachable set is
    convex and the least-squares horizontal optimum under the bound is unique (per-axis clip in
    the heading frame when the thrust bound does not bind). The largest tilt is
-   ``atan(√2·tan(max_tilt))`` (44.7° for 35°), on the diagonal.
+   ``atan(√2·tan(max_tilt))`` (49.9° for the default 40°), on the diagonal.
 
 2. **Prioritized allocation** (:class:`PrioritizedAllocator`): HLSP over the four rotor thrusts,
    rotor bounds ≻ roll/pitch torque ≻ collective thrust ≻ yaw torque, so yaw is always given up
@@ -87,12 +87,16 @@ def thrust_vector_tasks(
     fx_s, fx_t = -s * t * iD3, (1.0 + s * s) * iD3
     fy_s, fy_t = -(1.0 + t * t) * iD3, s * t * iD3
     fz_s, fz_t = -s * iD3, -t * iD3
-    fx_ss, fx_st, fx_tt = t * (3 * s * s - D2) * iD5, s * (3 * t * t - D2) * iD5, -3 * t * (
-        1 + s * s
-    ) * iD5
-    fy_ss, fy_st, fy_tt = 3 * s * (1 + t * t) * iD5, -t * (3 * s * s - D2) * iD5, -s * (
-        3 * t * t - D2
-    ) * iD5
+    fx_ss, fx_st, fx_tt = (
+        t * (3 * s * s - D2) * iD5,
+        s * (3 * t * t - D2) * iD5,
+        -3 * t * (1 + s * s) * iD5,
+    )
+    fy_ss, fy_st, fy_tt = (
+        3 * s * (1 + t * t) * iD5,
+        -t * (3 * s * s - D2) * iD5,
+        -s * (3 * t * t - D2) * iD5,
+    )
     fz_ss, fz_st, fz_tt = (3 * s * s - D2) * iD5, 3 * s * t * iD5, (3 * t * t - D2) * iD5
     # chain rule through s = tan φ, t = tan θ
     sp, tp = 1.0 + s * s, 1.0 + t * t
@@ -143,9 +147,9 @@ class HNewtonQuadParams:
 
     method: str = "newton"
     gain: float | None = None  # 1/s
-    max_tilt: float = math.radians(35.0)  # rad, box on each projected tilt angle
+    max_tilt: float = math.radians(40.0)  # rad, box on each projected tilt angle
     thrust_min_frac: float = 0.1  # × nominal hover thrust
-    thrust_max_frac: float = 0.95  # × all-rotors-saturated thrust (torque headroom)
+    thrust_max_frac: float = 1.0  # × all-rotors-saturated thrust (the allocator keeps torque)
     rate_thrust: float = 300.0  # N/s, trust region on ċ
     rate_tilt: float = 8.0  # rad/s, trust region on φ̇, θ̇
     lm_mu: float = 0.3
@@ -529,6 +533,6 @@ class HNewtonRLSTracker(HNewtonTracker):
         self.estimator.reset(seed)
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        # the estimator's features use the previous step's commanded acceleration
-        self.estimator.last_a_cmd = self.last_a_cmd
+        # the estimator keeps its own memories (previous observation, regressor, effective
+        # command a_cmd − Δâ) exactly as inside geo_rls
         return self.estimator.residual_world(obs, R, a_cmd)

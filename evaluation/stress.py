@@ -7,9 +7,11 @@ controller flies every scenario for every seed through :func:`run_episode`; a ro
 ``rows.jsonl`` and the summary table (crash rate, flips, max tilt, RMSE) to ``stress.md``, with a
 figure of the max tilt and the tilt time series of the first seed.
 
-A *crash* is any terminated episode (tilt beyond 90°, floor contact faster than the crash speed,
-position error beyond 5 m, non-finite state); a *flip* is a run whose tilt exceeded 90° (upside
-down), whatever ended it. RMSE is computed after 3 s over the runs that survived.
+Outcomes: a *crash* is a physical end of the flight (tilt beyond 90°, floor contact faster than the
+crash speed, non-finite state); *lost* is the env's other termination, a position error beyond
+5 m (blown away by the wind, or left behind by a reference it cannot follow); a *flip* is a run
+whose tilt exceeded 90° (upside down), whatever ended it. A run *survives* when it completes the
+episode. RMSE is computed after 3 s over the runs that survived.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from residual_quad.evaluation.episode import EpisodeResult, run_episode
 
 GROUPS = ("yaw", "envelope", "gust")
 ROWS_FILE = "rows.jsonl"
+LOST = ("position_error",)  # terminations that are not a physical crash
 FLIP_TILT = math.pi / 2  # rad, a run whose tilt exceeded this was upside down
 
 
@@ -135,7 +138,9 @@ def _row(label: str, scn: StressScenario, seed: int, res: EpisodeResult) -> dict
         "scenario": scn.name,
         "group": scn.group,
         "seed": int(seed),
-        "crashed": bool(res.diverged),
+        "crashed": bool(res.diverged) and res.termination not in LOST,
+        "lost": bool(res.diverged) and res.termination in LOST,
+        "survived": not res.diverged,
         "termination": res.termination,
         "flipped": bool(float(res.tilt.max()) > FLIP_TILT),
         "max_tilt_deg": math.degrees(float(res.tilt.max())),
@@ -204,8 +209,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             keys.append(k)
     for scn, ctl in keys:
         rs = [r for r in rows if r["scenario"] == scn and r["controller"] == ctl]
-        ok = [r["rmse"] for r in rs if not r["crashed"] and r["rmse"] is not None]
-        terms = sorted({r["termination"] for r in rs if r["crashed"]})
+        ok = [r["rmse"] for r in rs if r["survived"] and r["rmse"] is not None]
+        terms = sorted({r["termination"] for r in rs if not r["survived"]})
         out.append(
             {
                 "scenario": scn,
@@ -213,6 +218,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "controller": ctl,
                 "runs": len(rs),
                 "crashes": sum(r["crashed"] for r in rs),
+                "lost": sum(r["lost"] for r in rs),
+                "survived": sum(r["survived"] for r in rs),
                 "flips": sum(r["flipped"] for r in rs),
                 "terminations": terms,
                 "max_tilt_deg": max(r["max_tilt_deg"] for r in rs),
@@ -226,36 +233,39 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def format_table(summary: list[dict[str, Any]]) -> str:
     """Markdown table of :func:`summarize`."""
     lines = [
-        "| scenario | controller | crashed | flipped | max tilt (°) | mean max tilt (°) "
-        "| RMSE of survivors (m) | how it ended |",
-        "|---|---|---|---|---|---|---|---|",
+        "| scenario | controller | survived | crashed | lost (>5 m) | flipped | max tilt (°) "
+        "| mean max tilt (°) | RMSE of survivors (m) | how it ended |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summary:
         rmse = f"{s['rmse']:.3f}" if s["rmse"] is not None else "–"
         ended = ", ".join(s["terminations"]) if s["terminations"] else "all survived"
         lines.append(
-            f"| {s['scenario']} | {s['controller']} | {s['crashes']}/{s['runs']} "
-            f"| {s['flips']}/{s['runs']} | {s['max_tilt_deg']:.1f} | {s['mean_max_tilt_deg']:.1f} "
-            f"| {rmse} | {ended} |"
+            f"| {s['scenario']} | {s['controller']} | {s['survived']}/{s['runs']} "
+            f"| {s['crashes']} | {s['lost']} | {s['flips']} | {s['max_tilt_deg']:.1f} "
+            f"| {s['mean_max_tilt_deg']:.1f} | {rmse} | {ended} |"
         )
     return "\n".join(lines)
 
 
-def survival_check(summary: list[dict[str, Any]], reference: str = "geo") -> list[str]:
-    """Target of issue 6: scenarios where ``reference`` crashed or flipped in some run but an
-    hnewton controller also crashed or flipped there (empty = target met)."""
-    misses = []
+def survival_check(
+    summary: list[dict[str, Any]], reference: str = "geo", candidate: str = "hnewton"
+) -> dict[str, list[str]]:
+    """Target of issue 6 for ``candidate``: in every scenario where ``reference`` crashed or
+    flipped in some run, did ``candidate`` survive every run? Returns the scenarios where it
+    ``crashed_or_flipped`` and where it only got ``lost`` (both empty = target met)."""
+    out: dict[str, list[str]] = {"crashed_or_flipped": [], "lost": []}
     for s in summary:
         if s["controller"] != reference or not (s["crashes"] or s["flips"]):
             continue
         for h in summary:
-            if (
-                h["scenario"] == s["scenario"]
-                and h["controller"].startswith("hnewton")
-                and (h["crashes"] or h["flips"])
-            ):
-                misses.append(f"{h['scenario']}: {h['controller']} {h['crashes']}/{h['runs']}")
-    return misses
+            if h["scenario"] != s["scenario"] or h["controller"] != candidate:
+                continue
+            if h["crashes"] or h["flips"]:
+                out["crashed_or_flipped"].append(f"{h['scenario']} ({h['crashes']} crashes)")
+            elif h["lost"]:
+                out["lost"].append(f"{h['scenario']} ({h['lost']}/{h['runs']} lost)")
+    return out
 
 
 def plot_stress(
@@ -283,16 +293,16 @@ def plot_stress(
                 continue
             xs.append(i + (j - (len(ctls) - 1) / 2) * width)
             hs.append(min(e["max_tilt_deg"], 180.0))
-            crashed.append(e["crashes"] > 0)
+            crashed.append(e["survived"] < e["runs"])
         bars = ax.bar(xs, hs, width, label=c)
-        for b, cr in zip(bars, crashed, strict=True):
+        for b, cr in zip(bars, crashed, strict=True):  # hatched: at least one run ended early
             if cr:
                 b.set_hatch("///")
                 b.set_edgecolor("black")
     ax.axhline(90.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(range(len(scenarios)))
     ax.set_xticklabels(scenarios, rotation=25, ha="right", fontsize=8)
-    ax.set_ylabel("max tilt over seeds (°); hatched: ≥1 crash")
+    ax.set_ylabel("max tilt over seeds (°); hatched: ≥1 run ended early")
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     p1 = out / "max_tilt.png"
@@ -324,8 +334,76 @@ def plot_stress(
     return [p1, p2]
 
 
+# ------------------------------------------------------------------------------ nominal matrix
+def nominal_comparison(
+    controllers: tuple[str, str] = ("geo_rls", "hnewton_rls"),
+    *,
+    payloads: tuple[str, ...] = ("none", "light", "heavy", "extra"),
+    winds: tuple[str, ...] = ("calm", "breezy", "windy"),
+    trajectories: tuple[str, ...] = ("helix", "figure8"),
+    seeds: tuple[int, ...] = (0, 1, 2),
+    options: dict[str, dict[str, Any]] | None = None,
+    episode_s: float = 20.0,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Main-table cells (payload × wind, mean RMSE over trajectories × seeds) of two controllers
+    and their ratio (target of issue 6: ``hnewton_rls`` within 10 % of ``geo_rls``)."""
+    options = options or {}
+    built = {}
+    for label in controllers:
+        name, opts = parse_label(label)
+        built[label] = make_controller(name, ControlContext(), **{**opts, **options.get(label, {})})
+    cells = []
+    for payload in payloads:
+        for wind in winds:
+            cell: dict[str, Any] = {"payload": payload, "wind": wind}
+            for label, ctrl in built.items():
+                vals, crashed = [], 0
+                for traj in trajectories:
+                    for seed in seeds:
+                        r = run_episode(
+                            ctrl,
+                            payload=payload,
+                            wind=wind,
+                            trajectory=traj,
+                            seed=int(seed),
+                            episode_s=episode_s,
+                        )
+                        crashed += int(r.diverged)
+                        vals.append(r.rmse)
+                cell[label] = float(np.mean(vals)) if not crashed else float("inf")
+                cell[f"{label}_crashed"] = crashed
+            a, b = controllers
+            cell["ratio"] = cell[b] / cell[a] if cell[a] > 0 else float("nan")
+            cells.append(cell)
+            if progress:
+                print(
+                    f"{payload:<6} {wind:<7} {a} {cell[a]:.4f}  {b} {cell[b]:.4f}  "
+                    f"ratio {cell['ratio']:.3f}",
+                    flush=True,
+                )
+    return cells
+
+
+def format_nominal(cells: list[dict[str, Any]], controllers: tuple[str, str]) -> str:
+    """Markdown table of :func:`nominal_comparison`."""
+    a, b = controllers
+    lines = [
+        f"| payload | wind | {a} RMSE (m) | {b} RMSE (m) | ratio {b}/{a} | within 10 % |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in cells:
+        ok = "yes" if c["ratio"] <= 1.10 else "**no**"
+        lines.append(
+            f"| {c['payload']} | {c['wind']} | {c[a]:.4f} | {c[b]:.4f} | {c['ratio']:.3f} | {ok} |"
+        )
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------ CLI
 def _cmd(args: Any) -> int:
+    if args.nominal:
+        return _cmd_nominal(args)
     cfg = load_stress_config(args.config)
     if args.controllers:
         cfg.controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
@@ -354,8 +432,38 @@ def _cmd(args: Any) -> int:
     if not args.no_plot:
         paths = plot_stress(summary, series, out)
         print("figures:", ", ".join(str(p) for p in paths))
-    misses = survival_check(summary)
-    print("target (hnewton survives wherever geo crashes/flips):", "met" if not misses else misses)
+    for cand in dict.fromkeys(s["controller"] for s in summary):
+        if cand.startswith("hnewton"):
+            chk = survival_check(summary, "geo", cand)
+            met = not (chk["crashed_or_flipped"] or chk["lost"])
+            print(f"where geo crashes/flips, {cand}: {'survives all' if met else chk}")
+    return 0
+
+
+def _cmd_nominal(args: Any) -> int:
+    labels = [c.strip() for c in args.controllers.split(",") if c.strip()] or [
+        "geo_rls",
+        "hnewton_rls",
+    ]
+    if len(labels) != 2:
+        raise ValueError("--nominal compares exactly two controllers (reference first)")
+    seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else (0, 1, 2)
+    options = {lb: {"weights": args.weights} for lb in labels if "rls" in lb or "res" in lb}
+    pair = (labels[0], labels[1])
+    cells = nominal_comparison(
+        pair,
+        seeds=seeds,
+        options=options if args.weights else None,
+        episode_s=float(args.episode_s or 20.0),
+        progress=not args.quiet,
+    )
+    table = format_nominal(cells, pair)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nominal.md").write_text(table + "\n", encoding="utf-8")
+    with open(out / "nominal.json", "w", encoding="utf-8") as fh:
+        json.dump(cells, fh, indent=2)
+    print(table)
     return 0
 
 
@@ -370,4 +478,11 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="runs/stress", help="output folder (rows, table, figures)")
     p.add_argument("--no-plot", action="store_true", help="skip the figures")
     p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    p.add_argument(
+        "--nominal",
+        action="store_true",
+        help="instead: main-table cells (payload × wind; helix + figure8 × seeds) of two "
+        "controllers, default geo_rls vs hnewton_rls",
+    )
+    p.add_argument("--weights", default="", help="(--nominal) residual weights for *_rls/*_res")
     p.set_defaults(func=_cmd)

@@ -93,8 +93,11 @@ def test_thrust_vector_derivatives_match_finite_differences() -> None:
         assert math.isclose(np.linalg.norm(a + [0, 0, FRAME.gravity]), q[0] / FRAME.mass)
 
 
+TILT = math.radians(35.0)  # rad, tilt box of the known-answer cases below
+
+
 def _converge(method: str, a_des: np.ndarray, steps: int = 400) -> tuple[np.ndarray, np.ndarray]:
-    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method=method))
+    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method=method, max_tilt=TILT))
     q = np.array([FRAME.hover_thrust, 0.0, 0.0])
     for _ in range(steps):
         q = np.clip(q + DT * tv.step(q, a_des), tv.q_lower, tv.q_upper)
@@ -139,13 +142,13 @@ def _brute_force(a_des: np.ndarray, tv: ThrustVectorNewton, n: int = 201) -> flo
         np.array([12.0, 0.0, 0.0]),  # beyond the tilt bound along x
         np.array([9.0, -11.0, 0.5]),  # beyond on both axes
         np.array([4.0, 10.0, -1.0]),  # y saturated, x feasible
-        np.array([12.0, 10.0, 10.0]),  # the thrust bound binds: tilt limited below max_tilt
+        np.array([12.0, 10.0, 11.0]),  # the thrust bound binds: tilt limited below max_tilt
     ],
 )
 def test_thrust_vector_infeasible_keeps_vertical_and_ls_horizontal(
     method: str, a_des: np.ndarray
 ) -> None:
-    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method=method))
+    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method=method, max_tilt=TILT))
     q, a = _converge(method, a_des, steps=600)
     assert abs(a[2] - a_des[2]) < 1e-8  # vertical kept
     err = float(np.hypot(*(a[:2] - a_des[:2])))
@@ -157,8 +160,8 @@ def test_thrust_vector_infeasible_keeps_vertical_and_ls_horizontal(
 
 
 def test_thrust_vector_vertical_beyond_thrust_keeps_level_attitude() -> None:
-    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method="newton"))
-    a_des = np.array([5.0, 3.0, 25.0])  # more climb than 0.95·24 N can give
+    tv = ThrustVectorNewton(FRAME, DT, HNewtonQuadParams(method="newton", max_tilt=TILT))
+    a_des = np.array([5.0, 3.0, 25.0])  # more climb than 24 N can give
     q, a = _converge("newton", a_des)
     assert q[0] == pytest.approx(tv.q_upper[0], abs=1e-9)
     np.testing.assert_allclose(q[1:], 0.0, atol=1e-7)  # the horizontal level is sacrificed
