@@ -283,7 +283,8 @@ class RLSGeoTracker(ResidualGeoTracker):
         self._y_f = np.zeros(3)
         self.last_measured = np.zeros(3)  # m/s², world
         self.last_prediction_error = np.zeros(3)  # m/s², world
-        self.warmup_end_step: int | None = None  # control step at which the estimate took over
+        # index (0-based) of the first policy call that applied the RLS layer
+        self.warmup_end_step: int | None = None
         if hasattr(self, "rls"):
             self.rls.reset()
             if self.rls.warmup_done:  # warmup_steps = 0
