@@ -57,6 +57,7 @@ _REGISTRY: dict[str, str | Factory] = {
     "geo_rls": "residual_quad.controllers.residual_trackers:RLSGeoTracker",
     "hnewton": "residual_quad.controllers.hnewton_quad:HNewtonTracker",
     "hnewton_rls": "residual_quad.controllers.hnewton_quad:HNewtonRLSTracker",
+    "ppo": "residual_quad.controllers.ppo:PPOController",
 }
 
 

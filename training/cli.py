@@ -15,6 +15,7 @@ from pathlib import Path
 #: train target → "module:function(subparsers)" adding its parser
 TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.training.cli:register_train_residual",
+    "ppo": "residual_quad.training.ppo_cli:register_train_ppo",
 }
 
 DEFAULT_DATASET = Path("outputs/residual/dataset.npz")

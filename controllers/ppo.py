@@ -1,0 +1,250 @@
+"""PPO policy adapter: a trained stable-baselines3 model behind the :class:`Controller` interface.
+
+A saved policy is one SB3 ``.zip`` with one extra archive entry, ``residual_quad.json``
+(:data:`META_ENTRY`): the env ``action_mode`` it acts in, the feature version, the observation
+normalization statistics (``VecNormalize`` mean/var/clip, or ``null``) and a record of how it was
+trained. SB3 ignores archive entries that are not ``.pth`` files, so ``PPO.load`` reads the file
+unchanged, and one file is all a user has to carry.
+
+The policy sees :func:`ppo_features` of the raw observation — the same function the training
+wrapper uses — so training and deployment can never disagree on the input.
+
+stable-baselines3 and torch are imported lazily (:func:`import_sb3`): the rest of the package
+works without them, and asking for ``ppo`` without them raises an ``ImportError`` carrying the
+install hint :data:`INSTALL_HINT`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import zipfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.base import ControlContext
+from residual_quad.envs.observation import ObsLayout as L
+
+INSTALL_HINT = "pip install 'residual-quad[rl]'"
+META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
+META_FORMAT = 1
+FEATURE_VERSION = 1
+DEFAULT_POLICY_NAME = "ppo_default.zip"
+
+# fixed feature scales (independent of the airframe the policy is flown on, so that the
+# function is the same in training and deployment)
+_G = 9.81  # m/s²
+_ROTOR_MAX = 6.0  # N, rotor thrust that maps to +1
+_POS_CLIP = 3.0  # m, position error beyond this reads as this (the env ends episodes at 5 m)
+_SCALES = {"e_p": 1.0, "e_v": 2.0, "ref_v": 5.0, "ref_a": 5.0, "omega": 4.0, "z": 3.0}
+
+FEATURE_NAMES: tuple[str, ...] = (
+    *(f"e_p_{a}" for a in "xyz"),
+    *(f"e_v_{a}" for a in "xyz"),
+    *(f"ref_v_{a}" for a in "xyz"),
+    *(f"ref_a_{a}" for a in "xyz"),
+    *(f"R_h_{i}{j}" for i in range(3) for j in range(3)),
+    "sin_dyaw",
+    "cos_dyaw",
+    "ref_yaw_rate",
+    *(f"omega_{a}" for a in "xyz"),
+    *(f"thrust_{i}" for i in range(4)),
+    *(f"imu_{a}" for a in "xyz"),
+    "z",
+)
+FEATURE_DIM = len(FEATURE_NAMES)
+
+
+def ppo_features(obs: np.ndarray) -> np.ndarray:
+    """The policy input: a scaled, heading-frame view of one ``ResidualQuad-v0`` observation.
+
+    World vectors (position and velocity errors ``p − p_ref``, ``v − v_ref``, the reference
+    velocity and acceleration) are rotated into the vehicle's heading frame (world rotated by the
+    current yaw ψ), so that "ahead" means the same thing whatever the heading: the map from errors
+    to body-rate or rotor commands becomes nearly yaw-invariant, which is what makes the helix
+    (yaw follows the tangent) learnable. The attitude enters as ``R_h = R_z(ψ)ᵀ·R`` (tilt, no
+    yaw), the heading error as sin/cos of ``ψ − ψ_ref``. Body rates, the last rotor thrusts
+    (normalized to [-1, 1] like the ``rotor`` action), the accelerometer (in g; with the thrusts it
+    reveals the true mass) and the height (ground effect) complete it. Every term is O(1).
+
+    Returns a float32 vector of :data:`FEATURE_DIM` entries named :data:`FEATURE_NAMES`.
+    """
+    o = np.asarray(obs, dtype=np.float64)
+    R = o[L.rot].reshape(3, 3)
+    psi = math.atan2(R[1, 0], R[0, 0])
+    c, s = math.cos(psi), math.sin(psi)
+    Rz_T = np.array(((c, s, 0.0), (-s, c, 0.0), (0.0, 0.0, 1.0)))
+    e_p = np.clip(Rz_T @ (o[L.pos] - o[L.ref_pos]), -_POS_CLIP, _POS_CLIP)
+    e_v = Rz_T @ (o[L.vel] - o[L.ref_vel])
+    ref_v = Rz_T @ o[L.ref_vel]
+    ref_a = Rz_T @ o[L.ref_acc]
+    dyaw = psi - o[L.ref_yaw]
+    return np.concatenate(
+        (
+            e_p / _SCALES["e_p"],
+            e_v / _SCALES["e_v"],
+            ref_v / _SCALES["ref_v"],
+            ref_a / _SCALES["ref_a"],
+            (Rz_T @ R).ravel(),
+            (math.sin(dyaw), math.cos(dyaw), o[L.ref_yaw_rate]),
+            o[L.omega_b] / _SCALES["omega"],
+            o[L.thrusts] * (2.0 / _ROTOR_MAX) - 1.0,
+            o[L.imu] / _G,
+            (o[2] / _SCALES["z"],),
+        )
+    ).astype(np.float32)
+
+
+def import_sb3() -> Any:
+    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint."""
+    try:
+        return importlib.import_module("stable_baselines3")
+    except ImportError as exc:
+        raise ImportError(
+            f"the 'ppo' controller and `rquad train ppo` need stable-baselines3 and torch "
+            f"({exc}); install them with: {INSTALL_HINT}"
+        ) from exc
+
+
+def default_policy_path() -> Path:
+    """The shipped default policy (``controllers/weights/ppo_default.zip``)."""
+    return Path(str(resources.files("residual_quad.controllers").joinpath("weights"))).joinpath(
+        DEFAULT_POLICY_NAME
+    )
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """The ``residual_quad.json`` record of a saved policy; clear errors for bad files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"PPO policy file not found: {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if META_ENTRY not in archive.namelist():
+                raise ValueError(
+                    f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} "
+                    "entry; save policies with residual_quad.training.ppo)"
+                )
+            meta = json.loads(archive.read(META_ENTRY).decode())
+    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"corrupt or unreadable PPO policy file {path}: {exc}") from None
+    if meta.get("format") != META_FORMAT or meta.get("feature_version") != FEATURE_VERSION:
+        raise ValueError(
+            f"{path}: policy format {meta.get('format')}/features {meta.get('feature_version')} "
+            f"not supported (this version reads {META_FORMAT}/{FEATURE_VERSION}); retrain it"
+        )
+    return meta
+
+
+def write_meta(path: str | Path, meta: dict[str, Any]) -> None:
+    """Add (or replace) the ``residual_quad.json`` entry of an SB3 ``.zip`` at ``path``."""
+    path = Path(path)
+    with zipfile.ZipFile(path) as archive:
+        entries = {n: archive.read(n) for n in archive.namelist() if n != META_ENTRY}
+    full = {"format": META_FORMAT, "feature_version": FEATURE_VERSION, **meta}
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+        archive.writestr(META_ENTRY, json.dumps(full, indent=1))
+    tmp.replace(path)
+
+
+class ObsNormalizer:
+    """The frozen ``VecNormalize`` observation transform ``clip((x − μ)/√(σ² + ε), ±c)``."""
+
+    def __init__(self, mean: Any, var: Any, epsilon: float = 1e-8, clip: float = 10.0):
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.std = np.sqrt(np.asarray(var, dtype=np.float64) + epsilon)
+        self.clip = float(clip)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.clip((x - self.mean) / self.std, -self.clip, self.clip).astype(np.float32)
+
+    @classmethod
+    def from_meta(cls, stats: dict[str, Any] | None) -> ObsNormalizer | None:
+        if stats is None:
+            return None
+        return cls(stats["mean"], stats["var"], stats["epsilon"], stats["clip"])
+
+
+class PPOController:
+    """Deterministic actions of a saved PPO policy (see the module docstring for the file format).
+
+    Args:
+        context: unused (the policy was trained on the nominal airframe at 100 Hz); kept for the
+            registry's ``factory(context, **overrides)`` call.
+        path: a policy ``.zip`` written by ``rquad train ppo``; default: the shipped policy.
+        device: torch device for inference (``"cpu"``).
+
+    ``action_mode`` is the mode the policy was trained in: fly it in an env made with the same
+    ``action_mode`` (:func:`residual_quad.evaluation.episode.run_episode` does this by itself) and
+    the other ``env_kwargs`` it was trained with (``{}`` for the shipped policy). The policy acts
+    every ``action_repeat`` control periods and holds its action in between (zero-order hold), so
+    :meth:`reset` must be called at the start of each episode.
+    """
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        path: str | Path | None = None,
+        device: str = "cpu",
+    ):
+        sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+        self.path = Path(path) if path is not None else default_policy_path()
+        self.meta = read_meta(self.path)
+        try:
+            self.model = sb3.PPO.load(self.path, device=device)
+        except Exception as exc:  # SB3 raises many exception types for a broken archive
+            raise ValueError(f"cannot load PPO policy {self.path}: {exc}") from None
+        self.action_mode: str = self.meta["action_mode"]
+        self.action_repeat = int(self.meta.get("action_repeat", 1))
+        self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
+        self.normalizer = ObsNormalizer.from_meta(self.meta.get("obs_norm"))
+        shape = self.model.observation_space.shape
+        if shape != (FEATURE_DIM,):
+            raise ValueError(
+                f"{self.path}: policy expects {shape} inputs, features have {FEATURE_DIM}"
+            )
+        self.context = context or ControlContext()
+        self._k, self._held = 0, np.zeros(4)
+
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        action_mode: str,
+        normalizer: ObsNormalizer | None = None,
+        action_repeat: int = 1,
+    ) -> PPOController:
+        """Wrap an in-memory SB3 model (used by the training's evaluation callback)."""
+        self = cls.__new__(cls)
+        self.path, self.meta, self.model = None, {}, model
+        self.action_mode, self.env_kwargs, self.normalizer = action_mode, {}, normalizer
+        self.action_repeat = action_repeat
+        self.context = ControlContext()
+        self._k, self._held = 0, np.zeros(4)
+        return self
+
+    def reset(self, seed: int | None = None) -> None:
+        """Restart the action-hold cycle (the network itself is stateless)."""
+        self._k, self._held = 0, np.zeros(4)
+
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic (mean) action in [-1, 1] for one raw observation.
+
+        A new action is computed every ``action_repeat`` calls (first call after ``reset``
+        included) and held in between, exactly as in training.
+        """
+        if self._k % self.action_repeat == 0:
+            x = ppo_features(obs)
+            if self.normalizer is not None:
+                x = self.normalizer(x)
+            action, _ = self.model.predict(x, deterministic=True)
+            self._held = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+        self._k += 1
+        return self._held.copy()
