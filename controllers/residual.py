@@ -491,12 +491,21 @@ class FastMLP:
         self._act = [buf[:-1] for buf in self._bufs]
         self.phi = self._bufs[-1]
         self._z = np.empty(net.sizes[-1])
+        self._two_hidden = len(self.Ws) == 2
+        self._W0, self._W1 = self.Ws[0], self.Ws[-1]
 
     def hidden(self, x: np.ndarray) -> np.ndarray:
         """Fill and return :attr:`phi` (the last layer's input, ``[h_last, 1]``) for features
         ``x`` (14,)."""
         bufs, act = self._bufs, self._act
         act[0][...] = x
+        if self._two_hidden:  # the default architecture, unrolled (saves ~0.5 µs)
+            a1, a2 = act[1], act[2]
+            np.dot(bufs[0], self._W0, out=a1)
+            np.tanh(a1, out=a1)
+            np.dot(bufs[1], self._W1, out=a2)
+            np.tanh(a2, out=a2)
+            return self.phi
         for i, W in enumerate(self.Ws):
             out = act[i + 1]
             np.dot(bufs[i], W, out=out)
