@@ -425,7 +425,7 @@ class HNewtonTracker:
         self.newton.reset()
         self.alloc.reset()
         self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's desired acceleration
-        self.last_estimate = np.zeros(3)  # m/s², world, residual estimate applied
+        self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.last_thrust = self.airframe.hover_thrust  # N
 
     # -- hook ----------------------------------------------------------------------------------
@@ -439,7 +439,7 @@ class HNewtonTracker:
         a_cmd = obs[L.ref_acc] + self.kp * (obs[L.ref_pos] - obs[L.pos])
         a_cmd += self.kd * (obs[L.ref_vel] - obs[L.vel])
         est = self.residual_world(obs, R, a_cmd)
-        self.last_estimate = est
+        self.last_residual = est
         ax, ay, az = (a_cmd - est).tolist()
         yaw = float(obs[L.ref_yaw])
         cy, sy = math.cos(yaw), math.sin(yaw)

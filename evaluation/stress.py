@@ -302,7 +302,9 @@ def plot_stress(
     ax.axhline(90.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(range(len(scenarios)))
     ax.set_xticklabels(scenarios, rotation=25, ha="right", fontsize=8)
-    ax.set_ylabel("max tilt over seeds (°); hatched: ≥1 run ended early")
+    ax.set_ylabel("max tilt over seeds (°)")
+    ax.set_title("max tilt per scenario; hatched: at least one run ended early", fontsize=9)
+    ax.set_ylim(0.0, max([100.0] + [min(s["max_tilt_deg"], 180.0) + 5.0 for s in summary]))
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     p1 = out / "max_tilt.png"
