@@ -218,7 +218,7 @@ class BoxHLSP:
                         y = np.linalg.solve(M, r)
                     except np.linalg.LinAlgError:
                         break
-                    if float(np.abs(M @ y - r).max()) <= 1e-10 * (1.0 + float(np.abs(r).max())):
+                    if _amax(M @ y - r) <= 1e-10 * (1.0 + _amax(r)):
                         x[free] += y
                         ok = bool(np.all(x >= lo - ftol) and np.all(x <= up + ftol))
                         return x, ok
@@ -254,27 +254,23 @@ class BoxHLSP:
         rows: list[np.ndarray] = [box_rows]
         sizes = [fixed.size]
         sgn = np.where(face == AT_UPPER, 1.0, np.where(face == AT_LOWER, -1.0, 0.0))
-        tiny = 1e-12 * (1.0 + float(np.abs(x).max()))
+        tiny = 1e-12 * (1.0 + _amax(x))
         for A, b in levs:
             w = A @ x - b
             rhs = -(A.T @ w)
             B = np.vstack(rows)
-            if B.shape[0] and float(np.abs(w).max(initial=0.0)) > tiny * (
-                1.0 + float(np.abs(b).max())
-            ):
-                lam = np.linalg.lstsq(B.T, rhs, rcond=None)[0]
+            if B.shape[0] and _amax(w) > tiny * (1.0 + _amax(b)):
+                lam = _small_lstsq(B.T, rhs)
                 resid = B.T @ lam - rhs
-                if float(np.abs(resid).max()) > 1e-7 * (1.0 + float(np.abs(rhs).max())):
+                if _amax(resid) > 1e-7 * (1.0 + _amax(rhs)):
                     return None, -1
             else:
-                if B.shape[0] == 0 and float(np.abs(rhs).max(initial=0.0)) > 1e-7 * (
-                    1.0 + float(np.abs(b).max(initial=0.0))
-                ):
+                if B.shape[0] == 0 and _amax(rhs) > 1e-7 * (1.0 + _amax(b)):
                     return None, -1
                 lam = np.zeros(B.shape[0])
             box = np.zeros(n)
             box[fixed] = lam[: fixed.size]
-            sig = 1e-7 * (1.0 + float(np.abs(lam).max(initial=0.0)))
+            sig = 1e-7 * (1.0 + _amax(lam))
             signed = sgn * box  # must be >= 0 on every active bound
             k = int(np.argmin(signed))
             if signed[k] < -sig:
@@ -307,8 +303,8 @@ class BoxHLSP:
         slacks = _slacks(levs, x)
         self._last_face = face
         if self.multipliers and mult is None:
-            tiny = 1e-12 * (1.0 + float(np.abs(x).max()))
-            if all(float(np.abs(w).max()) <= tiny for w in slacks):
+            tiny = 1e-12 * (1.0 + _amax(x))
+            if all(_amax(w) <= tiny for w in slacks):
                 mult = [[np.zeros(self.n)]]
                 for li in range(len(levs)):
                     row = [np.zeros(self.n)] + [np.zeros(levs[j][0].shape[0]) for j in range(li)]
@@ -332,11 +328,26 @@ def _square_solution(levs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.nd
     except np.linalg.LinAlgError:
         return None
     # reject an ill-conditioned solve: the residual must be at round-off level
-    if not np.all(np.isfinite(x)) or float(np.abs(A @ x - b).max()) > 1e-9 * (
-        1.0 + float(np.abs(b).max())
-    ):
+    if not np.all(np.isfinite(x)) or _amax(A @ x - b) > 1e-9 * (1.0 + _amax(b)):
         return None
     return x
+
+
+def _amax(a: np.ndarray) -> float:
+    """``max |a_i|`` (0 for an empty array); plain Python is faster than numpy at these sizes."""
+    return max(map(abs, a.ravel().tolist()), default=0.0)
+
+
+def _small_lstsq(M: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Minimum-norm least squares; one LU solve when ``M`` is square and well conditioned."""
+    if M.shape[0] == M.shape[1]:
+        try:
+            y = np.linalg.solve(M, r)
+            if _amax(M @ y - r) <= 1e-10 * (1.0 + _amax(r)):
+                return y
+        except np.linalg.LinAlgError:
+            pass
+    return np.linalg.lstsq(M, r, rcond=None)[0]
 
 
 def _signed_multipliers(B: np.ndarray, rhs: np.ndarray, sgn_box: np.ndarray) -> np.ndarray | None:
@@ -351,9 +362,9 @@ def _signed_multipliers(B: np.ndarray, rhs: np.ndarray, sgn_box: np.ndarray) -> 
         )
     except RuntimeError:
         return None
-    if float(np.abs(B.T @ lam - rhs).max()) > 1e-7 * (1.0 + float(np.abs(rhs).max())):
+    if _amax(B.T @ lam - rhs) > 1e-7 * (1.0 + _amax(rhs)):
         return None
-    if np.any(sgn_box * lam[:nb] < -1e-7 * (1.0 + float(np.abs(lam).max()))):
+    if np.any(sgn_box * lam[:nb] < -1e-7 * (1.0 + _amax(lam))):
         return None
     return lam
 
