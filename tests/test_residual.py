@@ -422,3 +422,22 @@ def test_cli_collect_and_train(tmp_path: Path, capsys):
     bad.write_text("payloads: [none]\nexcitation: {sigma: 1.0, colour: pink}\n")
     assert main(["collect", "--config", str(bad), "--out", str(data)]) == 2
     assert "colour" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_shipped_weights_are_reproducible_from_the_packaged_configs(tmp_path: Path):
+    """`rquad collect` + `rquad train residual` with the packaged configs rebuild the shipped
+    weights exactly (fails when the plant changes: retrain and ship again)."""
+    import hashlib
+
+    from residual_quad.training.collect import collect, load_collect_config
+    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+
+    shipped = load_network("default")
+    collect(load_collect_config(), tmp_path / "d.npz", progress=False)
+    data = np.load(tmp_path / "d.npz")
+    digest = hashlib.sha256(np.ascontiguousarray(data["X"]).tobytes())
+    digest.update(np.ascontiguousarray(data["Y"]).tobytes())
+    assert digest.hexdigest() == shipped.metadata["dataset_sha256"]
+    train_from_dataset(tmp_path / "d.npz", load_train_config(), tmp_path / "w.npz", progress=False)
+    np.testing.assert_array_equal(ResidualMLP.load(tmp_path / "w.npz").flat, shipped.flat)
