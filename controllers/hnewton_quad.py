@@ -410,8 +410,8 @@ class HNewtonTracker:
         self.params = HNewtonQuadParams(method=method, **params)
         self.newton = ThrustVectorNewton(self.airframe, self.dt, self.params)
         self.alloc = PrioritizedAllocator(self.airframe)
-        inner = InnerLoop(self.airframe, attitude)
-        self._J, self._kR, self._kW = inner._J, inner._kR, inner._kW
+        inner = InnerLoop(self.airframe, attitude)  # the shared attitude gains, N·m/rad, N·m·s/rad
+        self._J, self._kR, self._kW = inner.J.tolist(), inner.k_R.tolist(), inner.k_W.tolist()
         self.reset()
 
     @property
