@@ -41,42 +41,83 @@ def resolve(name_or_path: str | Path) -> Path:
     return p if p.is_file() else shipped(str(name_or_path))
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
-        return from_dict(tp, value, where)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        for a in args:
-            if dataclasses.is_dataclass(a) and isinstance(value, dict):
-                return from_dict(a, value, where)
-        return value
-    if origin in (list, tuple) and isinstance(value, list | tuple):
-        args = typing.get_args(tp)
-        inner = args[0] if args else Any
-        items = [_convert(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass ``cls`` from ``data``; unknown keys raise ``ValueError``."""
+def from_dict(cls: type[T], data: Any, where: str = "config") -> T:
+    """Build dataclass ``cls`` from a mapping, recursively; unknown keys and wrong types raise
+    ``ValueError`` naming ``where`` (a file or section) and the valid keys."""
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping, got {type(data).__name__}")
+        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {', '.join(fields)}")
+        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
-    kwargs = {k: _convert(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
     try:
         return cls(**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    """Check/convert one YAML value against a (simple) type hint."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        (inner, *_) = typing.get_args(tp) or (Any,)
+        items = [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def load_yaml_config(cls: type[T], path: str | Path) -> T:
+    """Read a YAML file into dataclass ``cls`` (strict)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+    with open(path, encoding="utf-8") as fh:
+        try:
+            data = yaml.safe_load(fh)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: invalid YAML ({exc})") from None
+    return from_dict(cls, data, str(path))
 
 
 def load(cls: type[T], source: str | Path | dict[str, Any] | None = None, **overrides: Any) -> T:
@@ -88,7 +129,10 @@ def load(cls: type[T], source: str | Path | dict[str, Any] | None = None, **over
         data, where = dict(source), cls.__name__
     else:
         path = resolve(source)
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: invalid YAML ({exc})") from None
         where = str(path)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(cls, data, where)

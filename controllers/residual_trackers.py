@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from residual_quad.configs import from_dict, load_yaml_config
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual import (
@@ -49,85 +47,6 @@ MEASUREMENT_SOURCES = ("velocity", "imu")
 
 
 # ----------------------------------------------------------------------------- configuration
-def dataclass_from_dict(cls: type, data: Any, where: str) -> Any:
-    """Build dataclass ``cls`` from a mapping, recursively; unknown keys and wrong types raise
-    ``ValueError`` naming ``where`` (a file or section) and the valid keys."""
-    if isinstance(data, cls):
-        return data
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
-
-
-def _coerce(tp: Any, value: Any, where: str) -> Any:
-    """Check/convert one YAML value against a (simple) type hint."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return dataclass_from_dict(tp, value, where)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ValueError as exc:
-                errors.append(str(exc))
-        raise ValueError(errors[0] if errors else f"{where}: invalid value {value!r}")
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"{where}: expected a list, got {value!r}")
-        (inner, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if origin is list else tuple(items)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where}: expected a string, got {value!r}")
-        return value
-    return value
-
-
-def load_yaml_config(cls: type, path: str | Path) -> Any:
-    """Read a YAML file into dataclass ``cls`` (strict)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-    with open(path, encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: invalid YAML ({exc})") from None
-    return dataclass_from_dict(cls, data, str(path))
-
-
 @dataclass(frozen=True)
 class MeasurementConfig:
     """How the online learner measures the residual (see :func:`measured_residual`)."""
@@ -187,7 +106,7 @@ def load_residual_config(
                 )
                 raise ValueError(f"unknown residual-tracker setting {key!r}; valid: {valid}")
             data[owner[0]][key] = value
-    return dataclass_from_dict(ResidualConfig, data, "residual config")
+    return from_dict(ResidualConfig, data, "residual config")
 
 
 # ----------------------------------------------------------------------------- trackers

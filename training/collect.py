@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from residual_quad.configs import load_yaml_config
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual import (
     FEATURE_NAMES,
@@ -37,7 +38,7 @@ from residual_quad.controllers.residual import (
     features_from_obs,
     measured_residual,
 )
-from residual_quad.controllers.residual_trackers import CONFIG_DIR, load_yaml_config
+from residual_quad.controllers.residual_trackers import CONFIG_DIR
 from residual_quad.controllers.trackers import GeoTracker
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.observation import ObsLayout as L
