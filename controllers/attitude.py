@@ -8,6 +8,7 @@ come from the outer loop and the residual compensation only.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,17 +109,34 @@ class InnerLoop:
         """Rotor thrusts (N) for attitude ``R`` (body → world), rate ``omega_b`` (rad/s, body),
         acceleration command ``a_cmd`` (m/s², world) and heading ``yaw_des`` (rad)."""
         # scalar code: this runs every control step and 3-vectors are cheaper as floats
-        r00, r01, r02, r10, r11, r12, r20, r21, r22 = np.ravel(R).tolist()
+        r = np.ravel(R).tolist()
         fx, fy, fz = self._thrust_vector(*a_cmd.tolist())
         frame = self.airframe
-        thrust = fx * r02 + fy * r12 + fz * r22  # F · (R e_z)
+        thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
         if thrust > frame.max_thrust:
             self.saturated = True
         thrust = min(max(thrust, 0.0), frame.max_thrust)
         self.last_thrust = thrust
-        # desired attitude: b3 along F, b1 as close to the heading as b3 allows
         n = math.sqrt(fx * fx + fy * fy + fz * fz)
-        b3x, b3y, b3z = fx / n, fy / n, fz / n
+        torque = self.attitude_torque(r, omega_b, (fx / n, fy / n, fz / n), yaw_des, yaw_rate_des)
+        return mix(frame, thrust, torque)
+
+    def attitude_torque(
+        self,
+        R: Sequence[float],
+        omega_b: np.ndarray,
+        b3: tuple[float, float, float],
+        yaw_des: float,
+        yaw_rate_des: float = 0.0,
+    ) -> tuple[float, float, float]:
+        """Geometric PD torque (N·m, body) towards the attitude with body z along the unit vector
+        ``b3`` (world) and body x as close to the heading ``yaw_des`` as ``b3`` allows.
+
+        ``R`` is the current rotation body → world, row-major (9 floats).
+        """
+        r00, r01, r02, r10, r11, r12, r20, r21, r22 = R
+        b3x, b3y, b3z = b3
+        # desired attitude: b3, then b1 as close to the heading as b3 allows
         c, s = math.cos(yaw_des), math.sin(yaw_des)
         b2x, b2y, b2z = -b3z * s, b3z * c, b3x * s - b3y * c  # b3 × (c, s, 0)
         n = math.sqrt(b2x * b2x + b2y * b2y + b2z * b2z)
@@ -139,7 +157,8 @@ class InnerLoop:
         Jx, Jy, Jz = self._J
         kRx, kRy, kRz = self._kR
         kWx, kWy, kWz = self._kW
-        tx = -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy)
-        ty = -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz)
-        tz = -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx)
-        return mix(frame, thrust, (tx, ty, tz))
+        return (
+            -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy),
+            -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz),
+            -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx),
+        )

@@ -195,6 +195,29 @@ class StepResult:
     errors: list[np.ndarray] = field(default_factory=list)  # e_l(q) before the step
 
 
+def damped_bfgs_update(B: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """BFGS update of the Hessian approximation ``B`` with Powell's damping (0.2 / 0.8).
+
+    ``s`` is the step and ``y`` the change of the gradient of the Lagrangian; the damping keeps
+    ``B`` positive definite when the curvature ``sᵀy`` is too small. Returns ``B`` unchanged when
+    the update is undefined.
+    """
+    Bs = B @ s
+    sBs = float(s @ Bs)
+    if sBs <= 0.0:
+        return B
+    sy = float(s @ y)
+    if sy < 0.2 * sBs:  # Powell damping
+        theta = 0.8 * sBs / (sBs - sy)
+        r = theta * y + (1.0 - theta) * Bs
+    else:
+        r = y
+    sr = float(s @ r)
+    if sr <= 1e-300:
+        return B
+    return B - np.outer(Bs, Bs) / sBs + np.outer(r, r) / sr
+
+
 def clamp_factor(H: np.ndarray, eps: float) -> np.ndarray:
     """``R`` with ``RᵀR = Q max(U, ε) Qᵀ`` for symmetric ``H = Q U Qᵀ`` (eigenvalue clamping)."""
     U, Q = np.linalg.eigh(0.5 * (H + H.T))
@@ -347,21 +370,7 @@ class HierarchicalNewton:
             y = np.zeros(self.n)
             for j in range(li + 1):
                 y += sc * (ev[j][1] - self.prev_J[j]).T @ self.lam[li][j]
-            B = self.B[li]
-            Bs = B @ s
-            sBs = float(s @ Bs)
-            sy = float(s @ y)
-            if sBs <= 0.0:
-                continue
-            if sy < 0.2 * sBs:  # Powell damping
-                theta = 0.8 * sBs / (sBs - sy)
-                r = theta * y + (1.0 - theta) * Bs
-            else:
-                r = y
-            sr = float(s @ r)
-            if sr <= 1e-300:
-                continue
-            self.B[li] = B - np.outer(Bs, Bs) / sBs + np.outer(r, r) / sr
+            self.B[li] = damped_bfgs_update(self.B[li], s, y)
 
     def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
         m = self.p.method

@@ -50,7 +50,7 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
 from residual_quad.controllers.base import ControlContext, to_rotor_action
 from residual_quad.controllers.hlsp_fast import BoxHLSP, BoxHLSPResult
-from residual_quad.controllers.hnewton import METHODS, clamp_factor
+from residual_quad.controllers.hnewton import METHODS, clamp_factor, damped_bfgs_update
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -264,21 +264,7 @@ class ThrustVectorNewton:
             y = np.zeros(3)
             for j in range(li + 1):
                 y += self.dt * (ev[j][1] - self.prev_J[j]).T @ self.lam[li][j]
-            B = self.B[li]
-            Bs = B @ s
-            sBs = float(s @ Bs)
-            sy = float(s @ y)
-            if sBs <= 0.0:
-                continue
-            if sy < 0.2 * sBs:  # Powell damping
-                theta = 0.8 * sBs / (sBs - sy)
-                r = theta * y + (1.0 - theta) * Bs
-            else:
-                r = y
-            sr = float(s @ r)
-            if sr <= 1e-300:
-                continue
-            self.B[li] = B - np.outer(Bs, Bs) / sBs + np.outer(r, r) / sr
+            self.B[li] = damped_bfgs_update(self.B[li], s, y)
 
     @staticmethod
     def _extract_lam(res: BoxHLSPResult, dims: tuple[int, int]) -> list[list[np.ndarray]] | None:
@@ -410,8 +396,7 @@ class HNewtonTracker:
         self.params = HNewtonQuadParams(method=method, **params)
         self.newton = ThrustVectorNewton(self.airframe, self.dt, self.params)
         self.alloc = PrioritizedAllocator(self.airframe)
-        inner = InnerLoop(self.airframe, attitude)  # the shared attitude gains, N·m/rad, N·m·s/rad
-        self._J, self._kR, self._kW = inner.J.tolist(), inner.k_R.tolist(), inner.k_W.tolist()
+        self._inner = InnerLoop(self.airframe, attitude)  # the shared geometric attitude PD
         self.reset()
 
     @property
@@ -461,35 +446,13 @@ class HNewtonTracker:
         yaw_rate_des: float,
     ) -> np.ndarray:
         """Geometric attitude PD towards (b3, heading) and the prioritized allocation."""
-        r00, r01, r02, r10, r11, r12, r20, r21, r22 = np.ravel(R).tolist()
-        b3x, b3y, b3z = b3
+        r = np.ravel(R).tolist()
         frame = self.airframe
-        thrust = float(self.q[0]) * (b3x * r02 + b3y * r12 + b3z * r22)
+        thrust = float(self.q[0]) * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
         thrust = min(max(thrust, 0.0), frame.max_thrust)
         self.last_thrust = thrust
-        c, s = math.cos(yaw_des), math.sin(yaw_des)
-        b2x, b2y, b2z = -b3z * s, b3z * c, b3x * s - b3y * c  # b3 × (c, s, 0)
-        n = math.sqrt(b2x * b2x + b2y * b2y + b2z * b2z)
-        b2x, b2y, b2z = b2x / n, b2y / n, b2z / n
-        b1x, b1y, b1z = b2y * b3z - b2z * b3y, b2z * b3x - b2x * b3z, b2x * b3y - b2y * b3x
-        e01 = b1x * r01 + b1y * r11 + b1z * r21
-        e02 = b1x * r02 + b1y * r12 + b1z * r22
-        e10 = b2x * r00 + b2y * r10 + b2z * r20
-        e12 = b2x * r02 + b2y * r12 + b2z * r22
-        e20 = b3x * r00 + b3y * r10 + b3z * r20
-        e21 = b3x * r01 + b3y * r11 + b3z * r21
-        e22 = b3x * r02 + b3y * r12 + b3z * r22
-        eRx, eRy, eRz = 0.5 * (e21 - e12), 0.5 * (e02 - e20), 0.5 * (e10 - e01)
-        wx, wy, wz = omega_b.tolist()
-        yr = float(yaw_rate_des)
-        ewx, ewy, ewz = wx - e20 * yr, wy - e21 * yr, wz - e22 * yr
-        Jx, Jy, Jz = self._J
-        kRx, kRy, kRz = self._kR
-        kWx, kWy, kWz = self._kW
-        tx = -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy)
-        ty = -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz)
-        tz = -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx)
-        return self.alloc(thrust, (tx, ty, tz))
+        torque = self._inner.attitude_torque(r, omega_b, b3, yaw_des, float(yaw_rate_des))
+        return self.alloc(thrust, torque)
 
 
 class HNewtonRLSTracker(HNewtonTracker):
