@@ -16,26 +16,6 @@ import numpy as np
 from residual_quad.envs.airframe import Airframe, mix
 
 
-def hat(v: np.ndarray) -> np.ndarray:
-    """Skew-symmetric matrix with ``hat(v) @ u == cross(v, u)``."""
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
-
-
-def vee(S: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`hat` for a skew-symmetric matrix."""
-    return np.array([S[2, 1], S[0, 2], S[1, 0]])
-
-
-def rot_z(yaw: float) -> np.ndarray:
-    c, s = math.cos(yaw), math.sin(yaw)
-    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
-
-
-def yaw_of(R: np.ndarray) -> float:
-    """Heading (rad) of the body x axis projected on the horizontal plane."""
-    return math.atan2(R[1, 0], R[0, 0])
-
-
 def tilt_of(R: np.ndarray) -> float:
     """Angle (rad) between the body z axis and the world vertical."""
     return math.acos(max(-1.0, min(1.0, R[2, 2])))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import mujoco
 import numpy as np
@@ -26,17 +25,6 @@ def quat_to_rot(qw: float, qx: float, qy: float, qz: float) -> list[float]:
         2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw),
         2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy),
     ]  # fmt: skip
-
-
-@dataclass
-class PlantState:
-    """Ground-truth state of the frame (copies)."""
-
-    pos: np.ndarray  # m, world
-    vel: np.ndarray  # m/s, world
-    R: np.ndarray  # body → world rotation
-    omega_b: np.ndarray  # rad/s, body frame
-    quat: np.ndarray  # (w, x, y, z)
 
 
 class QuadrotorPlant:
@@ -118,17 +106,6 @@ class QuadrotorPlant:
         self.model.opt.disableflags &= ~_DSBL_CONTACT
         mujoco.mj_forward(self.model, self.data)
         self._update_contact_flag()
-
-    def state(self) -> PlantState:
-        d = self.data
-        quat = d.qpos[3:7].copy()
-        return PlantState(
-            pos=d.qpos[0:3].copy(),
-            vel=d.qvel[0:3].copy(),
-            R=d.xmat[self.body_id].reshape(3, 3).copy(),
-            omega_b=d.qvel[3:6].copy(),
-            quat=quat,
-        )
 
     @property
     def time(self) -> float:
