@@ -398,10 +398,11 @@ def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> 
             rows = evaluate_tracking(ctrl, cfg.eval_scenarios, seed=cfg.eval_seed, **cfg.env_kwargs)
             crashes = sum(r["diverged"] for r in rows)
             finite = [r["rmse"] for r in rows if math.isfinite(r["rmse"])]
-            mean_rmse = float(np.mean(finite)) if len(finite) == len(rows) else math.inf
+            # mean over the flights that did not crash (the crash count ranks first anyway)
+            mean_rmse = float(np.mean(finite)) if finite else math.inf
             self.logger.record("eval/crashes", crashes)
             if finite:
-                self.logger.record("eval/rmse_mean_m", float(np.mean(finite)))
+                self.logger.record("eval/rmse_mean_m", mean_rmse)
             for r in rows:
                 if math.isfinite(r["rmse"]):
                     key = f"eval/rmse_{r['payload']}_{r['wind']}_{r['trajectory']}"
@@ -531,6 +532,39 @@ def train(
     }
     (out / "summary.json").write_text(json.dumps(_clean(summary), indent=1))
     return summary
+
+
+def export_policy(
+    run_dir: str | Path, dest: str | Path, which: str = "best", command: str | None = None
+) -> dict[str, Any]:
+    """Copy a run's ``best``/``final`` policy to ``dest`` with its training budget.
+
+    The budget (policy and control steps, wall time, envs, load, versions, the step at which the
+    exported policy was saved, the command) goes into the policy's ``residual_quad.json`` record
+    and into ``dest`` with the suffix ``.json`` next to it. Returns the budget.
+    """
+    from residual_quad.controllers.ppo import read_meta
+
+    run_dir, dest = Path(run_dir), Path(dest)
+    if which not in ("best", "final"):
+        raise ValueError(f"which must be 'best' or 'final', got {which!r}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    src = run_dir / f"{which}.zip"
+    meta = read_meta(src)
+    keys = ("steps", "control_steps", "train_wall_s", "wall_s", "n_envs", "cpu_count")
+    keys += ("load_avg_before", "load_avg_after", "seed", "action_mode", "versions", "host")
+    budget = {k: summary[k] for k in keys}
+    budget["action_repeat"] = meta.get("action_repeat", 1)
+    budget["policy_saved_at_steps"] = meta.get("steps")
+    budget["selection"] = which
+    budget["eval_at_selection"] = meta.get("eval")
+    budget["command"] = command or f"rquad train ppo --out {run_dir} --seed {summary['seed']}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(src.read_bytes())
+    meta.pop("format", None), meta.pop("feature_version", None)
+    write_meta(dest, {**meta, "budget": _clean(budget)})
+    dest.with_suffix(".json").write_text(json.dumps(_clean(budget), indent=1) + "\n")
+    return budget
 
 
 class _LinearSchedule:

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 DEFAULT_OUT = Path("runs/ppo")
 
 
+def argv_is_train() -> bool:
+    """Whether this process was started as ``rquad train ppo ...`` (to record the command)."""
+    return len(sys.argv) >= 3 and sys.argv[1:3] == ["train", "ppo"]
+
+
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
-    from residual_quad.training.ppo import load_config, train
+    from residual_quad.training.ppo import export_policy, load_config, train
 
     try:
         cfg = load_config(
@@ -26,6 +32,9 @@ def _cmd_train_ppo(args: argparse.Namespace) -> int:
             n_envs=args.n_envs,
         )
         s = train(cfg, args.out, progress=not args.no_progress)
+        if args.export is not None:
+            command = shlex.join(["rquad", *sys.argv[1:]]) if argv_is_train() else None
+            export_policy(args.out, args.export, command=command)
     except ImportError as exc:
         print(f"rquad train ppo: error: {exc}", file=sys.stderr)
         return 2
@@ -61,6 +70,13 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed (override)")
     p.add_argument("--action-mode", choices=("ctbr", "rotor"), default=None, help="override")
     p.add_argument("--n-envs", type=int, default=None, help="env worker processes (override)")
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="ZIP",
+        help="also copy best.zip there with its training budget (ZIP + .json next to it)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_train_ppo)

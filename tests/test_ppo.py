@@ -1,0 +1,256 @@
+"""PPO baseline: smoke training end to end, the adapter, bad files, the missing-SB3 hint."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from residual_quad.controllers import make_controller
+from residual_quad.controllers import ppo as ppo_mod
+from residual_quad.controllers.ppo import (
+    FEATURE_DIM,
+    FEATURE_NAMES,
+    INSTALL_HINT,
+    default_policy_path,
+    ppo_features,
+    read_meta,
+)
+from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.training.ppo import (
+    PPOHyperparams,
+    PPOTrainConfig,
+    ScenarioEnv,
+    export_policy,
+    load_config,
+    train,
+)
+from residual_quad.training.tb_logging import read_scalars
+
+try:
+    import stable_baselines3 as sb3
+except ImportError:  # the rl extra is optional; the install-hint test still runs
+    sb3 = None
+
+needs_sb3 = pytest.mark.skipif(sb3 is None, reason="needs the rl extra (stable-baselines3)")
+
+
+def _tiny_config(**kw) -> PPOTrainConfig:
+    base = {
+        "seed": 3,
+        "total_steps": 2048,
+        "n_envs": 1,
+        "episode_s": 5.0,
+        "eval_freq": 1024,
+        "eval_scenarios": [["light", "breezy", "hover"]],
+        "checkpoint_freq": 1024,
+        "ppo": PPOHyperparams(n_steps=512, batch_size=128, n_epochs=2),
+    }
+    base.update(kw)
+    return PPOTrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> tuple[Path, dict]:
+    """A 4096-step run on two SubprocVecEnv workers (the real training path)."""
+    out = tmp_path_factory.mktemp("ppo_smoke")
+    summary = train(_tiny_config(n_envs=2, total_steps=4096), out, progress=False)
+    return out, summary
+
+
+@needs_sb3
+def test_smoke_training_writes_tensorboard_checkpoints_and_loadable_policies(smoke_run):
+    out, summary = smoke_run
+    assert summary["steps"] >= 4096 and summary["n_envs"] == 2
+    assert (out / "config.yaml").is_file() and (out / "summary.json").is_file()
+    assert load_config(out / "config.yaml") == _tiny_config(n_envs=2, total_steps=4096)
+    events = list((out / "tb").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file"
+    scalars = read_scalars(events[0].parent)
+    for tag in ("train/value_loss", "rollout/pos_err_m", "eval/crashes"):
+        assert tag in scalars, f"{tag} missing from {sorted(scalars)}"
+    assert sorted((out / "checkpoints").glob("ppo_*.zip"))
+    assert len(summary["evals"]) >= 2  # periodic + final
+    for name in ("final.zip", "best.zip"):
+        ctrl = make_controller("ppo", path=out / name)
+        assert ctrl.action_mode == "ctbr"
+        assert ctrl.normalizer is not None  # VecNormalize statistics travel in the file
+    meta = read_meta(out / "final.zip")
+    assert meta["budget"]["steps"] == summary["steps"]
+    assert summary["control_steps"] > summary["steps"]  # action_repeat 2, minus crash endings
+    assert np.all(np.asarray(meta["obs_norm"]["var"]) > 0)
+
+
+@needs_sb3
+def test_export_copies_the_best_policy_with_its_budget(smoke_run, tmp_path):
+    out, summary = smoke_run
+    dest = tmp_path / "weights" / "ppo_test.zip"
+    budget = export_policy(out, dest)
+    on_disk = json.loads(dest.with_suffix(".json").read_text())
+    assert on_disk == read_meta(dest)["budget"] == json.loads(json.dumps(budget))
+    assert on_disk["steps"] == summary["steps"] and on_disk["train_wall_s"] > 0
+    assert on_disk["policy_saved_at_steps"] == summary["best_steps"]
+    assert make_controller("ppo", path=dest).action_repeat == 2
+
+
+@needs_sb3
+def test_seeded_training_is_reproducible(tmp_path):
+    cfg = _tiny_config(total_steps=1024, eval_freq=0, checkpoint_freq=0)
+    params = []
+    for run in ("a", "b"):
+        train(cfg, tmp_path / run, progress=False)
+        model = sb3.PPO.load(tmp_path / run / "final.zip")
+        params.append([p.detach().numpy().copy() for p in model.policy.parameters()])
+    assert all(np.array_equal(a, b) for a, b in zip(*params, strict=True))
+    meta_a, meta_b = read_meta(tmp_path / "a/final.zip"), read_meta(tmp_path / "b/final.zip")
+    assert meta_a["obs_norm"] == meta_b["obs_norm"]
+
+
+@needs_sb3
+@pytest.mark.parametrize("which", ["smoke", "shipped"])
+def test_adapter_returns_valid_deterministic_actions(which, smoke_run):
+    path = smoke_run[0] / "final.zip" if which == "smoke" else None
+    ctrl = make_controller("ppo", path=path)
+    env = ResidualQuadEnv(
+        payload="heavy", wind="windy", trajectory="helix", action_mode=ctrl.action_mode
+    )
+    obs, _ = env.reset(seed=0)
+    ctrl.reset(0)
+    actions = []
+    for _ in range(200):
+        action = ctrl.policy(obs)
+        assert action.shape == (4,) and env.action_space.contains(action.astype(np.float32))
+        actions.append(action)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    # deterministic: the same observations after a reset give the same actions
+    env2 = ResidualQuadEnv(
+        payload="heavy", wind="windy", trajectory="helix", action_mode=ctrl.action_mode
+    )
+    obs, _ = env2.reset(seed=0)
+    ctrl.reset(0)
+    for expected in actions:
+        assert np.array_equal(ctrl.policy(obs), expected)
+        obs, *_ = env2.step(expected)
+    # actions are held for action_repeat control periods
+    if ctrl.action_repeat > 1:
+        assert np.array_equal(actions[0], actions[1])
+
+
+@needs_sb3
+def test_shipped_policy_is_small_documented_and_flies():
+    path = default_policy_path()
+    assert path.is_file() and path.stat().st_size <= 2 * 1024 * 1024
+    budget = json.loads(path.with_suffix(".json").read_text())
+    assert budget["steps"] > 0 and 0 < budget["train_wall_s"] <= 30 * 60
+    meta = read_meta(path)
+    assert meta["action_mode"] == budget["action_mode"]
+    assert "extra" not in meta["config"]["payloads"]
+    from residual_quad.evaluation.episode import run_episode
+
+    r = run_episode("ppo", payload="heavy", wind="windy", trajectory="figure8", seed=0)
+    assert not r.diverged and r.rmse < 0.5
+
+
+@needs_sb3
+def test_missing_and_corrupt_files_give_clear_errors(tmp_path, smoke_run):
+    missing = tmp_path / "nope.zip"
+    with pytest.raises(FileNotFoundError, match="nope.zip"):
+        make_controller("ppo", path=missing)
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"definitely not a zip archive" * 10)
+    with pytest.raises(ValueError, match="corrupt.*junk.zip"):
+        make_controller("ppo", path=junk)
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(foreign, "w") as z:
+        z.writestr("data", "{}")
+    with pytest.raises(ValueError, match="foreign.zip.*not a residual-quad PPO policy"):
+        make_controller("ppo", path=foreign)
+    # right record, broken network weights
+    broken = tmp_path / "broken.zip"
+    with zipfile.ZipFile(smoke_run[0] / "final.zip") as src, zipfile.ZipFile(broken, "w") as dst:
+        for name in src.namelist():
+            data = src.read(name)
+            dst.writestr(name, data[: len(data) // 3] if name == "policy.pth" else data)
+    with pytest.raises(ValueError, match="cannot load PPO policy .*broken.zip"):
+        make_controller("ppo", path=broken)
+    # truncated file
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes((smoke_run[0] / "final.zip").read_bytes()[:5000])
+    with pytest.raises(ValueError, match="cut.zip"):
+        make_controller("ppo", path=cut)
+
+
+def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path):
+    real = importlib.import_module
+
+    def fake_import(name, *args, **kwargs):
+        if name.startswith(("stable_baselines3", "torch")):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(ppo_mod.importlib, "import_module", fake_import)
+    with pytest.raises(ImportError, match=re_escape(INSTALL_HINT)):
+        make_controller("ppo")
+    from residual_quad.cli import main
+
+    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "64"]) == 2
+    assert not (tmp_path / "x" / "final.zip").exists()
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_config_is_strict_and_holds_extra_out():
+    with pytest.raises(ValueError, match="unknown key.*learning_rat"):
+        load_config({"learning_rat": 1e-3})
+    with pytest.raises(ValueError, match="held out"):
+        load_config({"payloads": ["none", "extra"]})
+    with pytest.raises(ValueError, match="action_mode"):
+        load_config({"action_mode": "accel"})
+    cfg = load_config("ppo", total_steps=10, seed=None)
+    assert cfg.total_steps == 10 and cfg.seed == 0 and "extra" not in cfg.payloads
+
+
+def test_features_are_heading_invariant_and_scaled():
+    env = ResidualQuadEnv(payload="light", wind="breezy", trajectory="helix")
+    obs, _ = env.reset(seed=1)
+    for _ in range(150):
+        obs, *_ = env.step(np.array([0.1, 0.1, 0.1, 0.1]))
+    f = ppo_features(obs)
+    assert f.shape == (FEATURE_DIM,) == (len(FEATURE_NAMES),) and f.dtype == np.float32
+    assert np.all(np.isfinite(f)) and np.all(np.abs(f) < 10)
+    # rotate the whole scene (vehicle and reference) about the vertical axis: same features
+    th = 0.7
+    Rz = np.array([[math.cos(th), -math.sin(th), 0], [math.sin(th), math.cos(th), 0], [0, 0, 1]])
+    rot = obs.copy()
+    for sl in (L.pos, L.vel, L.ref_pos, L.ref_vel, L.ref_acc):
+        rot[sl] = Rz @ obs[sl]
+    rot[L.rot] = (Rz @ L.rotation(obs)).ravel()
+    rot[L.ref_yaw] = math.remainder(obs[L.ref_yaw] + th, 2 * math.pi)
+    np.testing.assert_allclose(ppo_features(rot), f, atol=1e-5)
+
+
+def test_scenario_env_randomizes_and_passes_the_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    env = ScenarioEnv(["none", "heavy"], ["calm", "windy"], ["hover", "figure8"])
+    check_env(env, skip_render_check=True)
+    seen = set()
+    env.reset(seed=0)
+    for _ in range(30):
+        _, info = env.reset()
+        seen.add(info["scenario"])
+    assert len(seen) >= 6  # of 8
+    _, info = env.reset(options={"scenario": ("heavy", "windy", "figure8")})
+    assert info["payload_kg"] == 0.5 and env.inner.action_mode == "ctbr"
