@@ -148,9 +148,12 @@ def test_adapter_returns_valid_deterministic_actions(which, smoke_run):
 def test_shipped_policy_is_small_documented_and_flies():
     path = default_policy_path()
     assert path.is_file() and path.stat().st_size <= 2 * 1024 * 1024
-    budget = json.loads(path.with_suffix(".json").read_text())
-    assert budget["steps"] > 0 and 0 < budget["train_wall_s"] <= 30 * 60
     meta = read_meta(path)
+    budget = meta["budget"]  # travels inside the zip; the .json copy sits next to it in the repo
+    assert budget["steps"] > 0 and 0 < budget["train_wall_s"] <= 30 * 60
+    assert budget["n_envs"] >= 1 and budget["command"].startswith("rquad train ppo")
+    if path.with_suffix(".json").is_file():
+        assert json.loads(path.with_suffix(".json").read_text()) == budget
     assert meta["action_mode"] == budget["action_mode"]
     assert "extra" not in meta["config"]["payloads"]
     from residual_quad.evaluation.episode import run_episode
