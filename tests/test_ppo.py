@@ -257,3 +257,19 @@ def test_scenario_env_randomizes_and_passes_the_checker():
     assert len(seen) >= 6  # of 8
     _, info = env.reset(options={"scenario": ("heavy", "windy", "figure8")})
     assert info["payload_kg"] == 0.5 and env.inner.action_mode == "ctbr"
+
+
+@needs_sb3
+def test_cli_trains_from_a_yaml_and_exports(tmp_path, capsys):
+    from residual_quad import configs
+    from residual_quad.cli import main
+
+    cfg = _tiny_config(total_steps=512, eval_freq=0, checkpoint_freq=0)
+    cfg.ppo = PPOHyperparams(n_steps=256, batch_size=128, n_epochs=1)
+    yaml_path = configs.dump(cfg, tmp_path / "tiny.yaml")
+    dest = tmp_path / "exported.zip"
+    argv = ["train", "ppo", str(yaml_path), "--out", str(tmp_path / "run"), "--seed", "5"]
+    assert main([*argv, "--export", str(dest), "--no-progress"]) == 0
+    assert "steps (ctbr, 1 envs, seed 5)" in capsys.readouterr().out
+    assert load_config(tmp_path / "run" / "config.yaml").seed == 5
+    assert read_meta(dest)["budget"]["seed"] == 5 and dest.with_suffix(".json").is_file()
