@@ -28,7 +28,7 @@ setup(
     package_data={
         "residual_quad.envs": ["assets/*.xml"],
         "residual_quad.configs": ["*.yaml", "*/*.yaml"],
-        "residual_quad.controllers": ["weights/*.npz", "weights/*.zip"],
+        "residual_quad.controllers": ["weights/*.npz", "weights/*.zip", "weights/*.json"],
     },
     include_package_data=False,
     install_requires=[
