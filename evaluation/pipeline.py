@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
+from residual_quad.controllers.base import make_controller
 from residual_quad.evaluation.sweep import SweepConfig, run_sweep
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
@@ -83,6 +84,16 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
 
     print("[3/4] evaluate: the sweep matrix with the network trained above")
     s_cfg = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides)
+    notes: list[str] = []
+    usable = []
+    for name in s_cfg.controllers:
+        try:
+            make_controller(name)
+            usable.append(name)
+        except ImportError as exc:  # an optional extra is missing: say so, fly the rest
+            print(f"      {name} left out: {exc}")
+            notes.append(f"`{name}` was not evaluated: {exc}")
+    s_cfg = dataclasses.replace(s_cfg, controllers=usable)
     options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
     for name in RESIDUAL_CONTROLLERS:
         if name in s_cfg.controllers:
@@ -106,6 +117,8 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
         "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
         "`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`."
     )
+    if notes:
+        section += "\n\n" + "\n".join(f"- {n}" for n in notes)
     report = write_report(rows, out, figs, extra_sections=[section])
     print(f"report: {report} ({total:.0f} s)")
     return report

@@ -92,6 +92,22 @@ def source_comparison(main: Table) -> Table | None:
     return Table("source_comparison", "Measured vs the source document (RMSE, m)", headers, body)
 
 
+def ppo_budget_note() -> str:
+    """The shipped PPO policy's training budget, to be read next to its numbers."""
+    try:
+        from residual_quad.controllers.ppo import default_policy_path, read_meta
+
+        b = read_meta(default_policy_path())["budget"]
+    except Exception as exc:  # the note is informative; never fail a report over it
+        return f"PPO training budget: unavailable ({exc})."
+    return (
+        f"**PPO** (`ppo`, the shipped policy) was trained for {b['steps']:,} policy steps "
+        f"({b['control_steps']:,} control periods) in {b['train_wall_s'] / 60:.1f} min on "
+        f"{b['cpu_count']} cores ({b['action_mode']} actions, seed {b['seed']}); the model-based "
+        "controllers need no training except the residual network's few seconds."
+    )
+
+
 def write_report(
     rows: list[dict[str, Any]],
     out_dir: str | Path,
@@ -121,6 +137,8 @@ def write_report(
         lines += [f"| {a} | {b} | {c} | {'met' if ok else '**missed**'} |"
                   for a, b, c, ok in checks]  # fmt: skip
         lines.append("")
+    if any(r["controller"] == "ppo" for r in rows):
+        lines += [ppo_budget_note(), ""]
     for section in extra_sections or []:
         lines += [section.strip(), ""]
     lines += ["## Tables", ""]
