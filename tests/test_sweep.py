@@ -138,7 +138,8 @@ def test_tables_are_computed_from_rows_only(tmp_path):
     assert hover[2] == pytest.approx(analytic) and hover[4] == pytest.approx(0.125 / analytic)
     cost = {(r[0], r[1]): r for r in tables["control_cost"].rows}[("heavy", "calm")]
     assert cost[2] == pytest.approx(105.0) and cost[3] == pytest.approx(110.0)
-    assert cost[4] == pytest.approx((110.0 - 105.0) / 105.0 * 100)
+    assert cost[4] == pytest.approx((110.0 - 105.0) / 105.0 * 100)  # the source's trackers
+    assert cost[5] == pytest.approx((110.0 - 105.0) / 105.0 * 100)  # all (the same two here)
     div = {r[0]: r for r in tables["divergence"].rows}
     assert div["pid"][2] == 1 and div["geo"][2] == 0
 

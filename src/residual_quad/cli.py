@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -21,6 +22,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.evaluation.stick_cli",  # stick
     "residual_quad.evaluation.stress",  # stress
 )
+
+
+def _headless_gl() -> None:
+    """Render off-screen (EGL) unless the user chose a GL backend or has a display."""
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rquad`` console script."""
+    _headless_gl()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
