@@ -271,7 +271,7 @@ def residual_learning(
 
 def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
                      wind: str = "windy", trajectory: str = "helix", seconds: float = 8.0,
-                     fps: int = 20) -> Path | None:  # fmt: skip
+                     fps: int = 10) -> Path | None:  # fmt: skip
     """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
     import os
 
@@ -303,9 +303,18 @@ def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
     except Exception as exc:  # no OpenGL context on this machine
         print(f"flight animation skipped: rendering is not available here ({exc})")
         return None
+    from PIL import ImageDraw
+
     n = min(len(f) for f in frames_per.values())
-    tiles = [np.concatenate([frames_per[c][i] for c in controllers], axis=1) for i in range(n)]
-    images = [Image.fromarray(t) for t in tiles]
+    images = []
+    for i in range(n):
+        img = Image.fromarray(np.concatenate([frames_per[c][i] for c in controllers], axis=1))
+        draw = ImageDraw.Draw(img)
+        for j, name in enumerate(controllers):
+            draw.text((8 + 320 * j, 6), name, fill=(255, 255, 255))
+        draw.text((8, 224), f"{payload} payload, {wind}, {trajectory}  t = {i / fps:4.1f} s",
+                  fill=(255, 255, 255))  # fmt: skip
+        images.append(img)
     path = out / "flight.gif"
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
     return path
