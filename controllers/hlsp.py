@@ -390,14 +390,13 @@ class HLSPSolver:
                 self._plans.clear()
             plan = _DaqpPlan(np.concatenate([lv.A for lv in levs]), [s[0][0] for s in sig])
             self._plans[sig] = plan
-        m = plan.m
         try:
-            np.concatenate(As, axis=0, out=plan.A_ext[:m])
-            np.concatenate(Bs, out=plan.B_raw[: 2 * m])
+            np.concatenate(As, axis=0, out=plan.A_all)
+            np.concatenate(Bs, out=plan.B_all)
         except (TypeError, ValueError):  # e.g. complex or object arrays
             return None
-        if not plan.matches(plan.A_ext[:m]):
-            new = _DaqpPlan(plan.A_ext[:m], [s[0][0] for s in sig])
+        if not plan.matches():
+            new = _DaqpPlan(plan.A_all, [s[0][0] for s in sig])
             new.A_ext[:] = plan.A_ext
             new.B_raw[:] = plan.B_raw
             plan = self._plans[sig] = new
@@ -817,22 +816,29 @@ class _DaqpPlan:
         self.b_gather[1, ns:][need] = 2 * m
         self.slacked = need.tolist()
         self.A_ext = np.zeros((m + 1, n))
+        self.A_all = self.A_ext[:m]
+        self.nz = np.zeros((m, n), dtype=bool)
+        self.sq = np.zeros((m, n))
         self.B_raw = np.zeros(2 * m + 1)
+        self.B_all = self.B_raw[: 2 * m]
         self.Abig = np.zeros((ns + m, n + ns))
         self.Abig[np.arange(ns), n + np.arange(ns)] = -1.0
         self.Abig[ns + sl, n + np.arange(ns)] = 1.0
         self.sense = np.zeros(ns + m, dtype=c_int)
+        self.sense_levels = self.sense[ns:]
+        self.Abig_x = self.Abig[:, :n]
         bp = np.cumsum([ns, *sizes]).astype(c_int)
         self.bp = bp if ns else bp[1:]
         self.no_hint = [INACTIVE] * m
         # multipliers / KKT check: rows of the levels strictly above level l
         self.above = np.arange(m)[None, :] < self.offsets[:-1, None]
 
-    def matches(self, A_all: np.ndarray) -> bool:
-        """Whether ``A_all`` has this plan's slack structure (exactly ``_needs_slack``'s test)."""
-        if (A_all != 0).tobytes() != self.pattern:
+    def matches(self) -> bool:
+        """Whether the rows now in ``A_all`` have this plan's slack structure (exactly
+        ``_needs_slack``'s test)."""
+        if np.not_equal(self.A_all, 0.0, out=self.nz).tobytes() != self.pattern:
             return False
-        vals = A_all.take(self.single_flat)
+        vals = self.A_all.take(self.single_flat)
         if vals.tobytes() == self.single_vals:
             return True
         return _unit_values_ok(vals).tobytes() == self.single_ok
@@ -865,16 +871,13 @@ def _level_arrays(
     return As, Bs, tuple(sig)
 
 
-_DAQP: list = []
+def _daqp_solve(*args: object, **kwargs: object) -> tuple:
+    """``daqp.solve`` (imported on first use; rebinds itself to the compiled function)."""
+    global _daqp_solve
+    import daqp
 
-
-def _daqp_module():  # noqa: ANN202 - the compiled module
-    """The ``daqp`` module (imported once)."""
-    if not _DAQP:
-        import daqp
-
-        _DAQP.append(daqp)
-    return _DAQP[0]
+    _daqp_solve = daqp.solve
+    return daqp.solve(*args, **kwargs)
 
 
 _GELSD_WORK: dict[tuple[int, int], tuple[int, int]] = {}
@@ -917,11 +920,11 @@ def _prepared_daqp(
     :func:`kkt_ok`: the per-row tolerance logic runs on Python floats (the same IEEE operations
     in the same order; cheaper than a dozen numpy calls on a few rows), the bulk work in numpy.
     """
-    m, n, ns = plan.m, plan.n, plan.ns
-    A_all = plan.A_ext[:m]
+    m, n = plan.m, plan.n
+    A_all = plan.A_all
     Bl = plan.B_raw.tolist()
     up, lo = Bl[:m], Bl[m : 2 * m]
-    rn2 = np.add.reduce(A_all * A_all, axis=1).tolist()
+    rn2 = np.add.reduce(np.multiply(A_all, A_all, out=plan.sq), axis=1).tolist()
     inf, big, sqrt = math.inf, _INF, math.sqrt
     bases: list[float] = []
     eqs: list[bool] = []
@@ -940,15 +943,15 @@ def _prepared_daqp(
         )
         bases.append(base)
         eqs.append(u - l <= tol * base * 1e-3)
-        if u > big or l < -big or u < -big or l > big:
+        if u > big or l < -big:  # (l <= u covers the other two cases)
             clip = True
         # DAQP equality: clipped bounds equal (slack rows are always 0 = 0)
         sense.append((_SENSE_EQ if slk or u == l or l >= big or u <= -big else _SENSE_INEQ)[h])
     Bc = np.clip(plan.B_raw, -_INF, _INF) if clip else plan.B_raw
     G = Bc.take(plan.b_gather)
-    plan.A_ext.take(plan.row_gather, axis=0, out=plan.Abig[:, :n], mode="wrap")
-    plan.sense[ns:] = sense
-    z, _, exitflag, info = _daqp_module().solve(
+    plan.A_ext.take(plan.row_gather, axis=0, out=plan.Abig_x, mode="wrap")
+    plan.sense_levels[:] = sense
+    z, _, exitflag, info = _daqp_solve(
         None,
         None,
         plan.Abig,
