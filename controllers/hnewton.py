@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -193,6 +194,28 @@ class StepResult:
     augmented: list[bool]
     result: HLSPResult
     errors: list[np.ndarray] = field(default_factory=list)  # e_l(q) before the step
+
+
+def level_factor(solver: Any, li: int, ev: list, lam: Any, n: int) -> np.ndarray:
+    """The factor ``R_l`` of level ``li``'s augmentation for ``solver.p.method``.
+
+    ``lm``: ``μ·I``; ``bfgs``: Cholesky factor of the (symmetrized) quasi-Newton matrix
+    ``solver.B[li]`` (eigenvalue-clamped if it is not positive definite); ``newton``: the clamped
+    factor of ``solver.hierarchical_hessian(ev, lam, li)``, or ``√ε·I`` before any multipliers.
+    Shared by the generic :class:`HierarchicalNewton` and the quadrotor's thrust-vector step.
+    """
+    p = solver.p
+    if p.method == "lm":
+        return p.lm_mu * np.eye(n)
+    if p.method == "bfgs":
+        B = 0.5 * (solver.B[li] + solver.B[li].T)
+        try:
+            return np.linalg.cholesky(B).T
+        except np.linalg.LinAlgError:
+            return clamp_factor(B, p.eps)
+    if lam is None:
+        return math.sqrt(p.eps) * np.eye(n)
+    return clamp_factor(solver.hierarchical_hessian(ev, lam, li), p.eps)
 
 
 def damped_bfgs_update(B: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -373,19 +396,7 @@ class HierarchicalNewton:
             self.B[li] = damped_bfgs_update(self.B[li], s, y)
 
     def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
-        m = self.p.method
-        if m == "lm":
-            return self.p.lm_mu * np.eye(self.n)
-        if m == "bfgs":
-            B = 0.5 * (self.B[li] + self.B[li].T)
-            try:
-                return np.linalg.cholesky(B).T
-            except np.linalg.LinAlgError:
-                return clamp_factor(B, self.p.eps)
-        # newton
-        if lam is None:
-            return math.sqrt(self.p.eps) * np.eye(self.n)
-        return clamp_factor(self.hierarchical_hessian(ev, lam, li), self.p.eps)
+        return level_factor(self, li, ev, lam, self.n)
 
     def _switch_on(self, w_norm: float) -> bool:
         p = self.p

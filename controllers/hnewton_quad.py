@@ -47,10 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
+from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, to_rotor_action
 from residual_quad.controllers.hlsp_fast import BoxHLSP, BoxHLSPResult
-from residual_quad.controllers.hnewton import METHODS, clamp_factor, damped_bfgs_update
+from residual_quad.controllers.hnewton import (
+    METHODS,
+    damped_bfgs_update,
+    level_factor,
+)
+from residual_quad.controllers.trackers import Tracker
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -62,8 +67,6 @@ __all__ = [
     "ThrustVectorNewton",
     "thrust_vector_tasks",
 ]
-
-_ZERO3 = np.zeros(3)
 
 
 # --------------------------------------------------------------------------- thrust-vector tasks
@@ -241,18 +244,7 @@ class ThrustVectorNewton:
         return 0.5 * (Hs + Hs.T)
 
     def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
-        m = self.p.method
-        if m == "lm":
-            return self.p.lm_mu * np.eye(3)
-        if m == "bfgs":
-            B = 0.5 * (self.B[li] + self.B[li].T)
-            try:
-                return np.linalg.cholesky(B).T
-            except np.linalg.LinAlgError:
-                return clamp_factor(B, self.p.eps)
-        if lam is None:
-            return math.sqrt(self.p.eps) * np.eye(3)
-        return clamp_factor(self.hierarchical_hessian(ev, lam, li), self.p.eps)
+        return level_factor(self, li, ev, lam, 3)
 
     def _bfgs_update(self, q: np.ndarray, ev: list) -> None:
         if self.prev_q is None or self.prev_J is None or self.lam is None:
@@ -363,7 +355,7 @@ class PrioritizedAllocator:
 
 
 # --------------------------------------------------------------------------- controllers
-class HNewtonTracker:
+class HNewtonTracker(Tracker):
     """``hnewton``: position PD + feed-forward → thrust-vector Newton step → attitude PD →
     prioritized allocation (see the module docstring).
 
@@ -376,7 +368,6 @@ class HNewtonTracker:
         **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...).
     """
 
-    action_mode = "rotor"
     name = "hnewton"
 
     def __init__(
@@ -389,15 +380,11 @@ class HNewtonTracker:
         attitude: AttitudeGains | None = None,
         **params: Any,
     ):
-        self.context = context or ControlContext()
-        self.airframe = self.context.airframe
-        self.dt = self.context.control_dt
-        self.kp, self.kd = float(kp), float(kd)
+        context = context or ControlContext()
         self.params = HNewtonQuadParams(method=method, **params)
-        self.newton = ThrustVectorNewton(self.airframe, self.dt, self.params)
-        self.alloc = PrioritizedAllocator(self.airframe)
-        self._inner = InnerLoop(self.airframe, attitude)  # the shared geometric attitude PD
-        self.reset()
+        self.newton = ThrustVectorNewton(context.airframe, context.control_dt, self.params)
+        self.alloc = PrioritizedAllocator(context.airframe)
+        super().__init__(context, kp=kp, kd=kd, attitude=attitude)  # shared gains and attitude PD
 
     @property
     def method(self) -> str:
@@ -405,24 +392,17 @@ class HNewtonTracker:
 
     def reset(self, seed: int | None = None) -> None:
         """Restore the initial state: thrust vector at nominal hover, no memories."""
+        super().reset(seed)
         self.q = np.array([self.airframe.hover_thrust, 0.0, 0.0])
         self.qdot = np.zeros(3)
         self.newton.reset()
         self.alloc.reset()
-        self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's desired acceleration
-        self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.last_thrust = self.airframe.hover_thrust  # N
-
-    # -- hook ----------------------------------------------------------------------------------
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        """Estimated residual acceleration Δâ (world, m/s²); zero for ``hnewton``."""
-        return _ZERO3
 
     # -- interface -----------------------------------------------------------------------------
     def policy(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
-        a_cmd = obs[L.ref_acc] + self.kp * (obs[L.ref_pos] - obs[L.pos])
-        a_cmd += self.kd * (obs[L.ref_vel] - obs[L.vel])
+        a_cmd = self.desired_accel(obs, obs[L.ref_pos] - obs[L.pos], obs[L.ref_vel] - obs[L.vel])
         est = self.residual_world(obs, R, a_cmd)
         self.last_residual = est
         ax, ay, az = (a_cmd - est).tolist()
@@ -451,7 +431,7 @@ class HNewtonTracker:
         thrust = float(self.q[0]) * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
         thrust = min(max(thrust, 0.0), frame.max_thrust)
         self.last_thrust = thrust
-        torque = self._inner.attitude_torque(r, omega_b, b3, yaw_des, float(yaw_rate_des))
+        torque = self.inner.attitude_torque(r, omega_b, b3, yaw_des, float(yaw_rate_des))
         return self.alloc(thrust, torque)
 
 
