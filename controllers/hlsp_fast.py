@@ -280,13 +280,7 @@ class BoxHLSP:
                     return None, k
                 box = np.zeros(n)
                 box[fixed] = lam[: fixed.size]
-            row = [box]
-            k = fixed.size
-            for sz in sizes[1:]:
-                row.append(lam[k : k + sz].copy())
-                k += sz
-            row.append(w)
-            mult.append(row)
+            mult.append(_level_row(box, lam, fixed.size, sizes, w))
             rows.append(A)
             sizes.append(A.shape[0])
         return mult, -1
@@ -388,6 +382,20 @@ def _lex_less(a: list[float], b: list[float], tol: float) -> bool:
     return False
 
 
+def _level_row(
+    box: np.ndarray, lam: np.ndarray, n_fixed: int, sizes: list[int], w: np.ndarray
+) -> list[np.ndarray]:
+    """One level subproblem's multipliers: the box's, each higher level's rows (split out of
+    the stacked ``lam`` after the ``n_fixed`` box entries) and the level's own slack ``w``."""
+    row = [box]
+    k = n_fixed
+    for sz in sizes[1:]:
+        row.append(lam[k : k + sz].copy())
+        k += sz
+    row.append(w)
+    return row
+
+
 def _min_norm_multipliers(
     x: np.ndarray,
     face: np.ndarray,
@@ -406,13 +414,7 @@ def _min_norm_multipliers(
         lam = np.linalg.lstsq(B.T, -(A.T @ w), rcond=None)[0] if B.shape[0] else np.zeros(0)
         box = np.zeros(n)
         box[fixed] = lam[: fixed.size]
-        row = [box]
-        k = fixed.size
-        for sz in sizes[1:]:
-            row.append(lam[k : k + sz].copy())
-            k += sz
-        row.append(w)
-        mult.append(row)
+        mult.append(_level_row(box, lam, fixed.size, sizes, w))
         rows.append(A)
         sizes.append(A.shape[0])
     return mult
