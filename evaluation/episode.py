@@ -112,10 +112,10 @@ def run_episode(
     t = np.empty(n)
     pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
     thr = np.empty((n, 4))
-    tilt = np.empty(n)
+    cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
     t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
     thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
-    tilt[0] = np.arccos(np.clip(obs[14], -1.0, 1.0))
+    cos_tilt[0] = obs[14]
     k = 0
     termination = None
     while True:
@@ -124,7 +124,7 @@ def run_episode(
         k += 1
         t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
         thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
-        tilt[k] = np.arccos(np.clip(obs[14], -1.0, 1.0))
+        cos_tilt[k] = obs[14]
         if callback is not None:
             callback(k, obs, action, info)
         if terminated or truncated:
@@ -146,7 +146,7 @@ def run_episode(
         pos=pos[sl].copy(),
         ref=ref[sl].copy(),
         thrusts=thr[sl].copy(),
-        tilt=tilt[sl].copy(),
+        tilt=np.arccos(np.clip(cos_tilt[sl], -1.0, 1.0)),
         residual_true=res[sl].copy(),
         wind=wnd[sl].copy(),
     )
