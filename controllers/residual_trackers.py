@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.configs import from_dict, load_yaml_config
+from residual_quad.configs import from_dict, load_yaml_config, shipped
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual import (
@@ -41,8 +41,7 @@ from residual_quad.controllers.residual import (
 from residual_quad.controllers.rls import LastLayerRLS, RLSConfig
 from residual_quad.controllers.trackers import GeoTracker
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-DEFAULT_CONFIG = CONFIG_DIR / "residual.yaml"
+DEFAULT_CONFIG = shipped("residual")
 MEASUREMENT_SOURCES = ("velocity", "imu")
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from residual_quad.configs import load_yaml_config
+from residual_quad.configs import load_yaml_config, shipped
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual import (
     FEATURE_NAMES,
@@ -38,13 +38,12 @@ from residual_quad.controllers.residual import (
     features_from_obs,
     measured_residual,
 )
-from residual_quad.controllers.residual_trackers import CONFIG_DIR
 from residual_quad.controllers.trackers import GeoTracker
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.trajectories import TRAJECTORIES
 
-DEFAULT_CONFIG = CONFIG_DIR / "collect.yaml"
+DEFAULT_CONFIG = shipped("collect")
 DATASET_VERSION = 1
 
 

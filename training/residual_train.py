@@ -25,11 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.configs import load_yaml_config
+from residual_quad.configs import load_yaml_config, shipped
 from residual_quad.controllers.residual import N_FEATURES, OUTPUT_NAMES, Adam, ResidualMLP
-from residual_quad.controllers.residual_trackers import CONFIG_DIR
 
-DEFAULT_CONFIG = CONFIG_DIR / "train_residual.yaml"
+DEFAULT_CONFIG = shipped("train_residual")
 
 
 @dataclass(frozen=True)
