@@ -6,12 +6,24 @@ nothing generic like ``envs`` or ``controllers`` lands in site-packages. The sma
 lives in ``src/residual_quad`` (its ``__init__`` registers the Gymnasium environment).
 """
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 SUBPACKAGES = ("envs", "controllers", "training", "evaluation", "configs")
 
 package_dir = {"residual_quad": "src/residual_quad"}
 package_dir.update({f"residual_quad.{name}": name for name in SUBPACKAGES})
+
+
+def discover_packages() -> list[str]:
+    """Every folder with an ``__init__.py`` under the mapped folders, so a new subpackage can never
+    be silently left out of the install (``tests/test_packaging.py`` checks this)."""
+    found = ["residual_quad"]
+    found += [f"residual_quad.{p}" for p in find_packages("src/residual_quad")]
+    for name in SUBPACKAGES:
+        found.append(f"residual_quad.{name}")
+        found += [f"residual_quad.{name}.{p}" for p in find_packages(name)]
+    return found
+
 
 setup(
     name="residual-quad",
@@ -23,7 +35,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["residual_quad", *(f"residual_quad.{name}" for name in SUBPACKAGES)],
+    packages=discover_packages(),
     package_dir=package_dir,
     package_data={
         "residual_quad.envs": ["assets/*.xml"],
