@@ -7,12 +7,10 @@ that a busy second core does not skew them; ratios are always taken within one r
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 SECTIONS: dict[str, str] = {
     "plant": "residual_quad.evaluation.bench_plant:run",
@@ -73,21 +71,3 @@ def format_rows(rows: list[BenchRow]) -> str:
         ratio = f"{r.ratio:6.2f}x {r.ratio_to}" if r.ratio is not None else ""
         lines.append(f"{r.section:<8} {r.name:<46} {r.median_us:8.2f} us {ratio:>14}  {r.target}")
     return "\n".join(lines)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    sections = args.sections.split(",") if args.sections else None
-    rows = run_bench(sections, quick=args.quick)
-    if args.json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
-    else:
-        print(format_rows(rows))
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="micro-benchmarks (medians and ratios, one run)")
-    p.add_argument("--sections", default="", help=f"comma list of {sorted(SECTIONS)}")
-    p.add_argument("--quick", action="store_true", help="fewer repetitions")
-    p.add_argument("--json", action="store_true", help="print rows as JSON")
-    p.set_defaults(func=_cmd)

@@ -158,3 +158,17 @@ def write_report(
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report
+
+
+def report_from_rows(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
+    """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone."""
+    from residual_quad.evaluation.figures import make_figures
+    from residual_quad.evaluation.sweep import read_rows
+
+    rows = read_rows(run_dir)
+    if not rows:
+        raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
+    figs = make_figures(rows, run_dir, run_dir / "figures", training, animation=animation)
+    path = write_report(rows, run_dir, figs)
+    print(f"report: {path}")
+    return path

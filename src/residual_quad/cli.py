@@ -1,7 +1,7 @@
 """The ``rquad`` command line.
 
-Each subcommand lives next to the code it drives and exposes ``register(subparsers)``, which adds
-its parser and sets ``func`` (called with the parsed namespace, returns an exit code). Adding a
+Each subcommand lives in :mod:`residual_quad.commands` and exposes ``register(subparsers)``, which
+adds its parser and sets ``func`` (called with the parsed namespace, returns an exit code). Adding a
 command is one line in ``COMMAND_MODULES``.
 """
 
@@ -14,13 +14,13 @@ import sys
 from collections.abc import Sequence
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "residual_quad.evaluation.cli_eval",  # demo, eval
-    "residual_quad.evaluation.cli_sweep",  # sweep, report
-    "residual_quad.evaluation.pipeline",  # pipeline
-    "residual_quad.evaluation.bench",  # bench
-    "residual_quad.training.cli",  # collect, train
+    "residual_quad.commands.eval",  # demo, eval
+    "residual_quad.commands.sweep",  # sweep, report
+    "residual_quad.commands.pipeline",  # pipeline
+    "residual_quad.commands.bench",  # bench
+    "residual_quad.commands.train",  # collect, train
     "residual_quad.evaluation.stick_cli",  # stick
-    "residual_quad.evaluation.stress",  # stress
+    "residual_quad.commands.stress",  # stress
 )
 
 

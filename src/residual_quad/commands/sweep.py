@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from residual_quad import configs
-from residual_quad.evaluation.sweep import BACKENDS, SweepConfig, read_rows, run_sweep
+from residual_quad.evaluation.report import report_from_rows
+from residual_quad.evaluation.sweep import BACKENDS, SweepConfig, run_sweep
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -30,27 +31,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged), "
           f"{time.perf_counter() - t0:.1f} s wall")  # fmt: skip
     if not args.no_report:
-        _report(Path(args.out), animation=False)
+        report_from_rows(Path(args.out), animation=False)
     return 0
-
-
-def _report(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
-    from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.report import write_report
-
-    rows = read_rows(run_dir)
-    if not rows:
-        raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
-    figs = make_figures(rows, run_dir, run_dir / "figures", training, animation=animation)
-    path = write_report(rows, run_dir, figs)
-    print(f"report: {path}")
-    return path
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     training = {k: Path(v) for k, v in (("logdir", args.train_logdir),
                 ("dataset", args.dataset), ("weights", args.weights)) if v}  # fmt: skip
-    _report(Path(args.run_dir), animation=not args.no_animation, training=training)
+    report_from_rows(Path(args.run_dir), animation=not args.no_animation, training=training)
     return 0
 
 

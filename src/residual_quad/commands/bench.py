@@ -1,0 +1,27 @@
+"""``rquad bench``: micro-benchmarks that print medians and ratios measured side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from residual_quad.evaluation.bench import SECTIONS, format_rows, run_bench
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    sections = args.sections.split(",") if args.sections else None
+    rows = run_bench(sections, quick=args.quick)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        print(format_rows(rows))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="micro-benchmarks (medians and ratios, one run)")
+    p.add_argument("--sections", default="", help=f"comma list of {sorted(SECTIONS)}")
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.add_argument("--json", action="store_true", help="print rows as JSON")
+    p.set_defaults(func=_cmd)

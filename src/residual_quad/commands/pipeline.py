@@ -1,0 +1,32 @@
+"""``rquad pipeline``: collect → train → evaluate → tables/figures → ``report.md``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from residual_quad import configs
+from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    base = QUICK if args.quick else PipelineConfig()
+    if args.config:
+        base = configs.load(PipelineConfig, args.config)
+    if args.workers is not None:
+        base = dataclasses.replace(base, workers=args.workers)
+    if args.no_animation:
+        base = dataclasses.replace(base, animation=False)
+    run_pipeline(base, args.out, resume=args.resume)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pipeline", help="collect → train → evaluate → report.md, one command")
+    p.add_argument("--out", default="outputs/pipeline", help="output folder")
+    p.add_argument("--quick", action="store_true", help="smoke profile (a couple of minutes)")
+    p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
+    p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
+    p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.set_defaults(func=_cmd)
