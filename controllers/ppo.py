@@ -182,7 +182,7 @@ class PPOController:
         device: torch device for inference (``"cpu"``).
 
     ``action_mode`` is the mode the policy was trained in: fly it in an env made with the same
-    ``action_mode`` (:func:`residual_quad.evaluation.episode.run_episode` does this by itself) and
+    ``action_mode`` (:func:`residual_quad.episode.run_episode` does this by itself) and
     the other ``env_kwargs`` it was trained with (``{}`` for the shipped policy). The policy acts
     every ``action_repeat`` control periods and holds its action in between (zero-order hold), so
     :meth:`reset` must be called at the start of each episode.

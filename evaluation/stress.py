@@ -1,11 +1,12 @@
 """Stress scenarios: what happens outside the nominal envelope (``rquad stress``).
 
-Three groups (issue 6, ``configs/stress.yaml``): (a) take-off with a large heading error (the
-source document's 90°-yaw-start flip), (b) references beyond the thrust/tilt envelope (fast
-figure-8 with the ``extra`` payload, large position steps) and (c) strong gusts. Every
-controller flies every scenario for every seed through :func:`run_episode`; a row per run goes to
-``rows.jsonl`` and the summary table (crash rate, flips, max tilt, RMSE) to ``stress.md``, with a
-figure of the max tilt and the tilt time series of the first seed.
+Three groups (``configs/stress.yaml``): (a) take-off with a large heading error (the
+90°-yaw-start flip of [RES §9]), (b) references beyond the thrust/tilt envelope (fast
+figure-8 with the ``extra`` payload, large position steps) and (c) strong gusts. A stress study is
+a sweep variant: every scenario × controller × seed is a :class:`~residual_quad.evaluation.sweep.
+RunSpec` flown by the sweep engine (atomic, fsynced, resumable rows in ``rows.jsonl``); the
+summary table (crash rate, flips, max tilt, RMSE) goes to ``stress.md``, with a figure of the max
+tilt and the tilt time series of the first seed.
 
 Outcomes: a *crash* is a physical end of the flight (tilt beyond 90°, floor contact faster than the
 crash speed, non-finite state); *lost* is the env's other termination, a position error beyond
@@ -16,9 +17,8 @@ episode. RMSE is computed after 3 s over the runs that survived.
 
 from __future__ import annotations
 
-import json
 import math
-import time
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +26,20 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.base import ControlContext, available_controllers, make_controller
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.evaluation.episode import EpisodeResult, run_episode
+from residual_quad.evaluation.sweep import (
+    SERIES_DIR,
+    Job,
+    RunSpec,
+    SweepConfig,
+    fly,
+    parse_label,
+    run_one,
+    run_rows,
+)
 
 GROUPS = ("yaw", "envelope", "gust")
-ROWS_FILE = "rows.jsonl"
+CONFIG_FILE = "stress_config.yaml"
 LOST = ("position_error",)  # terminations that are not a physical crash
 FLIP_TILT = math.pi / 2  # rad, a run whose tilt exceeded this was upside down
 
@@ -80,18 +88,24 @@ class StressScenario:
         if not isinstance(self.wind, str) and len(self.wind) != 2:
             raise ValueError(f"scenario {self.name}: wind is a level name or [mean, sigma]")
 
-    def env_kwargs(self) -> dict[str, Any]:
-        """``run_episode`` keyword arguments of this scenario (without seed and controller)."""
+    def spec(self, controller: str, seed: int, episode_s: float) -> RunSpec:
+        """The run of ``controller`` (a label) in this scenario."""
         assert isinstance(self.trajectory, TrajectorySpec)
-        return {
-            "trajectory": self.trajectory.build(),
-            "payload": self.payload,
-            "wind": self.wind if isinstance(self.wind, str) else tuple(float(v) for v in self.wind),
-            "reset_options": {
-                "yaw_offset": math.radians(self.yaw_offset_deg),
-                "position_offset": [float(v) for v in self.position_offset],
-            },
-        }
+        return RunSpec(
+            controller,
+            payload=self.payload,
+            wind=self.wind if isinstance(self.wind, str) else tuple(float(v) for v in self.wind),
+            trajectory=self.trajectory.name,
+            seed=int(seed),
+            trajectory_params=tuple(self.trajectory.params.items()),
+            reset_options=(
+                ("yaw_offset", math.radians(self.yaw_offset_deg)),
+                ("position_offset", [float(v) for v in self.position_offset]),
+            ),
+            episode_s=self.episode_s or episode_s,
+            scenario=self.name,
+            group=self.group,
+        )
 
 
 @dataclass
@@ -112,32 +126,28 @@ class StressConfig:
             raise ValueError("scenario names must be unique")
 
 
-def parse_label(label: str) -> tuple[str, dict[str, Any]]:
-    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
-    name, _, method = label.partition(":")
-    if name not in available_controllers():
-        raise ValueError(
-            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
-        )
-    if method and not name.startswith("hnewton"):
-        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
-    return name, ({"method": method} if method else {})
-
-
 def load_stress_config(source: str | Path | dict[str, Any] | None = "stress") -> StressConfig:
     """Read a stress YAML (path or shipped name; strict: unknown keys are errors)."""
     return configs.load(StressConfig, source)
 
 
-def _row(label: str, scn: StressScenario, seed: int, res: EpisodeResult) -> dict[str, Any]:
+def stress_row(
+    spec: RunSpec, options: dict[str, Any] | None = None, series_dir: str | None = None
+) -> dict[str, Any]:
+    """Fly one stress run and return its row; the tilt series goes to ``series_dir`` if given."""
+    res = fly(spec, controller_options=options)
+
     def fin(x: float) -> float | None:
         return float(x) if math.isfinite(x) else None
 
+    if series_dir is not None:
+        np.save(Path(series_dir) / f"{_safe(spec.run_id)}.npy", np.column_stack([res.t, res.tilt]))
     return {
-        "controller": label,
-        "scenario": scn.name,
-        "group": scn.group,
-        "seed": int(seed),
+        "run_id": spec.run_id,
+        "controller": spec.controller,
+        "scenario": spec.scenario,
+        "group": spec.group,
+        "seed": spec.seed,
         "crashed": bool(res.diverged) and res.termination not in LOST,
         "lost": bool(res.diverged) and res.termination in LOST,
         "survived": not res.diverged,
@@ -151,51 +161,52 @@ def _row(label: str, scn: StressScenario, seed: int, res: EpisodeResult) -> dict
     }
 
 
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
+
+
 def run_stress(
     cfg: StressConfig,
     out_dir: str | Path | None = None,
     *,
+    resume: bool = False,
+    workers: int | None = None,
     progress: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], np.ndarray]]:
-    """Fly every (scenario, controller, seed); returns the rows and the tilt series (rad) of the
-    first seed per (scenario, controller). Rows are appended to ``out_dir/rows.jsonl``."""
-    rows: list[dict[str, Any]] = []
-    series: dict[tuple[str, str], np.ndarray] = {}
-    fh = None
+    """Fly every (scenario, controller, seed) with the sweep engine.
+
+    Rows go to ``out_dir/rows.jsonl`` (atomic, fsynced, ``resume`` skips finished runs) and come
+    back in the config's order; the second value holds the tilt series (t, rad) of the first seed
+    per (scenario, controller), saved under ``out_dir/series`` (empty without ``out_dir``).
+    """
+    series_dir = None
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        configs.dump(cfg, out / "stress_config.yaml")
-        fh = open(out / ROWS_FILE, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
-    try:
+        series_dir = Path(out_dir) / SERIES_DIR
+        series_dir.mkdir(parents=True, exist_ok=True)
+    jobs: dict[str, Job] = {}
+    for scn in cfg.scenarios:
+        for label in cfg.controllers:
+            for i, seed in enumerate(cfg.seeds):
+                spec = scn.spec(label, seed, cfg.episode_s)
+                keep = str(series_dir) if series_dir is not None and i == 0 else None
+                jobs[spec.run_id] = (stress_row, (spec, cfg.controller_options.get(label), keep))
+    rows = run_rows(
+        jobs,
+        out_dir,
+        config=cfg,
+        config_file=CONFIG_FILE,
+        resume=resume,
+        workers=workers,
+        progress=progress,
+        desc="stress",
+    )
+    series: dict[tuple[str, str], np.ndarray] = {}
+    if series_dir is not None:
         for scn in cfg.scenarios:
-            kw = scn.env_kwargs()
-            episode_s = scn.episode_s or cfg.episode_s
             for label in cfg.controllers:
-                name, opts = parse_label(label)
-                opts = {**opts, **cfg.controller_options.get(label, {})}
-                ctrl = make_controller(name, ControlContext(), **opts)
-                for i, seed in enumerate(cfg.seeds):
-                    t0 = time.perf_counter()
-                    res = run_episode(ctrl, seed=int(seed), episode_s=episode_s, **kw)
-                    row = _row(label, scn, seed, res)
-                    rows.append(row)
-                    if i == 0:
-                        series[(scn.name, label)] = np.column_stack([res.t, res.tilt])
-                    if fh is not None:
-                        fh.write(json.dumps(row) + "\n")
-                        fh.flush()
-                    if progress:
-                        state = row["termination"] or "ok"
-                        print(
-                            f"{scn.name:<26} {label:<16} seed {seed}: {state:<14} "
-                            f"tilt {row['max_tilt_deg']:6.1f}°  rmse {row['rmse']}  "
-                            f"({time.perf_counter() - t0:.1f} s)",
-                            flush=True,
-                        )
-    finally:
-        if fh is not None:
-            fh.close()
+                path = series_dir / f"{_safe(scn.spec(label, cfg.seeds[0], 0).run_id)}.npy"
+                if path.exists():
+                    series[(scn.name, label)] = np.load(path)
     return rows, series
 
 
@@ -251,7 +262,7 @@ def format_table(summary: list[dict[str, Any]]) -> str:
 def survival_check(
     summary: list[dict[str, Any]], reference: str = "geo", candidate: str = "hnewton"
 ) -> dict[str, list[str]]:
-    """Target of issue 6 for ``candidate``: in every scenario where ``reference`` crashed or
+    """Survival target for ``candidate``: in every scenario where ``reference`` crashed or
     flipped in some run, did ``candidate`` survive every run? Returns the scenarios where it
     ``crashed_or_flipped`` and where it only got ``lost`` (both empty = target met)."""
     out: dict[str, list[str]] = {"crashed_or_flipped": [], "lost": []}
@@ -346,44 +357,42 @@ def nominal_comparison(
     seeds: tuple[int, ...] = (0, 1, 2),
     options: dict[str, dict[str, Any]] | None = None,
     episode_s: float = 20.0,
+    workers: int | None = None,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
     """Main-table cells (payload × wind, mean RMSE over trajectories × seeds) of two controllers
-    and their ratio (target of issue 6: ``hnewton_rls`` within 10 % of ``geo_rls``)."""
-    options = options or {}
-    built = {}
-    for label in controllers:
-        name, opts = parse_label(label)
-        built[label] = make_controller(name, ControlContext(), **{**opts, **options.get(label, {})})
+    and their ratio (the nominal target: ``hnewton_rls`` within 10 % of ``geo_rls``), flown by
+    the sweep engine."""
+    cfg = SweepConfig(
+        controllers=list(controllers),
+        payloads=list(payloads),
+        winds=list(winds),
+        trajectories=list(trajectories),
+        seeds=list(seeds),
+        episode_s=episode_s,
+        controller_options=options or {},
+    )
+    from residual_quad.evaluation.sweep import expand
+
+    jobs: dict[str, Job] = {s.run_id: (run_one, (s, cfg, None)) for s in expand(cfg)}
+    rows = run_rows(jobs, None, workers=workers, progress=progress, desc="nominal")
     cells = []
     for payload in payloads:
         for wind in winds:
             cell: dict[str, Any] = {"payload": payload, "wind": wind}
-            for label, ctrl in built.items():
-                vals, crashed = [], 0
-                for traj in trajectories:
-                    for seed in seeds:
-                        r = run_episode(
-                            ctrl,
-                            payload=payload,
-                            wind=wind,
-                            trajectory=traj,
-                            seed=int(seed),
-                            episode_s=episode_s,
-                        )
-                        crashed += int(r.diverged)
-                        vals.append(r.rmse)
+            for label in controllers:
+                runs = [
+                    r
+                    for r in rows
+                    if (r["controller"], r["payload"], r["wind"]) == (label, payload, wind)
+                ]
+                crashed = sum(r["diverged"] for r in runs)
+                vals = [r["rmse"] for r in runs]
                 cell[label] = float(np.mean(vals)) if not crashed else float("inf")
                 cell[f"{label}_crashed"] = crashed
             a, b = controllers
             cell["ratio"] = cell[b] / cell[a] if cell[a] > 0 else float("nan")
             cells.append(cell)
-            if progress:
-                print(
-                    f"{payload:<6} {wind:<7} {a} {cell[a]:.4f}  {b} {cell[b]:.4f}  "
-                    f"ratio {cell['ratio']:.3f}",
-                    flush=True,
-                )
     return cells
 
 

@@ -17,7 +17,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -29,9 +29,15 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.base import ControlContext, available_controllers, make_controller
+from residual_quad.controllers.base import (
+    ControlContext,
+    Controller,
+    available_controllers,
+    make_controller,
+)
 from residual_quad.envs.disturbances import resolve_payload
-from residual_quad.evaluation.episode import STEADY_STATE_FROM_S, run_episode
+from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
 ROWS_FILE = "rows.jsonl"
 CONFIG_FILE = "sweep_config.yaml"
@@ -57,32 +63,98 @@ class SweepConfig:
     def __post_init__(self) -> None:
         for p in self.payloads:
             resolve_payload(p)
-        unknown = [c for c in self.controllers if c not in available_controllers()]
-        if unknown:
-            valid = ", ".join(available_controllers())
-            raise ValueError(f"unknown controller(s) {unknown}; valid choices: {valid}")
+        for label in self.controllers:
+            parse_label(label)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One closed-loop run of the matrix."""
+    """One closed-loop run: a controller label, a scenario and a seed.
+
+    The matrix needs only the first five fields; named scenarios (the stress study) add trajectory
+    parameters, reset options, their own episode length and a scenario label. ``controller`` is a
+    registered name, optionally with a method suffix for the hnewton family (``"hnewton:lm"``).
+    """
 
     controller: str
-    payload: Any
-    wind: Any
-    trajectory: str
-    seed: int
+    payload: Any = "none"
+    wind: Any = "calm"  # level name or (mean, sigma) in m/s
+    trajectory: str = "hover"
+    seed: int = 0
+    trajectory_params: tuple[tuple[str, Any], ...] = ()  # e.g. (("period", 6.0),)
+    reset_options: tuple[tuple[str, Any], ...] | None = None  # ResidualQuad-v0 reset options
+    episode_s: float = 20.0  # s
+    scenario: str | None = None  # label of a named scenario
+    group: str | None = None  # scenario group
 
     @property
     def run_id(self) -> str:
+        if self.scenario is not None:
+            return f"{self.controller}|{self.scenario}|{self.seed}"
         wind = self.wind if isinstance(self.wind, str) else ",".join(map(str, self.wind))
         return f"{self.controller}|{self.payload}|{wind}|{self.trajectory}|{self.seed}"
+
+
+def parse_label(label: str) -> tuple[str, dict[str, Any]]:
+    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
+    name, _, method = label.partition(":")
+    if name not in available_controllers():
+        raise ValueError(
+            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
+        )
+    if method and not name.startswith("hnewton"):
+        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
+    return name, ({"method": method} if method else {})
+
+
+def build_controller(
+    label: str, env: dict[str, Any] | None = None, options: dict[str, Any] | None = None
+) -> Controller:
+    """The controller of a run label, for the env settings ``env`` (its control rate)."""
+    name, opts = parse_label(label)
+    context = ControlContext(control_dt=1.0 / float((env or {}).get("control_hz", 100.0)))
+    return make_controller(name, context, **{**opts, **(options or {})})
+
+
+def fly(
+    spec: RunSpec,
+    env: dict[str, Any] | None = None,
+    controller_options: dict[str, Any] | None = None,
+    callback: Callable[..., None] | None = None,
+    controller: Controller | None = None,
+) -> EpisodeResult:
+    """Fly one spec with :func:`run_episode` (the one episode loop every study uses).
+
+    Args:
+        spec: the run.
+        env: extra ``ResidualQuad-v0`` keyword arguments.
+        controller_options: overrides for the controller's factory.
+        callback: ``run_episode`` callback.
+        controller: an already built controller (``spec.controller`` is then only a label).
+    """
+    env = env or {}
+    if controller is None:
+        controller = build_controller(spec.controller, env, controller_options)
+    trajectory: Any = spec.trajectory
+    if spec.trajectory_params:
+        trajectory = TRAJECTORIES[spec.trajectory](**dict(spec.trajectory_params))
+    return run_episode(
+        controller,
+        payload=spec.payload,
+        wind=spec.wind if isinstance(spec.wind, str) else tuple(spec.wind),
+        trajectory=trajectory,
+        seed=spec.seed,
+        reset_options=dict(spec.reset_options) if spec.reset_options is not None else None,
+        callback=callback,
+        episode_s=spec.episode_s,
+        **env,
+    )
 
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:
     """Every run of the matrix, in a fixed order."""
     return [
-        RunSpec(c, p, w if isinstance(w, str) else tuple(w), t, int(s))
+        RunSpec(c, p, w if isinstance(w, str) else tuple(w), t, int(s), episode_s=cfg.episode_s)
         for c, p, w, t, s in product(
             cfg.controllers, cfg.payloads, cfg.winds, cfg.trajectories, cfg.seeds
         )
@@ -103,26 +175,14 @@ def _finite(x: float) -> float | None:
 
 
 def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> dict[str, Any]:
-    """Fly one spec and return its row (JSON-ready)."""
-    context = ControlContext(control_dt=1.0 / float(cfg.env.get("control_hz", 100.0)))
-    ctrl = make_controller(
-        spec.controller, context, **cfg.controller_options.get(spec.controller, {})
-    )
+    """Fly one matrix spec and return its row (JSON-ready)."""
+    ctrl = build_controller(spec.controller, cfg.env, cfg.controller_options.get(spec.controller))
     estimates: list[np.ndarray] = []
 
     def record(step: int, obs: np.ndarray, action: np.ndarray, info: dict[str, Any]) -> None:
         estimates.append(np.array(getattr(ctrl, "last_residual", (np.nan,) * 3), dtype=float))
 
-    res = run_episode(
-        ctrl,
-        payload=spec.payload,
-        wind=spec.wind if isinstance(spec.wind, str) else tuple(spec.wind),
-        trajectory=spec.trajectory,
-        seed=spec.seed,
-        episode_s=cfg.episode_s,
-        callback=record,
-        **cfg.env,
-    )
+    res = fly(spec, cfg.env, callback=record, controller=ctrl)
     est = np.vstack([np.full(3, np.nan), *estimates]) if estimates else np.full((1, 3), np.nan)
     bias = bias_z = None
     steady = res.t >= STEADY_STATE_FROM_S - 1e-9
@@ -167,8 +227,13 @@ def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> d
     return row
 
 
-def _run_job(args: tuple[RunSpec, SweepConfig, str | None]) -> dict[str, Any]:
-    return run_one(*args)
+#: one unit of work for a backend: a module-level function and its (picklable) arguments
+Job = tuple[Callable[..., Any], tuple[Any, ...]]
+
+
+def _run_job(job: Job) -> Any:
+    fn, args = job
+    return fn(*args)
 
 
 # ---------------------------------------------------------------------------------- rows file
@@ -217,9 +282,7 @@ class RowWriter:
 
 
 # ---------------------------------------------------------------------------------- backends
-def _local(
-    jobs: list[tuple[RunSpec, SweepConfig, str | None]], workers: int
-) -> Iterator[dict[str, Any]]:
+def _local(jobs: list[Job], workers: int) -> Iterator[Any]:
     if workers <= 1:
         for job in jobs:
             yield _run_job(job)
@@ -237,9 +300,7 @@ def _local(
             raise
 
 
-def _ray(
-    jobs: list[tuple[RunSpec, SweepConfig, str | None]], address: str | None, workers: int
-) -> Iterator[dict[str, Any]]:
+def _ray(jobs: list[Job], address: str | None, workers: int) -> Iterator[Any]:
     try:
         import ray
     except ImportError:
@@ -266,6 +327,100 @@ def _ray(
         raise
 
 
+def map_jobs(
+    jobs: list[Job],
+    *,
+    backend: str = "local",
+    address: str | None = None,
+    workers: int | None = None,
+) -> Iterator[Any]:
+    """Run ``jobs`` on a backend and yield their results in completion order.
+
+    ``workers``: processes (local) or CPUs of a local Ray instance; ``None`` = every core (local)
+    or Ray's own default.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    if backend == "local":
+        n = workers or os.cpu_count() or 1
+        return _local(jobs, min(n, max(1, len(jobs))))
+    return _ray(jobs, address, workers or 0)
+
+
+def run_rows(
+    jobs: dict[str, Job],
+    out_dir: str | Path | None,
+    *,
+    config: Any = None,
+    config_file: str = CONFIG_FILE,
+    resume: bool = False,
+    backend: str = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    desc: str = "sweep",
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The sweep engine: fly ``jobs`` (run id → job returning a row with that ``run_id``).
+
+    Every row is appended to ``out_dir/rows.jsonl`` the moment it arrives (one fsynced line);
+    ``resume`` skips the run ids already there, and without it an existing rows file is an error.
+    ``config`` (a dataclass) is saved as ``out_dir/config_file``. With ``out_dir=None`` nothing is
+    written. Returns every row, old and new, in the order of ``jobs`` (the file keeps completion
+    order), so whatever is computed from them does not depend on the backend's timing.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    rows: list[dict[str, Any]] = []
+    writer = None
+    rows_path = None
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        rows_path = out / ROWS_FILE
+        rows = read_rows(rows_path)
+        if rows and not resume:
+            raise ValueError(
+                f"{rows_path} already holds {len(rows)} rows; pass resume=True (--resume) to "
+                "continue it or choose another output folder"
+            )
+        if config is not None:
+            configs.dump(config, out / config_file)
+        writer = RowWriter(rows_path)
+    done_ids = {r["run_id"] for r in rows}
+    todo = [job for run_id, job in jobs.items() if run_id not in done_ids]
+    stream = map_jobs(todo, backend=backend, address=address, workers=workers)
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), desc=desc, unit="run", file=sys.stderr)
+    try:
+        for row in stream:
+            if writer is not None:
+                writer.write(row)
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            if bar is not None:
+                bar.update(1)
+                if row.get("diverged"):
+                    bar.write(f"diverged: {row['run_id']} ({row['termination']})")
+    except BrokenProcessPool:
+        raise RuntimeError(
+            f"a worker process died; the {len(rows)} finished rows are safe in {rows_path}; "
+            "rerun with --resume to fly the rest"
+        ) from None
+    finally:
+        if writer is not None:
+            writer.close()
+        if bar is not None:
+            bar.close()
+    order = {run_id: i for i, run_id in enumerate(jobs)}
+    rows.sort(key=lambda r: order.get(r["run_id"], len(order)))  # stable: unknown ids keep theirs
+    return rows
+
+
 def run_sweep(
     cfg: SweepConfig,
     out_dir: str | Path,
@@ -288,54 +443,25 @@ def run_sweep(
         address: Ray cluster address (``ray start --head`` prints it); none: a local Ray instance.
         workers: processes (local) or CPUs (local Ray); default ``cfg.workers`` or every core.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows_path = out / ROWS_FILE
-    existing = read_rows(rows_path)
-    if existing and not resume:
-        raise ValueError(
-            f"{rows_path} already holds {len(existing)} rows; pass resume=True (--resume) to "
-            "continue it or choose another output folder"
-        )
-    configs.dump(cfg, out / CONFIG_FILE)
-    done_ids = {r["run_id"] for r in existing}
-    specs = [s for s in expand(cfg) if s.run_id not in done_ids]
-    series_dir = out / SERIES_DIR
+    series_dir = Path(out_dir) / SERIES_DIR
     if cfg.series:
-        series_dir.mkdir(exist_ok=True)
-    jobs = [(s, cfg, str(series_dir) if _wants_series(cfg, s) else None) for s in specs]
-    n_workers = workers or cfg.workers or os.cpu_count() or 1
-    rows = list(existing)
-    writer = RowWriter(rows_path)
-    stream: Iterable[dict[str, Any]]
+        series_dir.mkdir(parents=True, exist_ok=True)
+    jobs: dict[str, Job] = {
+        s.run_id: (run_one, (s, cfg, str(series_dir) if _wants_series(cfg, s) else None))
+        for s in expand(cfg)
+    }
     if backend == "local":
-        stream = _local(jobs, min(n_workers, max(1, len(jobs))))
+        n_workers = workers or cfg.workers or None
     else:
-        stream = _ray(jobs, address, 0 if workers is None and not cfg.workers else n_workers)
-    bar = None
-    if progress and jobs:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs), desc="sweep", unit="run", file=sys.stderr)
-    try:
-        for row in stream:
-            writer.write(row)
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-            if bar is not None:
-                bar.update(1)
-                if row["diverged"]:
-                    bar.write(f"diverged: {row['run_id']} ({row['termination']})")
-    except BrokenProcessPool:
-        raise RuntimeError(
-            f"a worker process died; the {len(rows)} finished rows are safe in {rows_path}; "
-            "rerun with --resume to fly the rest"
-        ) from None
-    finally:
-        writer.close()
-        if bar is not None:
-            bar.close()
-    return rows
+        n_workers = None if workers is None and not cfg.workers else (workers or cfg.workers)
+    return run_rows(
+        jobs,
+        out_dir,
+        config=cfg,
+        resume=resume,
+        backend=backend,
+        address=address,
+        workers=n_workers,
+        progress=progress,
+        on_row=on_row,
+    )

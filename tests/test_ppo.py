@@ -156,7 +156,7 @@ def test_shipped_policy_is_small_documented_and_flies():
         assert json.loads(path.with_suffix(".json").read_text()) == budget
     assert meta["action_mode"] == budget["action_mode"]
     assert "extra" not in meta["config"]["payloads"]
-    from residual_quad.evaluation.episode import run_episode
+    from residual_quad.episode import run_episode
 
     r = run_episode("ppo", payload="heavy", wind="windy", trajectory="figure8", seed=0)
     assert not r.diverged and r.rmse < 0.5

@@ -152,7 +152,7 @@ class ExcitedGeo(GeoTracker):
 
 def collect_run(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
     """Fly one run; return its samples (features X, body-frame targets Y, times t) and stats."""
-    from residual_quad.evaluation.episode import run_episode
+    from residual_quad.episode import run_episode
 
     ctx = ControlContext()  # the env's defaults: nominal airframe, 100 Hz
     ctrl = ExcitedGeo(ctx, cfg.excitation, cfg.excitation_seed)

@@ -298,7 +298,7 @@ def evaluate_tracking(
     **env_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Fly ``controller`` once per scenario (``run_episode``: RMSE after 3 s, crash flag)."""
-    from residual_quad.evaluation.episode import run_episode
+    from residual_quad.episode import run_episode
 
     rows = []
     for payload, wind, trajectory in scenarios:

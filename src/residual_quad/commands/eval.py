@@ -11,7 +11,7 @@ from typing import Any
 from residual_quad.controllers.base import available_controllers
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.evaluation.episode import EpisodeResult, run_episode
+from residual_quad.episode import EpisodeResult, run_episode
 
 DEMO_CONTROLLERS = ("pid", "geo", "geo_res", "geo_rls")
 

@@ -40,7 +40,9 @@ def _cmd(args: Any) -> int:
         cfg.controllers, cfg.seeds, cfg.episode_s, cfg.controller_options, cfg.scenarios
     )  # re-validate the overridden labels
     out = Path(args.out)
-    rows, series = run_stress(cfg, out, progress=not args.quiet)
+    rows, series = run_stress(
+        cfg, out, resume=args.resume, workers=args.workers, progress=not args.quiet
+    )
     summary = summarize(rows)
     table = format_table(summary)
     (out / "stress.md").write_text(table + "\n", encoding="utf-8")
@@ -95,7 +97,9 @@ def register(sub: Any) -> None:
     p.add_argument("--episode-s", dest="episode_s", default="", help="episode length, s")
     p.add_argument("--out", default="runs/stress", help="output folder (rows, table, figures)")
     p.add_argument("--no-plot", action="store_true", help="skip the figures")
-    p.add_argument("--quiet", action="store_true", help="no per-run progress lines")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
     p.add_argument(
         "--nominal",
         action="store_true",
