@@ -49,6 +49,9 @@ class ControlContext:
 
 Factory = Callable[..., Controller]
 
+#: the four trackers of the residual-learning experiment [RES §7], in the source's order
+SOURCE_TRACKERS: tuple[str, ...] = ("pid", "geo", "geo_res", "geo_rls")
+
 #: name → "module:attribute" (imported on first use) or a factory callable
 _REGISTRY: dict[str, str | Factory] = {
     "pid": "residual_quad.controllers.trackers:PIDTracker",
@@ -69,7 +72,7 @@ def register_controller(name: str, factory: str | Factory, *, overwrite: bool = 
 
 
 def available_controllers() -> list[str]:
-    """Names accepted by :func:`make_controller`."""
+    """Names accepted by :func:`make_controller`, in registration order (tables use it)."""
     return list(_REGISTRY)
 
 

@@ -15,6 +15,9 @@ from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
 
+DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δa: Δa/K_p)
+DEFAULT_KD = 8.0  # 1/s, velocity gain
+
 
 class Tracker:
     """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
@@ -34,8 +37,8 @@ class Tracker:
         self,
         context: ControlContext | None = None,
         *,
-        kp: float = 20.0,  # 1/s²
-        kd: float = 8.0,  # 1/s
+        kp: float = DEFAULT_KP,  # 1/s²
+        kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
     ):
         self.context = context or ControlContext()

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.evaluation.tables import SOURCE_TRACKERS, Table, make_tables, write_tables
+from residual_quad.controllers.base import SOURCE_TRACKERS
+from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the source document's main table (helix + figure-8 × 3 seeds), for side-by-side reading
 SOURCE_MAIN = {
@@ -30,7 +31,6 @@ SOURCE_MAIN = {
     ("extra", "breezy"): (0.0938, 0.3909, 0.1219, 0.0197),
     ("extra", "windy"): (0.1216, 0.4037, 0.1295, 0.0261),
 }
-SOURCE_CONTROLLERS = SOURCE_TRACKERS
 
 
 def _num(v: Any) -> float:
@@ -74,7 +74,7 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
 def source_comparison(main: Table) -> Table | None:
     """Measured main table next to the source document's, for the four source trackers."""
     h = main.headers
-    ctrls = [c for c in SOURCE_CONTROLLERS if c in h]
+    ctrls = [c for c in SOURCE_TRACKERS if c in h]
     if not ctrls:
         return None
     body = []
@@ -84,7 +84,7 @@ def source_comparison(main: Table) -> Table | None:
             continue
         line: list[Any] = [r[0], r[1]]
         for c in ctrls:
-            line += [r[h.index(c)], src[SOURCE_CONTROLLERS.index(c)]]
+            line += [r[h.index(c)], src[SOURCE_TRACKERS.index(c)]]
         body.append(line)
     headers = ["payload", "wind"]
     for c in ctrls:

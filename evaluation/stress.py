@@ -112,11 +112,21 @@ class StressScenario:
 class StressConfig:
     """The stress set: controllers × scenarios × seeds."""
 
-    controllers: list[str] = field(default_factory=lambda: ["geo", "hnewton"])
+    controllers: list[str] = field(
+        default_factory=lambda: [
+            "geo",
+            "geo_rls",
+            "hnewton",
+            "hnewton:gn",
+            "hnewton:lm",
+            "hnewton:bfgs",
+            "hnewton_rls",
+        ]
+    )
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     episode_s: float = 12.0  # s
     controller_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per label
-    scenarios: list[StressScenario] = field(default_factory=list)
+    scenarios: list[StressScenario] = field(default_factory=list)  # the study's data: YAML only
 
     def __post_init__(self) -> None:
         for label in self.controllers:

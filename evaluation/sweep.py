@@ -47,9 +47,12 @@ BACKENDS = ("local", "ray")
 
 @dataclass
 class SweepConfig:
-    """The matrix and how to fly it (``configs/sweep.yaml`` is the source document's 432 runs)."""
+    """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
+    four source trackers [RES §8] plus ``hnewton_rls`` and ``ppo`` (648 runs)."""
 
-    controllers: list[str] = field(default_factory=lambda: ["pid", "geo", "geo_res", "geo_rls"])
+    controllers: list[str] = field(
+        default_factory=lambda: ["pid", "geo", "geo_res", "geo_rls", "hnewton_rls", "ppo"]
+    )
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy", "extra"])
     winds: list[Any] = field(default_factory=lambda: ["calm", "breezy", "windy"])
     trajectories: list[str] = field(default_factory=lambda: ["hover", "helix", "figure8"])
@@ -57,7 +60,13 @@ class SweepConfig:
     episode_s: float = 20.0  # s
     env: dict[str, Any] = field(default_factory=dict)  # extra ResidualQuad-v0 kwargs
     controller_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per name
-    series: list[dict[str, Any]] = field(default_factory=list)  # filters of runs to keep series
+    series: list[dict[str, Any]] = field(  # filters of the runs whose time series are kept
+        default_factory=lambda: [
+            {"payload": "heavy", "wind": "windy", "trajectory": "helix", "seed": 0},
+            {"payload": "extra", "wind": "windy", "trajectory": "helix", "seed": 0},
+            {"payload": "extra", "wind": "calm", "trajectory": "hover", "seed": 0},
+        ]
+    )
     workers: int = 0  # 0: one per CPU core
 
     def __post_init__(self) -> None:

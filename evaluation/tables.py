@@ -19,15 +19,15 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.base import SOURCE_TRACKERS, available_controllers
+from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
+from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 
-PAYLOAD_ORDER = ["none", "light", "heavy", "extra"]
-WIND_ORDER = ["calm", "breezy", "windy"]
-CONTROLLER_ORDER = [
-    "pid", "geo", "geo_res", "geo_rls", "hnewton", "hnewton_rls", "ppo",
-]  # fmt: skip
-SOURCE_TRACKERS = ("pid", "geo", "geo_res", "geo_rls")  # the source document's four controllers
-GEO_KP = 20.0  # 1/s², the geo tracker's position gain (hover offset = Δa/K_p)
+# the orders of rows and columns: one source each (the env's levels, the registry)
+PAYLOAD_ORDER = list(PAYLOAD_LEVELS)
+WIND_ORDER = list(WIND_LEVELS)
+CONTROLLER_ORDER = available_controllers()
 
 
 @dataclass
@@ -167,7 +167,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
         m_nom = Airframe().mass
         for p in _order(by_payload, PAYLOAD_ORDER):
             kg = by_payload[p][0]["payload_kg"]
-            analytic = GRAVITY * kg / m_nom / GEO_KP
+            analytic = GRAVITY * kg / m_nom / DEFAULT_KP
             measured = _mean(by_payload[p], "rmse")
             ratio = measured / analytic if analytic > 0 else float("nan")
             body.append([p, kg, analytic, measured, ratio])

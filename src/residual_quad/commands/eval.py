@@ -8,12 +8,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from residual_quad.controllers.base import available_controllers
+from residual_quad.controllers.base import SOURCE_TRACKERS, available_controllers
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import EpisodeResult, run_episode
-
-DEMO_CONTROLLERS = ("pid", "geo", "geo_res", "geo_rls")
 
 
 def _payload(text: str) -> str | float:
@@ -132,7 +130,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, list(DEMO_CONTROLLERS)))
+    _print(args, _fly(args, list(SOURCE_TRACKERS)))
     return 0
 
 
