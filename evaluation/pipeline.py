@@ -46,7 +46,7 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     """Run every stage into ``out_dir``; returns the path of ``report.md``."""
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.report import write_report
-    from residual_quad.training.collect import collect, load_collect_config
+    from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import load_train_config, train_from_dataset
 
     out = Path(out_dir)
@@ -61,7 +61,7 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
         print(f"[1/4] collect: reusing {dataset}")
     else:
         print("[1/4] collect: geo + band-limited excitation, payloads none/light/heavy")
-        c_cfg = load_collect_config(configs.resolve(cfg.collect), **cfg.collect_overrides)
+        c_cfg = configs.load(CollectConfig, cfg.collect, **cfg.collect_overrides)
         s = collect(c_cfg, dataset, workers=workers)
         print(f"      {s['samples']} samples from {s['runs']} runs in {s['wall_s']:.1f} s")
     timings["collect"] = time.perf_counter() - t0

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad import configs
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.evaluation.sweep import (
     SERIES_DIR,
@@ -134,11 +133,6 @@ class StressConfig:
         names = [s.name for s in self.scenarios]
         if len(set(names)) != len(names):
             raise ValueError("scenario names must be unique")
-
-
-def load_stress_config(source: str | Path | dict[str, Any] | None = "stress") -> StressConfig:
-    """Read a stress YAML (path or shipped name; strict: unknown keys are errors)."""
-    return configs.load(StressConfig, source)
 
 
 def stress_row(

@@ -17,12 +17,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from itertools import product
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +36,11 @@ from residual_quad.controllers.base import (
 from residual_quad.envs.disturbances import resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
+from residual_quad.parallel import BACKENDS, Job, map_jobs
 
 ROWS_FILE = "rows.jsonl"
 CONFIG_FILE = "sweep_config.yaml"
 SERIES_DIR = "series"
-BACKENDS = ("local", "ray")
 
 
 @dataclass
@@ -236,15 +234,6 @@ def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> d
     return row
 
 
-#: one unit of work for a backend: a module-level function and its (picklable) arguments
-Job = tuple[Callable[..., Any], tuple[Any, ...]]
-
-
-def _run_job(job: Job) -> Any:
-    fn, args = job
-    return fn(*args)
-
-
 # ---------------------------------------------------------------------------------- rows file
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a ``rows.jsonl``; an incomplete last line (a killed writer) is ignored."""
@@ -288,72 +277,6 @@ class RowWriter:
 
     def close(self) -> None:
         self._f.close()
-
-
-# ---------------------------------------------------------------------------------- backends
-def _local(jobs: list[Job], workers: int) -> Iterator[Any]:
-    if workers <= 1:
-        for job in jobs:
-            yield _run_job(job)
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        pending = {pool.submit(_run_job, job) for job in jobs}
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    yield fut.result()
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
-
-
-def _ray(jobs: list[Job], address: str | None, workers: int) -> Iterator[Any]:
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(
-            "the ray backend needs Ray: pip install 'residual-quad[cluster]'"
-        ) from None
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address:
-            kwargs["address"] = address
-        elif workers > 0:
-            kwargs["num_cpus"] = workers
-        ray.init(**kwargs)
-    remote = ray.remote(num_cpus=1)(_run_job)
-    pending = [remote.remote(job) for job in jobs]
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                yield ray.get(ref)
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
-
-
-def map_jobs(
-    jobs: list[Job],
-    *,
-    backend: str = "local",
-    address: str | None = None,
-    workers: int | None = None,
-) -> Iterator[Any]:
-    """Run ``jobs`` on a backend and yield their results in completion order.
-
-    ``workers``: processes (local) or CPUs of a local Ray instance; ``None`` = every core (local)
-    or Ray's own default.
-    """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
-    if backend == "local":
-        n = workers or os.cpu_count() or 1
-        return _local(jobs, min(n, max(1, len(jobs))))
-    return _ray(jobs, address, workers or 0)
 
 
 def run_rows(

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from residual_quad import configs
 from residual_quad.controllers import make_controller
 from residual_quad.controllers import ppo as ppo_mod
 from residual_quad.controllers.ppo import (
@@ -28,10 +29,14 @@ from residual_quad.training.ppo import (
     PPOTrainConfig,
     ScenarioEnv,
     export_policy,
-    load_config,
     train,
 )
 from residual_quad.training.tb_logging import read_scalars
+
+
+def load_config(source, **overrides):
+    return configs.load(PPOTrainConfig, source, **overrides)
+
 
 try:
     import stable_baselines3 as sb3
@@ -50,7 +55,13 @@ def _tiny_config(**kw) -> PPOTrainConfig:
         "eval_freq": 1024,
         "eval_scenarios": [["light", "breezy", "hover"]],
         "checkpoint_freq": 1024,
-        "ppo": PPOHyperparams(n_steps=512, batch_size=128, n_epochs=2),
+        # the first version's defaults, which these tests were written against
+        "action_mode": "ctbr",
+        "max_position_error": 2.0,
+        "reward_weights": {},
+        "ppo": PPOHyperparams(
+            n_steps=512, batch_size=128, n_epochs=2, lr_final=None, log_std_init=-1.0
+        ),
     }
     base.update(kw)
     return PPOTrainConfig(**base)

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from residual_quad.configs import load_yaml_config, shipped
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual import (
     FEATURE_NAMES,
@@ -42,8 +41,9 @@ from residual_quad.controllers.trackers import GeoTracker
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.episode import run_episode
+from residual_quad.parallel import map_jobs
 
-DEFAULT_CONFIG = shipped("collect")
 DATASET_VERSION = 1
 
 
@@ -108,14 +108,6 @@ class CollectConfig:
         ]
 
 
-def load_collect_config(path: str | Path | None = None, **overrides: Any) -> CollectConfig:
-    """``configs/collect.yaml`` (or ``path``) with top-level keyword overrides."""
-    cfg = load_yaml_config(CollectConfig, path or DEFAULT_CONFIG)
-    if overrides:
-        cfg = dataclasses.replace(cfg, **overrides)
-    return cfg
-
-
 class ExcitedGeo(GeoTracker):
     """``geo`` whose command carries an OU random acceleration, recording features as it flies.
 
@@ -152,8 +144,6 @@ class ExcitedGeo(GeoTracker):
 
 def collect_run(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
     """Fly one run; return its samples (features X, body-frame targets Y, times t) and stats."""
-    from residual_quad.episode import run_episode
-
     ctx = ControlContext()  # the env's defaults: nominal airframe, 100 Hz
     ctrl = ExcitedGeo(ctx, cfg.excitation, cfg.excitation_seed)
     frame = ctx.airframe
@@ -214,9 +204,9 @@ def collect_run(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _worker(args: tuple[CollectConfig, dict[str, Any]]) -> dict[str, Any]:
+def _worker(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return collect_run(*args)
+    return collect_run(cfg, run)
 
 
 def collect(
@@ -237,18 +227,9 @@ def collect(
     t0 = time.perf_counter()
     results: list[dict[str, Any] | None] = [None] * len(runs)
     bar = tqdm(total=len(runs), desc="collect", unit="run", disable=not progress)
-    if n_workers == 1:
-        for run in runs:
-            results[run["index"]] = collect_run(cfg, run)
-            bar.update()
-    else:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
-        with ctx.Pool(n_workers) as pool:
-            for res in pool.imap_unordered(_worker, [(cfg, r) for r in runs]):
-                results[res["run"]["index"]] = res
-                bar.update()
+    for res in map_jobs([(_worker, (cfg, r)) for r in runs], workers=n_workers):
+        results[res["run"]["index"]] = res
+        bar.update()
     bar.close()
     done = [r for r in results if r is not None]
     X = np.concatenate([r["X"] for r in done])

@@ -144,11 +144,6 @@ class PPOTrainConfig:
 _ACTIVATIONS = ("tanh", "relu", "elu")
 
 
-def load_config(source: str | Path | None = "ppo", **overrides: Any) -> PPOTrainConfig:
-    """Load a :class:`PPOTrainConfig` (path or shipped name); ``None`` overrides are ignored."""
-    return configs.load(PPOTrainConfig, source, **overrides)
-
-
 class ScenarioEnv(gym.Env):
     """Domain-randomized ``ResidualQuad-v0`` that emits :func:`ppo_features`.
 

@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from residual_quad import configs
 from residual_quad.evaluation.stress import (
     StressConfig,
     format_nominal,
     format_table,
-    load_stress_config,
     nominal_comparison,
     plot_stress,
     run_stress,
@@ -22,7 +22,7 @@ from residual_quad.evaluation.stress import (
 def _cmd(args: Any) -> int:
     if args.nominal:
         return _cmd_nominal(args)
-    cfg = load_stress_config(args.config)
+    cfg = configs.load(StressConfig, args.config)
     if args.controllers:
         cfg.controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
     if args.seeds:

@@ -14,6 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from residual_quad import configs
+
 #: train target → "module:function(subparsers)" adding its parser
 TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.commands.train:register_train_residual",
@@ -27,7 +29,7 @@ DEFAULT_PPO_OUT = Path("runs/ppo")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from residual_quad.training.collect import collect, load_collect_config
+    from residual_quad.training.collect import CollectConfig, collect
 
     overrides = {}
     if args.seeds:
@@ -36,7 +38,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         overrides["episode_s"] = args.episode_s
     if args.workers is not None:
         overrides["workers"] = args.workers
-    cfg = load_collect_config(args.config, **overrides)
+    cfg = configs.load(CollectConfig, args.config or "collect", **overrides)
     summary = collect(cfg, args.out, progress=not args.no_progress)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -114,10 +116,11 @@ def argv_is_train() -> bool:
 
 
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
-    from residual_quad.training.ppo import export_policy, load_config, train
+    from residual_quad.training.ppo import PPOTrainConfig, export_policy, train
 
     try:
-        cfg = load_config(
+        cfg = configs.load(
+            PPOTrainConfig,
             args.config,
             total_steps=args.steps,
             seed=args.seed,
