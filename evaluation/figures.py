@@ -279,27 +279,23 @@ def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
     try:
         from PIL import Image
 
-        from residual_quad.controllers.base import make_controller
-        from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+        from residual_quad.episode import run_episode
 
         frames_per: dict[str, list[np.ndarray]] = {}
         for name in controllers:
-            env = ResidualQuadEnv(payload=payload, wind=wind, trajectory=trajectory,
-                                  render_mode="rgb_array", width=320, height=240,
-                                  episode_s=seconds)  # fmt: skip
-            ctrl = make_controller(name, env)
-            obs, _ = env.reset(seed=0)
-            ctrl.reset(0)
-            every = max(1, int(round(1.0 / (fps * env.control_dt))))
-            frames = []
-            for k in range(env.max_steps):
-                obs, _, term, trunc, _ = env.step(ctrl.policy(obs))
-                if k % every == 0:
-                    frames.append(env.render())
-                if term or trunc:
-                    break
-            env.close()
-            frames_per[name] = frames
+            result = run_episode(
+                name,
+                payload=payload,
+                wind=wind,
+                trajectory=trajectory,
+                seed=0,
+                episode_s=seconds,
+                frame_every=max(1, round(100.0 / fps)),  # control steps per frame at 100 Hz
+                render_mode="rgb_array",
+                width=320,
+                height=240,
+            )
+            frames_per[name] = result.extras["frames"]
     except Exception as exc:  # no OpenGL context on this machine
         print(f"flight animation skipped: rendering is not available here ({exc})")
         return None

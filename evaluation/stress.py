@@ -26,16 +26,9 @@ from typing import Any
 import numpy as np
 
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.evaluation.sweep import (
-    SERIES_DIR,
-    Job,
-    RunSpec,
-    SweepConfig,
-    fly,
-    parse_label,
-    run_one,
-    run_rows,
-)
+from residual_quad.episode import RunSpec, fly, parse_label
+from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand, run_one, run_rows
+from residual_quad.parallel import Job
 
 GROUPS = ("yaw", "envelope", "gust")
 CONFIG_FILE = "stress_config.yaml"
@@ -376,8 +369,6 @@ def nominal_comparison(
         episode_s=episode_s,
         controller_options=options or {},
     )
-    from residual_quad.evaluation.sweep import expand
-
     jobs: dict[str, Job] = {s.run_id: (run_one, (s, cfg, None)) for s in expand(cfg)}
     rows = run_rows(jobs, None, workers=workers, progress=progress, desc="nominal")
     cells = []

@@ -27,15 +27,14 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.base import (
-    ControlContext,
-    Controller,
-    available_controllers,
-    make_controller,
-)
 from residual_quad.envs.disturbances import resolve_payload
-from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
+from residual_quad.episode import (
+    STEADY_STATE_FROM_S,
+    RunSpec,
+    build_controller,
+    fly,
+    parse_label,
+)
 from residual_quad.parallel import BACKENDS, Job, map_jobs
 
 ROWS_FILE = "rows.jsonl"
@@ -72,90 +71,6 @@ class SweepConfig:
             resolve_payload(p)
         for label in self.controllers:
             parse_label(label)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One closed-loop run: a controller label, a scenario and a seed.
-
-    The matrix needs only the first five fields; named scenarios (the stress study) add trajectory
-    parameters, reset options, their own episode length and a scenario label. ``controller`` is a
-    registered name, optionally with a method suffix for the hnewton family (``"hnewton:lm"``).
-    """
-
-    controller: str
-    payload: Any = "none"
-    wind: Any = "calm"  # level name or (mean, sigma) in m/s
-    trajectory: str = "hover"
-    seed: int = 0
-    trajectory_params: tuple[tuple[str, Any], ...] = ()  # e.g. (("period", 6.0),)
-    reset_options: tuple[tuple[str, Any], ...] | None = None  # ResidualQuad-v0 reset options
-    episode_s: float = 20.0  # s
-    scenario: str | None = None  # label of a named scenario
-    group: str | None = None  # scenario group
-
-    @property
-    def run_id(self) -> str:
-        if self.scenario is not None:
-            return f"{self.controller}|{self.scenario}|{self.seed}"
-        wind = self.wind if isinstance(self.wind, str) else ",".join(map(str, self.wind))
-        return f"{self.controller}|{self.payload}|{wind}|{self.trajectory}|{self.seed}"
-
-
-def parse_label(label: str) -> tuple[str, dict[str, Any]]:
-    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
-    name, _, method = label.partition(":")
-    if name not in available_controllers():
-        raise ValueError(
-            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
-        )
-    if method and not name.startswith("hnewton"):
-        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
-    return name, ({"method": method} if method else {})
-
-
-def build_controller(
-    label: str, env: dict[str, Any] | None = None, options: dict[str, Any] | None = None
-) -> Controller:
-    """The controller of a run label, for the env settings ``env`` (its control rate)."""
-    name, opts = parse_label(label)
-    context = ControlContext(control_dt=1.0 / float((env or {}).get("control_hz", 100.0)))
-    return make_controller(name, context, **{**opts, **(options or {})})
-
-
-def fly(
-    spec: RunSpec,
-    env: dict[str, Any] | None = None,
-    controller_options: dict[str, Any] | None = None,
-    callback: Callable[..., None] | None = None,
-    controller: Controller | None = None,
-) -> EpisodeResult:
-    """Fly one spec with :func:`run_episode` (the one episode loop every study uses).
-
-    Args:
-        spec: the run.
-        env: extra ``ResidualQuad-v0`` keyword arguments.
-        controller_options: overrides for the controller's factory.
-        callback: ``run_episode`` callback.
-        controller: an already built controller (``spec.controller`` is then only a label).
-    """
-    env = env or {}
-    if controller is None:
-        controller = build_controller(spec.controller, env, controller_options)
-    trajectory: Any = spec.trajectory
-    if spec.trajectory_params:
-        trajectory = TRAJECTORIES[spec.trajectory](**dict(spec.trajectory_params))
-    return run_episode(
-        controller,
-        payload=spec.payload,
-        wind=spec.wind if isinstance(spec.wind, str) else tuple(spec.wind),
-        trajectory=trajectory,
-        seed=spec.seed,
-        reset_options=dict(spec.reset_options) if spec.reset_options is not None else None,
-        callback=callback,
-        episode_s=spec.episode_s,
-        **env,
-    )
 
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:

@@ -41,7 +41,7 @@ from residual_quad.controllers.trackers import GeoTracker
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.episode import run_episode
+from residual_quad.episode import RunSpec, fly
 from residual_quad.parallel import map_jobs
 
 DATASET_VERSION = 1
@@ -177,15 +177,10 @@ def collect_run(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
             prev["obs"], prev["x"] = obs.copy(), ctrl.features.copy()
             return action
 
-    result = run_episode(
-        _Recorder(),
-        payload=run["payload"],
-        wind=run["wind"],
-        trajectory=run["trajectory"],
-        seed=run["seed"],
-        callback=on_step,
-        episode_s=cfg.episode_s,
+    spec = RunSpec(
+        "geo", run["payload"], run["wind"], run["trajectory"], run["seed"], episode_s=cfg.episode_s
     )
+    result = fly(spec, callback=on_step, controller=_Recorder())
     X_arr = np.array(X).reshape(-1, N_FEATURES)
     Y_arr = np.array(Y).reshape(-1, 3)
     t_arr = np.array(T)

@@ -43,6 +43,7 @@ from residual_quad.controllers.ppo import (
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.residual_quad_env import ACTION_MODES, ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.episode import RunSpec, fly
 
 HELD_OUT_PAYLOADS = ("extra",)
 
@@ -296,19 +297,10 @@ def evaluate_tracking(
     **env_kwargs: Any,
 ) -> list[dict[str, Any]]:
     """Fly ``controller`` once per scenario (``run_episode``: RMSE after 3 s, crash flag)."""
-    from residual_quad.episode import run_episode
-
     rows = []
     for payload, wind, trajectory in scenarios:
-        r = run_episode(
-            controller,
-            payload=payload,
-            wind=wind,
-            trajectory=trajectory,
-            seed=seed,
-            episode_s=episode_s,
-            **env_kwargs,
-        )
+        spec = RunSpec("ppo", payload, wind, trajectory, seed, episode_s=episode_s)
+        r = fly(spec, env_kwargs, controller=controller)
         rows.append(
             {
                 "payload": payload,

@@ -1,23 +1,33 @@
-"""Fly one controller for one episode and measure it.
+"""The one episode loop: fly one controller for one episode and measure it.
 
-:func:`run_episode` is the unit every sweep, table and figure is built from: it returns an
-:class:`EpisodeResult` with the metrics and the time series; it never raises because a flight
-diverged (that is ``diverged=True``).
+:func:`run_episode` is the unit every sweep, stress study, data collection, PPO evaluation, table
+and figure is built from: it returns an :class:`EpisodeResult` with the metrics and the time
+series; it never raises because a flight diverged (that is ``diverged=True``). A
+:class:`RunSpec` names one run (controller label, scenario, seed) and :func:`fly` flies it; the
+sweep engine (:mod:`residual_quad.evaluation.sweep`) maps many of them over worker processes.
+It lives in the root package so that both ``training`` and ``evaluation`` import it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext, Controller, make_controller
+from residual_quad.controllers.base import (
+    ControlContext,
+    Controller,
+    available_controllers,
+    make_controller,
+)
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.registration import ENV_ID
+from residual_quad.envs.trajectories import TRAJECTORIES
 
 STEADY_STATE_FROM_S = 3.0  # s, metrics ignore the take-off transient before this time
 
@@ -71,6 +81,7 @@ def run_episode(
     seed: int = 0,
     reset_options: dict[str, Any] | None = None,
     callback: Any = None,
+    frame_every: int = 0,
     **env_kwargs: Any,
 ) -> EpisodeResult:
     """Fly ``controller`` (an object or a registered name) for one episode.
@@ -81,6 +92,8 @@ def run_episode(
         seed: env seed (wind realization); the controller is reset with the same seed.
         reset_options: passed to ``env.reset`` (``yaw_offset``, ``position_offset``, ...).
         callback: optional ``callback(step, obs, action, info)`` called after every step.
+        frame_every: if > 0, render the env (``render_mode="rgb_array"`` in ``env_kwargs``) after
+            steps 1, 1 + n, 1 + 2n, ... into ``result.extras["frames"]``.
         **env_kwargs: any other ``ResidualQuad-v0`` argument.
     """
     if isinstance(controller, str):
@@ -118,6 +131,7 @@ def run_episode(
     cos_tilt[0] = obs[14]
     k = 0
     termination = None
+    frames: list[np.ndarray] = []
     while True:
         action = controller.policy(obs)
         obs, _, terminated, truncated, info = env.step(action)
@@ -127,6 +141,8 @@ def run_episode(
         cos_tilt[k] = obs[14]
         if callback is not None:
             callback(k, obs, action, info)
+        if frame_every and (k - 1) % frame_every == 0:
+            frames.append(env.render())
         if terminated or truncated:
             termination = info["termination"]
             break
@@ -150,9 +166,95 @@ def run_episode(
         residual_true=res[sl].copy(),
         wind=wnd[sl].copy(),
     )
+    if frame_every:
+        result.extras["frames"] = frames
     steady = result.t >= STEADY_STATE_FROM_S - 1e-9
     if steady.any() and not result.diverged:
         err = result.error[steady]
         result.rmse = float(np.sqrt(np.mean(err**2)))
         result.max_error = float(err.max())
     return result
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One closed-loop run: a controller label, a scenario and a seed.
+
+    The matrix needs only the first five fields; named scenarios (the stress study) add trajectory
+    parameters, reset options, their own episode length and a scenario label. ``controller`` is a
+    registered name, optionally with a method suffix for the hnewton family (``"hnewton:lm"``).
+    """
+
+    controller: str
+    payload: Any = "none"
+    wind: Any = "calm"  # level name or (mean, sigma) in m/s
+    trajectory: str = "hover"
+    seed: int = 0
+    trajectory_params: tuple[tuple[str, Any], ...] = ()  # e.g. (("period", 6.0),)
+    reset_options: tuple[tuple[str, Any], ...] | None = None  # ResidualQuad-v0 reset options
+    episode_s: float = 20.0  # s
+    scenario: str | None = None  # label of a named scenario
+    group: str | None = None  # scenario group
+
+    @property
+    def run_id(self) -> str:
+        if self.scenario is not None:
+            return f"{self.controller}|{self.scenario}|{self.seed}"
+        wind = self.wind if isinstance(self.wind, str) else ",".join(map(str, self.wind))
+        return f"{self.controller}|{self.payload}|{wind}|{self.trajectory}|{self.seed}"
+
+
+def parse_label(label: str) -> tuple[str, dict[str, Any]]:
+    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
+    name, _, method = label.partition(":")
+    if name not in available_controllers():
+        raise ValueError(
+            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
+        )
+    if method and not name.startswith("hnewton"):
+        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
+    return name, ({"method": method} if method else {})
+
+
+def build_controller(
+    label: str, env: dict[str, Any] | None = None, options: dict[str, Any] | None = None
+) -> Controller:
+    """The controller of a run label, for the env settings ``env`` (its control rate)."""
+    name, opts = parse_label(label)
+    context = ControlContext(control_dt=1.0 / float((env or {}).get("control_hz", 100.0)))
+    return make_controller(name, context, **{**opts, **(options or {})})
+
+
+def fly(
+    spec: RunSpec,
+    env: dict[str, Any] | None = None,
+    controller_options: dict[str, Any] | None = None,
+    callback: Callable[..., None] | None = None,
+    controller: Controller | None = None,
+) -> EpisodeResult:
+    """Fly one spec with :func:`run_episode` (the one episode loop every study uses).
+
+    Args:
+        spec: the run.
+        env: extra ``ResidualQuad-v0`` keyword arguments.
+        controller_options: overrides for the controller's factory.
+        callback: ``run_episode`` callback.
+        controller: an already built controller (``spec.controller`` is then only a label).
+    """
+    env = env or {}
+    if controller is None:
+        controller = build_controller(spec.controller, env, controller_options)
+    trajectory: Any = spec.trajectory
+    if spec.trajectory_params:
+        trajectory = TRAJECTORIES[spec.trajectory](**dict(spec.trajectory_params))
+    return run_episode(
+        controller,
+        payload=spec.payload,
+        wind=spec.wind if isinstance(spec.wind, str) else tuple(spec.wind),
+        trajectory=trajectory,
+        seed=spec.seed,
+        reset_options=dict(spec.reset_options) if spec.reset_options is not None else None,
+        callback=callback,
+        episode_s=spec.episode_s,
+        **env,
+    )
