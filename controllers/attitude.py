@@ -26,7 +26,7 @@ class AttitudeGains:
     """Geometric SO(3) PD gains as natural frequency and damping per axis.
 
     Defaults: roll/pitch ω_n = 18 rad/s, ζ = 0.9 (ζ ≈ 0.71 with the ``extra`` payload's ×1.6
-    inertia — the source document's fix was exactly to raise the rate damping); yaw ω_n = 6 rad/s,
+    inertia — the fix of [RES §7.1] was exactly to raise the rate damping); yaw ω_n = 6 rad/s,
     ζ = 1, soft enough that a 13° heading error stays inside the 0.14 N·m yaw budget.
     """
 

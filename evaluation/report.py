@@ -1,4 +1,4 @@
-"""``report.md``: the tables inline, the figures linked, and the source document's targets checked.
+"""``report.md``: the tables inline, the figures linked, and the targets of [RES §9] checked.
 
 Everything is computed from the sweep rows (and the saved series for the figures).
 """
@@ -16,7 +16,7 @@ import numpy as np
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
-# the source document's main table (helix + figure-8 × 3 seeds), for side-by-side reading
+# the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
 SOURCE_MAIN = {
     ("none", "calm"): (0.0164, 0.0098, 0.0305, 0.0187),
     ("none", "breezy"): (0.0268, 0.0312, 0.0280, 0.0195),
@@ -38,7 +38,7 @@ def _num(v: Any) -> float:
 
 
 def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """The source document's headline numbers as pass/miss lines (only those the rows allow)."""
+    """The headline numbers of [RES §9] as pass/miss lines (only those the rows allow)."""
     checks: list[list[Any]] = []
     main = tables.get("main")
     if main:
@@ -72,7 +72,7 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
 
 
 def source_comparison(main: Table) -> Table | None:
-    """Measured main table next to the source document's, for the four source trackers."""
+    """Measured main table next to the source's [RES §9.1], for the four source trackers."""
     h = main.headers
     ctrls = [c for c in SOURCE_TRACKERS if c in h]
     if not ctrls:
@@ -89,7 +89,7 @@ def source_comparison(main: Table) -> Table | None:
     headers = ["payload", "wind"]
     for c in ctrls:
         headers += [f"{c}", f"{c} (source)"]
-    return Table("source_comparison", "Measured vs the source document (RMSE, m)", headers, body)
+    return Table("source_comparison", "Measured vs the source [RES §9.1] (RMSE, m)", headers, body)
 
 
 def ppo_budget_note() -> str:
@@ -132,7 +132,7 @@ def write_report(
     ]
     checks = target_checks(tables, rows)
     if checks:
-        lines += ["## Targets from the source document", ""]
+        lines += ["## Targets from the source [RES §9]", ""]
         lines += ["| target | goal | measured | |", "|---|---|---|---|"]
         lines += [f"| {a} | {b} | {c} | {'met' if ok else '**missed**'} |"
                   for a, b, c, ok in checks]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Result tables computed from sweep rows only (Markdown + CSV), mirroring the source document.
+"""Result tables computed from sweep rows only (Markdown + CSV), mirroring the source's [RES §9].
 
 * ``main``: steady-state RMSE per payload × wind, mean over helix and figure-8 and seeds;
 * ``payload_sweep``: helix, windy, per payload (RMSE and residual-estimate bias);
@@ -194,7 +194,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             "Control cost ∫ΣT² dt (N²·s), mean over helix and figure-8 × seeds",
             ["payload", "wind", *controllers, "spread, source trackers (%)", "spread, all (%)"],
             body,
-            "Spread: (max − min)/min across the row's controllers; the source document's claim "
+            "Spread: (max − min)/min across the row's controllers; the source's claim [RES §9] "
             "(within 2.5 %) is about its four trackers pid, geo, geo_res, geo_rls.",
         )
 

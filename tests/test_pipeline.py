@@ -31,7 +31,7 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
         assert (out / rel).exists(), rel
     assert any((out / "tensorboard" / "residual_train").iterdir())
     report = (out / "report.md").read_text()
-    assert "## Targets from the source document" in report
+    assert "## Targets from the source [RES §9]" in report
     assert "figures/rls_adaptation.png" in report
     # resume reuses every finished stage and run
     assert main(["pipeline", "--quick", "--out", str(out), "--resume", "--workers", "1"]) == 0

@@ -1,5 +1,5 @@
 """Residual training data: fly plain ``geo`` with band-limited random excitation and record
-(features, measured residual) pairs (source document §6).
+(features, measured residual) pairs ([RES §6]).
 
 Why ``geo`` and not a residual tracker: only a controller acting on the nominal model makes
 "measured − nominal" the pure model error; a residual-corrected collector would learn its own

@@ -1,4 +1,4 @@
-"""Markdown tables of the PPO measurement (docs/ppo_readme_section.md) from a sweep's rows.jsonl.
+"""Markdown tables of the PPO measurement (docs/ppo.md) from a sweep's rows.jsonl.
 
 Usage: python docs/ppo/tables.py runs/ppo_eval/rows.jsonl > docs/ppo/tables.md
 """
