@@ -64,9 +64,7 @@ def backward(net: ResidualMLP, cache: ForwardCache, dY: np.ndarray) -> list[np.n
     return [g for pair in zip(gW, gb, strict=True) for g in pair]
 
 
-def loss_and_grad(
-    net: ResidualMLP, X: np.ndarray, Y: np.ndarray
-) -> tuple[float, list[np.ndarray]]:
+def loss_and_grad(net: ResidualMLP, X: np.ndarray, Y: np.ndarray) -> tuple[float, list[np.ndarray]]:
     """MSE in standardized target units and its gradient, for raw features and targets (m/s²).
 
     ``loss = mean(((Ŷ − Y)/s)²)`` over all N·3 elements, so ``∂loss/∂Ŷ = 2(Ŷ − Y)/(s²·N·3)``:

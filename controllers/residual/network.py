@@ -37,7 +37,7 @@ class ResidualWeightsError(ValueError):
 # ----------------------------------------------------------------------------- network
 @dataclass
 class Activations:
-    """One batch forward pass: what :meth:`ResidualMLP.predict` clips and back-propagation reuses."""
+    """One batch forward pass: what :meth:`ResidualMLP.predict` clips and training reuses."""
 
     x_n: np.ndarray  # standardized inputs (N, 14)
     hidden: list[np.ndarray]  # tanh activations of each hidden layer
