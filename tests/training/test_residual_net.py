@@ -55,7 +55,7 @@ def test_gradient_check_full_backward_pass():
 def test_mse_gradient_is_divided_by_the_element_count():
     """The analytic gradient must match the derivative of ``np.mean`` over all N·3 elements.
 
-    Dividing by the sample count N instead (the bug the source document describes) would make
+    Dividing by the sample count N instead (the bug [RES §4.3] describes) would make
     it exactly 3× too large; Adam would not notice, SGD would.
     """
     net = _random_net(4, scale=0.1)
