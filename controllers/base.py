@@ -56,8 +56,8 @@ SOURCE_TRACKERS: tuple[str, ...] = ("pid", "geo", "geo_res", "geo_rls")
 _REGISTRY: dict[str, str | Factory] = {
     "pid": "residual_quad.controllers.trackers:PIDTracker",
     "geo": "residual_quad.controllers.trackers:GeoTracker",
-    "geo_res": "residual_quad.controllers.residual_trackers:ResidualGeoTracker",
-    "geo_rls": "residual_quad.controllers.residual_trackers:RLSGeoTracker",
+    "geo_res": "residual_quad.controllers.residual.trackers:ResidualGeoTracker",
+    "geo_rls": "residual_quad.controllers.residual.trackers:RLSGeoTracker",
     "hnewton": "residual_quad.controllers.hnewton_quad:HNewtonTracker",
     "hnewton_rls": "residual_quad.controllers.hnewton_quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",

@@ -438,10 +438,10 @@ class HNewtonTracker(Tracker):
 class HNewtonRLSTracker(HNewtonTracker):
     """``hnewton_rls``: ``hnewton`` fed with the online RLS residual estimate of ``geo_rls``.
 
-    The estimator is a private :class:`~residual_quad.controllers.residual_trackers.RLSGeoTracker`
-    used by composition only (its ``residual_world`` measures the residual between successive
-    observations, updates the RLS and predicts); its own policy is never flown. The position
-    gains default to those of the residual configuration, as for ``geo_rls``.
+    The estimate comes from a :class:`~residual_quad.controllers.residual.estimator
+    .ResidualEstimator` with online learning, the same object ``geo_rls`` holds: on the same
+    observation stream both estimate the same residual. The position gains default to those of
+    the residual configuration, as for ``geo_rls``.
 
     Args:
         context: nominal airframe and control period.
@@ -460,15 +460,19 @@ class HNewtonRLSTracker(HNewtonTracker):
         residual: dict[str, Any] | None = None,
         **kw: Any,
     ):
-        from residual_quad.controllers.residual_trackers import RLSGeoTracker
+        from residual_quad.controllers.residual.config import residual_config
+        from residual_quad.controllers.residual.estimator import ResidualEstimator
 
         own = {"method", "kp", "kd", "attitude", *HNewtonQuadParams.__dataclass_fields__}
         est_kw = dict(residual or {})
         est_kw.update({k: v for k, v in kw.items() if k not in own})
         kw = {k: v for k, v in kw.items() if k in own}
-        self.estimator = RLSGeoTracker(context, **est_kw)
-        kw.setdefault("kp", self.estimator.kp)
-        kw.setdefault("kd", self.estimator.kd)
+        context = context or ControlContext()
+        network = est_kw.pop("network", None)
+        cfg = residual_config(est_kw.pop("config", None), **est_kw)
+        self.estimator = ResidualEstimator(context, cfg, network, learn=True)
+        kw.setdefault("kp", cfg.kp)
+        kw.setdefault("kd", cfg.kd)
         super().__init__(context, **kw)
 
     def reset(self, seed: int | None = None) -> None:
@@ -478,4 +482,4 @@ class HNewtonRLSTracker(HNewtonTracker):
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         # the estimator keeps its own memories (previous observation, regressor, effective
         # command a_cmd − Δâ) exactly as inside geo_rls
-        return self.estimator.residual_world(obs, R, a_cmd)
+        return self.estimator.estimate(obs, R, a_cmd)

@@ -1,8 +1,8 @@
-"""Recursive least squares on the residual network's last layer (source document §5).
+"""Recursive least squares on the residual network's last layer [RES §5].
 
 The regression is ``y = θᵀφ`` with ``φ = [h_last, 1]`` (65) the last hidden activation and ``θ``
 (65 × 3) the last layer; the three outputs share one covariance ``P`` (65 × 65) because they share
-the regressor. The safeguards the source document found indispensable are all here:
+the regressor. The safeguards that [RES §5.1] found indispensable are all here:
 
 * **prior covariance** ``P₀ = p0·I`` small: the offline layer is trusted, one sample cannot
   overwrite it (``p0`` large fits θ exactly to the first sample — worse than no RLS in hover);
@@ -163,7 +163,7 @@ def reference_update(
     config: RLSConfig,
     theta0: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Textbook full-matrix RLS step (source document §11.5 form), to cross-check
+    """Textbook full-matrix RLS step (the form of [RES §11.5]), to cross-check
     :class:`LastLayerRLS` in tests. Returns the new ``(P, theta)``; the cap is applied last."""
     Pphi = P @ phi
     k = Pphi / (config.forgetting + phi @ Pphi)

@@ -3,7 +3,7 @@
 Rows: one network forward on a single feature vector (the control-loop path, :class:`FastMLP`),
 features + forward, one RLS update of the 65 × 3 last layer, a full ``geo_rls`` policy step, and
 the training loop (mini-batch Adam, float32) timed on synthetic data and extrapolated to the
-issue's reference workload of 90 000 samples × 60 epochs.
+reference workload of 90 000 samples × 60 epochs (about the shipped training's size).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ SECTION = "residual"
 
 def _training_seconds(quick: bool) -> tuple[float, float]:
     """One epoch over 90k samples (µs, median) and the time for 60 epochs (s)."""
-    from residual_quad.controllers.residual import Adam, ResidualMLP
+    from residual_quad.controllers.residual.network import ResidualMLP
     from residual_quad.training.blas import blas_threads
+    from residual_quad.training.residual_net import Adam, batch_step
     from residual_quad.training.residual_train import load_train_config
 
     cfg = load_train_config()
@@ -39,7 +40,7 @@ def _training_seconds(quick: bool) -> tuple[float, float]:
             perm = rng.permutation(n)
             Xs, Ts = X[perm], T[perm]
             for i in range(0, n, cfg.batch_size):
-                net.batch_step(Xs[i : i + cfg.batch_size], Ts[i : i + cfg.batch_size], grad)
+                batch_step(net, Xs[i : i + cfg.batch_size], Ts[i : i + cfg.batch_size], grad)
                 opt.step(grad)
             times.append(time.perf_counter() - t0)
     per_epoch = float(np.median(times))
@@ -48,21 +49,24 @@ def _training_seconds(quick: bool) -> tuple[float, float]:
 
 def run(quick: bool = False) -> list[BenchRow]:
     from residual_quad.controllers.base import make_controller
-    from residual_quad.controllers.residual import FastMLP, features_from_obs, load_network
+    from residual_quad.controllers.residual.features import features_from_obs
+    from residual_quad.controllers.residual.network import FastMLP, load_network
     from residual_quad.controllers.rls import LastLayerRLS, RLSConfig
     from residual_quad.envs.observation import OBS_DIM
+    from residual_quad.envs.observation import ObsLayout as L
 
     calls, blocks = (200, 5) if quick else (2000, 15)
     rng = np.random.default_rng(0)
     net = FastMLP(load_network("default"))
     obs = np.zeros(OBS_DIM)
-    obs[0:3] = (0.3, -0.2, 1.6)
-    obs[3:6] = (1.2, 0.4, 0.1)
-    obs[6:15] = np.eye(3).ravel()
-    obs[29:33] = 3.9
-    R = obs[6:15].reshape(3, 3)
-    a_prev = np.array([0.5, -0.2, 0.3])
-    x = features_from_obs(obs, R, a_prev, 0.95)
+    obs[L.pos] = (0.3, -0.2, 1.6)  # m
+    obs[L.vel] = (1.2, 0.4, 0.1)  # m/s
+    obs[L.rot] = np.eye(3).ravel()
+    obs[L.thrusts] = 3.9  # N per rotor
+    R = L.rotation(obs)
+    a_prev = np.array([0.5, -0.2, 0.3])  # m/s², world
+    mass = 0.95  # kg, nominal
+    x = features_from_obs(obs, R, a_prev, mass)
     rows = [
         BenchRow(
             SECTION,
@@ -74,7 +78,7 @@ def run(quick: bool = False) -> list[BenchRow]:
             SECTION,
             "features + forward, 1 sample",
             median_time_us(
-                lambda: net(features_from_obs(obs, R, a_prev, 0.95)), calls=calls, blocks=blocks
+                lambda: net(features_from_obs(obs, R, a_prev, mass)), calls=calls, blocks=blocks
             ),
         ),
     ]

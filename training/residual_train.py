@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.configs import load_yaml_config, shipped
-from residual_quad.controllers.residual import N_FEATURES, OUTPUT_NAMES, Adam, ResidualMLP
-
-DEFAULT_CONFIG = shipped("train_residual")
+from residual_quad import configs
+from residual_quad.controllers.residual.features import N_FEATURES, OUTPUT_NAMES
+from residual_quad.controllers.residual.network import ResidualMLP
+from residual_quad.training.residual_net import Adam, batch_step, normalize_targets
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ class TrainConfig:
 
 
 def load_train_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
-    cfg = load_yaml_config(TrainConfig, path or DEFAULT_CONFIG)
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(cfg, **overrides) if overrides else cfg
+    """The packaged ``configs/train_residual.yaml`` (or ``path``) with the keyword overrides that
+    are not ``None`` (CLI flags left unset)."""
+    return configs.load(TrainConfig, path or configs.shipped("train_residual"), **overrides)
 
 
 def split_runs(run_ids: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:
@@ -128,7 +128,7 @@ def train_residual(
     )
     std = Xtr.std(axis=0)
     net.set_standardization(Xtr.mean(axis=0), np.where(std > 1e-8, std, 1.0), Ytr.mean(axis=0))
-    Xn, Tn = net.standardize(Xtr), net.normalize_targets(Ytr)
+    Xn, Tn = net.standardize(Xtr), normalize_targets(net, Ytr)
     opt = Adam(net.flat, lr=cfg.lr)
     grad = np.zeros_like(net.flat)
     rng = np.random.default_rng([cfg.seed, 1])
@@ -148,7 +148,7 @@ def train_residual(
             total = 0.0
             for i in range(0, n, bs):
                 xb, tb = Xs[i : i + bs], Ts[i : i + bs]
-                total += net.batch_step(xb, tb, grad) * len(xb)
+                total += batch_step(net, xb, tb, grad) * len(xb)
                 opt.step(grad)
             train_time += time.perf_counter() - te
             train_loss = total / n

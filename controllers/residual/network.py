@@ -1,17 +1,12 @@
-"""Residual dynamics: body-frame features, the measured residual and a small numpy MLP.
+"""The residual network for inference: :class:`ResidualMLP`, its file format, :class:`FastMLP`.
 
-The nominal model of every tracker is ``a = R·e_z·T/m − g·e_z``. What it misses (payload, drag,
-wind, ground effect) is the *residual acceleration* ``Δa``, which the residual trackers predict
-and cancel by feed-forward (``a_eff = a_cmd − Δâ``). This module holds what both the online
-trackers and the offline training need:
-
-* :func:`features_from_obs` — the 14 body-frame features (source document §4.1);
-* :func:`measured_residual` — Δa measured from observables only (see its docstring for the
-  choice between velocity differences and the accelerometer, and the effect of sensor noise);
-* :class:`ResidualMLP` — 14 → 64 → 64 → 3, tanh, linear output ×2.0 m/s², clipped to ±10 m/s²,
-  with a hand-written backward pass, Adam and a versioned ``.npz`` format;
+* :class:`ResidualMLP` — 14 → 64 → 64 → 3, tanh, linear output ×2.0 m/s², clipped to ±10 m/s²
+  [RES §4.2], with batch prediction and a versioned ``.npz`` format whose every inconsistency is
+  reported by name (:class:`ResidualWeightsError`). Its training (back-propagation, Adam) lives in
+  ``residual_quad.training.residual_net``.
 * :class:`FastMLP` — a private, standardization-folded copy for single-sample inference at the
-  control rate, whose last layer the RLS rewrites.
+  control rate, whose last layer the RLS rewrites [RES §5].
+* :func:`load_network` — the network a config's ``weights`` names.
 
 Pure numpy (no torch) so that a controller runs anywhere numpy does.
 """
@@ -27,148 +22,27 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.controllers.residual.features import FEATURE_NAMES, N_FEATURES, N_OUTPUTS
 
 FORMAT_VERSION = 1
-N_FEATURES = 14
-N_OUTPUTS = 3
-FEATURE_NAMES: tuple[str, ...] = (
-    "v_bx",  # m/s, body-frame velocity
-    "v_by",
-    "v_bz",
-    "vx_abs_vh",  # m²/s², v_x·|v_h|   quadratic drag basis
-    "vy_abs_vh",  # m²/s², v_y·|v_h|
-    "vz_abs_vz",  # m²/s², v_z·|v_z|
-    "a_cmd_bx",  # m/s², previous step's commanded acceleration, body frame
-    "a_cmd_by",
-    "a_cmd_bz",
-    "omega_x",  # rad/s, body rates
-    "omega_y",
-    "omega_z",
-    "z",  # m, height
-    "thrust_per_mass",  # m/s², Σ rotor thrust / nominal mass
-)
-OUTPUT_NAMES: tuple[str, ...] = ("x", "y", "z")  # body-frame residual axes
-
 DEFAULT_SIZES: tuple[int, ...] = (N_FEATURES, 64, 64, N_OUTPUTS)
-DEFAULT_WEIGHTS = Path(__file__).resolve().parent / "weights" / "residual_default.npz"
+#: the packaged default weights (``controllers/weights/``)
+DEFAULT_WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "residual_default.npz"
 
 
 class ResidualWeightsError(ValueError):
     """A residual weight file is missing, unreadable or inconsistent (message names the file)."""
 
 
-# ----------------------------------------------------------------------------- features
-def build_features(
-    v_b: np.ndarray,
-    a_cmd_b: np.ndarray,
-    omega_b: np.ndarray,
-    z: float,
-    thrust_per_mass: float,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """The 14 features from body-frame quantities (m/s, m/s², rad/s, m, m/s²).
-
-    The quadratic drag basis ``v_x|v_h|, v_y|v_h|, v_z|v_z|`` is given explicitly so the network
-    does not have to build squares from tanh units; height feeds the ground effect and the
-    normalized thrust encodes the payload (in hover ``T/m_nom = g·m_true/m_nom``).
-    """
-    f = np.empty(N_FEATURES) if out is None else out
-    vx, vy, vz = float(v_b[0]), float(v_b[1]), float(v_b[2])
-    s_h = math.sqrt(vx * vx + vy * vy)
-    f[0], f[1], f[2] = vx, vy, vz
-    f[3], f[4], f[5] = vx * s_h, vy * s_h, vz * abs(vz)
-    f[6:9] = a_cmd_b
-    f[9:12] = omega_b
-    f[12] = z
-    f[13] = thrust_per_mass
-    return f
-
-
-def features_from_obs(
-    obs: np.ndarray,
-    R: np.ndarray,
-    last_a_cmd: np.ndarray,
-    mass: float,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """Features of one observation.
-
-    Args:
-        obs: ``ResidualQuad-v0`` observation.
-        R: its body → world rotation (3×3).
-        last_a_cmd: the tracker's previous commanded acceleration (world, m/s²). The previous
-            one, not the current: the current command depends on the prediction (no loop).
-        mass: nominal mass (kg) normalizing the applied collective thrust.
-    """
-    v_b = obs[L.vel] @ R  # Rᵀ v
-    a_b = last_a_cmd @ R
-    thrust = float(obs[29] + obs[30] + obs[31] + obs[32])  # N, L.thrusts summed
-    return build_features(v_b, a_b, obs[L.omega_b], float(obs[2]), thrust / mass, out)
-
-
-def measured_residual(
-    prev_obs: np.ndarray, obs: np.ndarray, dt: float, mass: float, gravity: float
-) -> np.ndarray:
-    """Residual acceleration over the last control period, world frame (m/s²), from observables.
-
-    ``Δa = (v₁ − v₀)/Δt − (R₀·e_z·ΣT/m_nom − g·e_z)`` with ``v₀, R₀`` from ``prev_obs``, ``v₁``
-    from ``obs`` and ``ΣT`` the rotor thrusts ``obs`` reports as applied over the period.
-
-    This is the *period-averaged* residual, exactly the quantity a zero-order-hold feed-forward
-    has to cancel, and without sensor noise it equals the env's ground truth
-    ``info["residual_accel"]`` to rounding — so the offline training data use it. With sensor
-    noise the difference amplifies white velocity noise σ_v into residual noise ``√2·σ_v/Δt``
-    (141·σ_v at 100 Hz: 1.4 m/s² for σ_v = 1 cm/s), negatively correlated between consecutive
-    periods.
-
-    Online, ``geo_rls`` uses :func:`imu_residual` by default: the accelerometer sample at the end
-    of the period carries the newest information and its noise is not amplified. Measured
-    (seed 0, ``extra`` payload): hover/calm 0.007 m vs 0.010 m, helix/windy 0.028 m vs 0.032 m;
-    with σ_v = 2 cm/s, σ_imu = 0.3 m/s² the IMU variant stays at 0.011/0.031 m while the velocity
-    variant degrades to 0.039/0.052 m (0.012/0.034 m with ``lowpass_tau = 0.05`` s, which filters
-    RLS target and regressor alike and so keeps the regression consistent).
-    """
-    inv_dt = 1.0 / dt
-    thrust_acc = float(obs[29] + obs[30] + obs[31] + obs[32]) / mass
-    out = (obs[3:6] - prev_obs[3:6]) * inv_dt
-    out -= prev_obs[8:15:3] * thrust_acc  # third column of R₀ (row-major rot at 6..14)
-    out[2] += gravity
-    return out
-
-
-def imu_residual(obs: np.ndarray, mass: float) -> np.ndarray:
-    """Instantaneous residual in the *body* frame from the accelerometer, m/s².
-
-    The specific force is ``f = Rᵀ(a + g·e_z)``, so ``Δa_b = f − e_z·ΣT/m_nom``. White IMU noise
-    enters unamplified (σ_imu), but the value is a sample at the end of the period.
-    """
-    out = np.array(obs[L.imu], dtype=float)
-    out[2] -= float(obs[29] + obs[30] + obs[31] + obs[32]) / mass
-    return out
-
-
 # ----------------------------------------------------------------------------- network
-def _tanh_inplace(a: np.ndarray) -> np.ndarray:
-    """``tanh`` as ``2/(1 + e^{−2a}) − 1`` in place: same values to rounding, about twice as fast
-    as ``np.tanh`` on training batches (``exp`` is the better-vectorized ufunc)."""
-    with np.errstate(over="ignore"):  # e^{−2a} = inf for a ≪ 0 gives exactly −1
-        np.multiply(a, -2.0, out=a)
-        np.exp(a, out=a)
-    np.add(a, 1.0, out=a)
-    np.divide(2.0, a, out=a)
-    np.subtract(a, 1.0, out=a)
-    return a
-
-
 @dataclass
-class ForwardCache:
-    """Activations kept by :meth:`ResidualMLP.forward` for the backward pass."""
+class Activations:
+    """One batch forward pass: what :meth:`ResidualMLP.predict` clips and training reuses."""
 
     x_n: np.ndarray  # standardized inputs (N, 14)
     hidden: list[np.ndarray]  # tanh activations of each hidden layer
     z: np.ndarray  # raw linear outputs (N, 3)
-    mask: np.ndarray  # 1 where the output clip is inactive
+    y: np.ndarray  # m/s², y_mean + output_scale·z before the output clip (N, 3)
 
 
 class ResidualMLP:
@@ -224,10 +98,11 @@ class ResidualMLP:
     def _allocate(self, dtype: np.dtype) -> None:
         self.dtype = dtype
         self.flat = np.zeros(self.n_params, dtype=dtype)
-        self.W, self.b = self._views(self.flat)
+        self.W, self.b = self.param_views(self.flat)
 
-    def _views(self, flat: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Weight and bias views into a flat parameter-sized vector."""
+    def param_views(self, flat: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Weight and bias views into a flat parameter-sized vector (the parameters themselves for
+        :attr:`flat`, a gradient's blocks for a gradient buffer)."""
         W, b, k = [], [], 0
         for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:], strict=True):
             W.append(flat[k : k + n_in * n_out].reshape(n_in, n_out))
@@ -285,17 +160,13 @@ class ResidualMLP:
         self.W[-1][...] = theta[:n_in]
         self.b[-1][...] = theta[n_in]
 
-    # -- batch forward / backward --------------------------------------------------------------
+    # -- batch inference -----------------------------------------------------------------------
     def standardize(self, X: np.ndarray) -> np.ndarray:
         """Raw features → network inputs (in the network's dtype)."""
         return ((X - self.x_mean) / self.x_std).astype(self.dtype)
 
-    def normalize_targets(self, Y: np.ndarray) -> np.ndarray:
-        """Targets (m/s²) → units of the raw linear output, ``(Y − y_mean)/s``."""
-        return ((Y - self.y_mean) / self.output_scale).astype(self.dtype)
-
-    def forward(self, X: np.ndarray) -> tuple[np.ndarray, ForwardCache]:
-        """Predictions (N, 3) in m/s² for raw features ``X`` (N, 14), and the cache."""
+    def activations(self, X: np.ndarray) -> Activations:
+        """One forward pass for raw features ``X`` (N, 14), every intermediate kept."""
         x_n = self.standardize(X)
         hidden = []
         h = x_n
@@ -303,74 +174,14 @@ class ResidualMLP:
             h = np.tanh(h @ W + b)
             hidden.append(h)
         z = h @ self.W[-1] + self.b[-1]
-        y = self.y_mean + self.output_scale * z
-        c = self.output_clip
-        mask = (y > -c) & (y < c)
-        return np.clip(y, -c, c), ForwardCache(x_n, hidden, z, mask)
-
-    def backward(self, cache: ForwardCache, dY: np.ndarray) -> list[np.ndarray]:
-        """Gradients (order of :attr:`params`) of a loss with ``∂loss/∂Ŷ = dY`` (m/s² units)."""
-        D = (dY * cache.mask * self.output_scale).astype(self.dtype)  # ∂/∂z
-        n = len(self.W)
-        gW: list[np.ndarray] = [None] * n  # type: ignore[list-item]
-        gb: list[np.ndarray] = [None] * n  # type: ignore[list-item]
-        for i in range(n - 1, -1, -1):
-            prev = cache.x_n if i == 0 else cache.hidden[i - 1]
-            gW[i] = prev.T @ D
-            gb[i] = D.sum(axis=0)
-            if i > 0:
-                D = (D @ self.W[i].T) * (1.0 - prev * prev)  # tanh' = 1 − tanh²
-        return [g for pair in zip(gW, gb, strict=True) for g in pair]
-
-    def loss_and_grad(self, X: np.ndarray, Y: np.ndarray) -> tuple[float, list[np.ndarray]]:
-        """MSE in standardized target units and its gradient, for raw features and targets (m/s²).
-
-        ``loss = mean(((Ŷ − Y)/s)²)`` over all N·3 elements, so ``∂loss/∂Ŷ = 2(Ŷ − Y)/(s²·N·3)``:
-        the gradient is divided by the *element* count, exactly as ``np.mean`` averages (dividing
-        by N alone would make it 3× too large — invisible with Adam, wrong with SGD).
-        """
-        Yhat, cache = self.forward(X)
-        s2 = self.output_scale**2
-        err = Yhat - Y
-        loss = float(np.mean(err * err)) / s2
-        dY = err * (2.0 / (s2 * err.size))
-        return loss, self.backward(cache, dY)
-
-    def batch_step(self, Xn: np.ndarray, T: np.ndarray, grad: np.ndarray) -> float:
-        """Training fast path: loss and gradient for standardized inputs ``Xn`` and normalized
-        targets ``T`` (see :meth:`standardize`, :meth:`normalize_targets`).
-
-        The same loss as :meth:`loss_and_grad` (so the same ÷(N·3) gradient), written into the
-        flat buffer ``grad`` (shape of :attr:`flat`) without building a cache.
-        """
-        gW, gb = self._views(grad)
-        hs = [Xn]
-        for W, b in zip(self.W[:-1], self.b[:-1], strict=True):
-            a = hs[-1] @ W
-            a += b
-            hs.append(_tanh_inplace(a))
-        z = hs[-1] @ self.W[-1]
-        z += self.b[-1]
-        # the output clip in normalized units, per axis
-        lo = (-self.output_clip - self.y_mean) / self.output_scale
-        hi = (self.output_clip - self.y_mean) / self.output_scale
-        err = np.clip(z, lo.astype(self.dtype), hi.astype(self.dtype)) - T
-        loss = float(np.mean(err * err))
-        D = err * ((z > lo) & (z < hi))
-        D *= 2.0 / err.size
-        for i in range(len(self.W) - 1, -1, -1):
-            prev = hs[i]
-            np.dot(prev.T, D, out=gW[i])
-            np.sum(D, axis=0, out=gb[i])
-            if i > 0:
-                D = D @ self.W[i].T
-                D *= 1.0 - prev * prev
-        return loss
+        return Activations(x_n, hidden, z, self.y_mean + self.output_scale * z)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Predictions (m/s²) for a batch (N, 14) or one feature vector (14,)."""
         X = np.asarray(X, dtype=float)
-        return self.forward(X)[0] if X.ndim == 2 else self.forward(X[None, :])[0][0]
+        c = self.output_clip
+        Y = np.clip(self.activations(X if X.ndim == 2 else X[None, :]).y, -c, c)
+        return Y if X.ndim == 2 else Y[0]
 
     # -- persistence ---------------------------------------------------------------------------
     def save(self, path: str | Path, **metadata: Any) -> Path:
@@ -527,45 +338,6 @@ class FastMLP:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Prediction (m/s², body frame) for raw features ``x`` (14,)."""
         return self.output(self.hidden(x))
-
-
-# ----------------------------------------------------------------------------- training helper
-class Adam:
-    """Adam (Kingma & Ba 2015) updating one flat parameter vector in place."""
-
-    def __init__(
-        self,
-        params: np.ndarray,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-    ):
-        self.params = params
-        self.lr = float(lr)
-        self.b1, self.b2 = betas
-        self.eps = eps
-        self.m = np.zeros_like(params)
-        self.v = np.zeros_like(params)
-        self._tmp = np.zeros_like(params)
-        self.t = 0
-
-    def step(self, grad: np.ndarray) -> None:
-        """One update with gradient ``grad`` (shape of the parameters)."""
-        self.t += 1
-        b1, b2, m, v, tmp = self.b1, self.b2, self.m, self.v, self._tmp
-        step = self.lr * math.sqrt(1.0 - b2**self.t) / (1.0 - b1**self.t)
-        m *= b1
-        np.multiply(grad, 1.0 - b1, out=tmp)
-        m += tmp
-        v *= b2
-        np.multiply(grad, grad, out=tmp)
-        tmp *= 1.0 - b2
-        v += tmp
-        np.sqrt(v, out=tmp)
-        tmp += self.eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= step
-        self.params -= tmp
 
 
 def load_network(spec: str | Path | None, *, seed: int = 0) -> ResidualMLP:

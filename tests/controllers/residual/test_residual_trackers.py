@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers.base import available_controllers, make_controller
-from residual_quad.controllers.residual_trackers import (
-    RLSGeoTracker,
-    load_residual_config,
-)
+from residual_quad.controllers.residual.config import residual_config
+from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.evaluation.episode import run_episode
 
 
@@ -52,7 +50,7 @@ def test_geo_rls_repeatable_and_uncontaminated_by_other_runs():
 
 
 def test_reset_restores_offline_weights_from_private_copy():
-    from residual_quad.controllers.residual import load_network
+    from residual_quad.controllers.residual.network import load_network
 
     net = load_network("default")
     ctrl = make_controller("geo_rls", network=net)
@@ -92,19 +90,19 @@ def test_measurement_sources(source):
 
 
 def test_config_loading_is_strict(tmp_path: Path):
-    cfg = load_residual_config()
+    cfg = residual_config()
     assert cfg.kp == 20.0 and cfg.rls.warmup_steps == 100
-    assert load_residual_config(p0=0.5).rls.p0 == 0.5  # flat override, unambiguous
-    assert load_residual_config(rls={"leak": 0.01}).rls.leak == 0.01
+    assert residual_config(p0=0.5).rls.p0 == 0.5  # flat override, unambiguous
+    assert residual_config(rls={"leak": 0.01}).rls.leak == 0.01
     with pytest.raises(ValueError, match="unknown residual-tracker setting 'gain'"):
-        load_residual_config(gain=3.0)
+        residual_config(gain=3.0)
     bad = tmp_path / "r.yaml"
     bad.write_text("weights: none\nrls:\n  p0: 0.1\n  forgeting: 0.9\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['forgeting'\]"):
-        load_residual_config(bad)
+        residual_config(bad)
     bad.write_text("weights: none\nkp: fast\n")
     with pytest.raises(ValueError, match="expected a number"):
-        load_residual_config(bad)
+        residual_config(bad)
     with pytest.raises(ValueError, match="measurement.source"):
         make_controller("geo_rls", measurement={"source": "gps"})
     with pytest.raises(ValueError, match="does not exist"):

@@ -1,0 +1,126 @@
+"""``geo_res`` and ``geo_rls``: the geometric tracker plus residual feed-forward.
+
+Both override only :meth:`Tracker.residual_world` of the shared tracker, so the inner loop,
+gains and saturation are those of ``geo``: ``a_eff = a_cmd − Δâ``. The estimate comes from a
+:class:`~residual_quad.controllers.residual.estimator.ResidualEstimator`:
+
+* ``geo_res`` predicts Δâ with the offline network (body frame, rotated to world);
+* ``geo_rls`` additionally rewrites the network's last layer online by recursive least squares
+  from the residual it *measures* from observables (accelerometer by default, or the velocity
+  difference) [RES §5].
+
+Settings come from ``configs/residual.yaml`` (:class:`ResidualConfig`, strict: unknown keys are
+errors) and can be overridden per controller (see :func:`residual_config`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.attitude import AttitudeGains
+from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.residual.config import ResidualConfig, residual_config
+from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.network import FastMLP, ResidualMLP
+from residual_quad.controllers.rls import LastLayerRLS
+from residual_quad.controllers.trackers import GeoTracker
+
+
+class ResidualGeoTracker(GeoTracker):
+    """``geo_res``: geometric tracking + offline residual network feed-forward.
+
+    Args:
+        context: nominal airframe and control period.
+        config: a :class:`ResidualConfig`, a YAML path, or ``None`` for ``configs/residual.yaml``.
+        network: a :class:`ResidualMLP` to use instead of ``config.weights`` (deep-copied).
+        attitude: inner-loop gains.
+        **overrides: settings overriding the config (see :func:`residual_config`).
+
+    The estimator's state is exposed for analysis and logging: :attr:`last_estimate`,
+    :attr:`net`, :attr:`rls` (``None`` here), ... (see :class:`ResidualEstimator`).
+    """
+
+    name = "geo_res"
+    #: identify the network's last layer online (``geo_rls``)
+    learn = False
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        config: str | Path | ResidualConfig | None = None,
+        network: ResidualMLP | None = None,
+        attitude: AttitudeGains | None = None,
+        **overrides: Any,
+    ):
+        context = context or ControlContext()
+        self.config = cfg = residual_config(config, **overrides)
+        self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
+        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.estimator.reset(seed)
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return self.estimator.estimate(obs, R, a_cmd)
+
+    # -- the estimator's state, read by the TensorBoard logger, the tests and analyses ---------
+    @property
+    def net(self) -> FastMLP:
+        """The private inference copy of the network."""
+        return self.estimator.net
+
+    @property
+    def network_metadata(self) -> dict[str, Any]:
+        return self.estimator.network_metadata
+
+    @property
+    def rls(self) -> LastLayerRLS | None:
+        """The last-layer RLS (``None`` for ``geo_res``)."""
+        return self.estimator.rls
+
+    @property
+    def last_estimate(self) -> np.ndarray:
+        """Δâ applied at the last step (world, m/s²)."""
+        return self.estimator.last_estimate
+
+    @property
+    def last_a_eff(self) -> np.ndarray:
+        """``a_cmd − Δâ`` sent to the inner loop at the last step (world, m/s²)."""
+        return self.estimator.last_a_eff
+
+    @property
+    def last_measured(self) -> np.ndarray:
+        """Residual measured over the last period (world, m/s²)."""
+        return self.estimator.last_measured
+
+    @property
+    def last_prediction_error(self) -> np.ndarray:
+        """Measured − applied estimate of the last period (world, m/s²)."""
+        return self.estimator.last_prediction_error
+
+    @property
+    def steps(self) -> int:
+        """Policy calls since the last reset."""
+        return self.estimator.steps
+
+    @property
+    def warmup_end_step(self) -> int | None:
+        """Index (0-based) of the first policy call that applied the RLS layer."""
+        return self.estimator.warmup_end_step
+
+
+class RLSGeoTracker(ResidualGeoTracker):
+    """``geo_rls``: ``geo_res`` whose last layer is identified online by RLS.
+
+    Each ``policy`` call first measures the residual of the period that just ended and updates
+    the RLS, then predicts with the layer the RLS exposes (the offline one during warm-up); see
+    :class:`ResidualEstimator`.
+    """
+
+    name = "geo_rls"
+    learn = True
