@@ -19,12 +19,13 @@ SECTION = "residual"
 
 def _training_seconds(quick: bool) -> tuple[float, float]:
     """One epoch over 90k samples (µs, median) and the time for 60 epochs (s)."""
+    from residual_quad import configs
     from residual_quad.controllers.residual.network import ResidualMLP
     from residual_quad.training.blas import blas_threads
     from residual_quad.training.residual_net import Adam, batch_step
-    from residual_quad.training.residual_train import load_train_config
+    from residual_quad.training.residual_train import TrainConfig
 
-    cfg = load_train_config()
+    cfg = configs.load(TrainConfig, "train_residual")
     rng = np.random.default_rng(0)
     n = 90_000
     net = ResidualMLP(seed=0, dtype=np.dtype(cfg.dtype))

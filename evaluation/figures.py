@@ -243,7 +243,7 @@ def residual_learning(
     ax[0].set(xlabel="epoch", ylabel="MSE (standardized)", yscale="log", title="(a) loss")
     ax[0].legend()
     if dataset is not None and weights is not None and Path(dataset).exists():
-        from residual_quad.controllers.residual import ResidualMLP
+        from residual_quad.controllers.residual.network import ResidualMLP
         from residual_quad.training.collect import load_dataset
 
         data = load_dataset(dataset)

@@ -47,7 +47,7 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.report import write_report
     from residual_quad.training.collect import CollectConfig, collect
-    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+    from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,7 +74,7 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     else:
         print("[2/4] train: numpy MLP 14→64→64→3, Adam, early stopping (TensorBoard: "
               f"{logdir})")  # fmt: skip
-        t_cfg = load_train_config(configs.resolve(cfg.train), **cfg.train_overrides)
+        t_cfg = configs.load(TrainConfig, cfg.train, **cfg.train_overrides)
         s = train_from_dataset(dataset, t_cfg, weights, logdir=logdir)
         rmse = ", ".join(f"{v:.3f}" for v in s["val_rmse"])
         print(f"      best epoch {s['best_epoch']}, validation RMSE x/y/z {rmse} m/s², "

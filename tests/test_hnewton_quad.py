@@ -21,7 +21,7 @@ from residual_quad.controllers.hnewton_quad import (
 )
 from residual_quad.envs.airframe import Airframe, mix, wrench
 from residual_quad.envs.trajectories import Figure8
-from residual_quad.evaluation.episode import run_episode
+from residual_quad.episode import run_episode
 
 FRAME = Airframe()
 DT = 0.01
@@ -320,7 +320,11 @@ def test_yaw90_start_does_not_flip() -> None:
 
 # ------------------------------------------------------------------------------ stress set
 def test_stress_config_is_strict_and_complete() -> None:
-    from residual_quad.evaluation.stress import load_stress_config, parse_label
+    from residual_quad import configs
+    from residual_quad.evaluation.stress import StressConfig, parse_label
+
+    def load_stress_config(source):
+        return configs.load(StressConfig, source)
 
     cfg = load_stress_config("stress")
     groups = {s.group for s in cfg.scenarios}

@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.residual import (
+from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
     N_FEATURES,
     features_from_obs,

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad import configs
 from residual_quad.controllers.residual.features import N_FEATURES, OUTPUT_NAMES
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.training.residual_net import Adam, batch_step, normalize_targets
@@ -61,12 +60,6 @@ class TrainConfig:
             raise ValueError("blas_threads must be >= 1")
         if self.dtype not in ("float32", "float64"):
             raise ValueError("dtype must be float32 or float64")
-
-
-def load_train_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:
-    """The packaged ``configs/train_residual.yaml`` (or ``path``) with the keyword overrides that
-    are not ``None`` (CLI flags left unset)."""
-    return configs.load(TrainConfig, path or configs.shipped("train_residual"), **overrides)
 
 
 def split_runs(run_ids: np.ndarray, val_fraction: float, seed: int) -> np.ndarray:

@@ -9,7 +9,8 @@ import pytest
 
 
 def _tiny_collect_config(**kw):
-    from residual_quad.training.collect import load_collect_config
+    from residual_quad import configs
+    from residual_quad.training.collect import CollectConfig
 
     base = dict(
         payloads=["none", "heavy"],
@@ -20,7 +21,7 @@ def _tiny_collect_config(**kw):
         workers=1,
     )
     base.update(kw)
-    return load_collect_config(**base)
+    return configs.load(CollectConfig, "collect", **base)
 
 
 def test_collect_dataset_independent_of_workers(tmp_path: Path):

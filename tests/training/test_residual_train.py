@@ -12,7 +12,8 @@ from residual_quad.controllers.residual.network import ResidualMLP, load_network
 
 
 def test_training_learns_is_deterministic_and_logs_tensorboard(tmp_path: Path):
-    from residual_quad.training.residual_train import load_train_config, train_residual
+    from residual_quad import configs
+    from residual_quad.training.residual_train import TrainConfig, train_residual
     from residual_quad.training.tb_logging import read_scalars
 
     rng = np.random.default_rng(0)
@@ -20,7 +21,9 @@ def test_training_learns_is_deterministic_and_logs_tensorboard(tmp_path: Path):
     X = rng.standard_normal((n_runs * per_run, 14))
     Y = np.stack([0.8 * X[:, 0] * np.abs(X[:, 0]), np.tanh(X[:, 2]), -3.0 + 0.5 * X[:, 13]], 1)
     runs = np.repeat(np.arange(n_runs), per_run)
-    cfg = load_train_config(epochs=25, batch_size=128, patience=30, lr=1e-2)
+    cfg = configs.load(
+        TrainConfig, "train_residual", epochs=25, batch_size=128, patience=30, lr=1e-2
+    )
     net1, s1 = train_residual(X, Y, runs, cfg, logdir=tmp_path / "tb")
     net2, _ = train_residual(X, Y, runs, cfg)
     np.testing.assert_array_equal(net1.flat, net2.flat)  # fixed seed → same weights
@@ -91,14 +94,20 @@ def test_shipped_weights_are_reproducible_from_the_packaged_configs(tmp_path: Pa
     weights exactly (fails when the plant changes: retrain and ship again)."""
     import hashlib
 
-    from residual_quad.training.collect import collect, load_collect_config
-    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+    from residual_quad import configs
+    from residual_quad.training.collect import CollectConfig, collect
+    from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
     shipped = load_network("default")
-    collect(load_collect_config(), tmp_path / "d.npz", progress=False)
+    collect(configs.load(CollectConfig, "collect"), tmp_path / "d.npz", progress=False)
     data = np.load(tmp_path / "d.npz")
     digest = hashlib.sha256(np.ascontiguousarray(data["X"]).tobytes())
     digest.update(np.ascontiguousarray(data["Y"]).tobytes())
     assert digest.hexdigest() == shipped.metadata["dataset_sha256"]
-    train_from_dataset(tmp_path / "d.npz", load_train_config(), tmp_path / "w.npz", progress=False)
+    train_from_dataset(
+        tmp_path / "d.npz",
+        configs.load(TrainConfig, "train_residual"),
+        tmp_path / "w.npz",
+        progress=False,
+    )
     np.testing.assert_array_equal(ResidualMLP.load(tmp_path / "w.npz").flat, shipped.flat)

@@ -53,9 +53,11 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_train_residual(args: argparse.Namespace) -> int:
-    from residual_quad.training.residual_train import load_train_config, train_from_dataset
+    from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
-    cfg = load_train_config(args.config, epochs=args.epochs, seed=args.seed)
+    cfg = configs.load(
+        TrainConfig, args.config or "train_residual", epochs=args.epochs, seed=args.seed
+    )
     logdir = None if args.no_tensorboard else args.logdir
     s = train_from_dataset(
         args.dataset, cfg, args.out, logdir=logdir, progress=not args.no_progress

@@ -11,7 +11,7 @@ from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
-from residual_quad.evaluation.episode import run_episode
+from residual_quad.episode import run_episode
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 from residual_quad.controllers.base import available_controllers, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
-from residual_quad.evaluation.episode import run_episode
+from residual_quad.episode import run_episode
 
 
 def _actions(controller, **scenario) -> tuple[np.ndarray, object]:
