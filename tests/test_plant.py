@@ -60,7 +60,7 @@ def test_payload_inertia_consistent_with_parallel_axis():
     ixx_origin = M[3, 3]  # about the frame origin, body x axis
     assert ixx_origin == pytest.approx(ixx + (m_f + m_p) * z_c**2, rel=1e-9)
     ratio = ixx / 7.5e-3
-    assert 1.5 < ratio < 1.7  # the source document's "about 1.6x" for +0.75 kg
+    assert 1.5 < ratio < 1.7  # [RES §3.3]: "about 1.6x" for +0.75 kg
 
 
 # ------------------------------------------------------------------------------------ wind
