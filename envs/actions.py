@@ -85,7 +85,7 @@ class CtbrActions:
         return mix(frame, thrust, torque)
 
 
-def make_actions(
+def make_action_mapping(
     action_mode: str,
     airframe: Airframe,
     max_body_rate: Sequence[float] = (4.0, 4.0, 2.0),

@@ -10,7 +10,7 @@ import mujoco
 import numpy as np
 from gymnasium import spaces
 
-from residual_quad.envs.actions import ACTION_MODES, clip_action, make_actions
+from residual_quad.envs.actions import ACTION_MODES, clip_action, make_action_mapping
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.disturbances import (
     DragModel,
@@ -208,7 +208,7 @@ class ResidualQuadEnv(gym.Env):
         self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
         self._seed = seed
         self.crash_conditions = CrashConditions(max_tilt, crash_speed, max_position_error)
-        self.actions = make_actions(action_mode, self.airframe, max_body_rate, k_rate)
+        self.action_mapping = make_action_mapping(action_mode, self.airframe, max_body_rate, k_rate)
         self.reward_weights = RewardWeights.from_spec(reward_weights)
         individual_noise = (pos_noise, vel_noise, gyro_noise, imu_noise)
         if sensor_noise is None:
@@ -275,7 +275,7 @@ class ResidualQuadEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         action = clip_action(action)
-        self.plant.step(self.actions.rotor_thrusts(action, self.plant.data))
+        self.plant.step(self.action_mapping.rotor_thrusts(action, self.plant.data))
         self._steps += 1
         ref = self.trajectory(self._steps * self.control_dt)
         true_obs = self._observe(ref)

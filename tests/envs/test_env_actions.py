@@ -12,7 +12,7 @@ from residual_quad.envs.actions import (
     CtbrActions,
     RotorActions,
     clip_action,
-    make_actions,
+    make_action_mapping,
 )
 from residual_quad.envs.airframe import Airframe, mix
 
@@ -70,8 +70,8 @@ def test_ctbr_rate_loop_torque_by_hand():
     assert np.array_equal(got, mix(frame, thrust, torque))
 
 
-def test_make_actions_modes_and_unknown_mode():
+def test_make_action_mapping_modes_and_unknown_mode():
     frame = Airframe()
-    assert [make_actions(mode, frame).mode for mode in ACTION_MODES] == list(ACTION_MODES)
+    assert [make_action_mapping(mode, frame).mode for mode in ACTION_MODES] == list(ACTION_MODES)
     with pytest.raises(ValueError, match="rotor, ctbr"):
-        make_actions("torque", frame)
+        make_action_mapping("torque", frame)
