@@ -6,8 +6,8 @@ allocation and the same saturation rule, so there is exactly one mixer in the pr
 Frame geometry follows a DJI F450-class X quadrotor: 0.225 m arms (0.45 m motor-to-motor
 diagonal) and 10-inch propellers. The inertia (7.5e-3, 7.5e-3, 1.3e-2 kg·m²) is the value commonly
 identified for that frame at about 1 kg in the modelling literature; with 0.95 kg it is slightly
-conservative. The yaw-torque coefficient 0.015 m gives the source document's ≈0.14 N·m yaw budget
-at nominal hover (0.015 m × 9.32 N).
+conservative. The yaw-torque coefficient 0.015 m gives the ≈0.14 N·m yaw budget of [RES] at
+nominal hover (0.015 m × 9.32 N).
 
 Rotor numbering (body frame: x forward, y left, z up), X configuration::
 

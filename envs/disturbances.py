@@ -1,6 +1,6 @@
 """Unmodelled effects of the plant: body-frame drag, gusty wind, ground effect, payload levels.
 
-Magnitudes follow the residual-learning source document (§3): drag is ≈60 % of the nominal weight
+Magnitudes follow [RES §3]: drag is ≈60 % of the nominal weight
 at 10 m/s, gusts are a first-order Gauss–Markov (Ornstein–Uhlenbeck) process discretized exactly,
 the ground effect is the Cheeseman–Bennett thrust gain. None of these is known to the controllers.
 """

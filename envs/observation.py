@@ -25,6 +25,12 @@ class ObsLayout:
     thrusts     4        rotor thrusts applied over the last period    N
     imu         3        accelerometer specific force, body frame      m/s²
     ==========  =======  ============================================  =========
+
+    Single entries have names too, for scalar code on Python floats (no magic numbers): ``x, y, z``
+    (position), ``vx, vy, vz`` (velocity), ``R00`` … ``R22`` (rotation matrix entries; ``R22`` is
+    the cosine of the tilt), ``rot_z`` (slice of the third column ``R·e_z``, the body z-axis in
+    the world frame) and ``thrust0`` … ``thrust3`` (rotor thrusts in the rotor order of
+    :mod:`residual_quad.envs.airframe`).
     """
 
     pos = slice(0, 3)
@@ -38,6 +44,15 @@ class ObsLayout:
     ref_yaw_rate = 28
     thrusts = slice(29, 33)
     imu = slice(33, 36)
+
+    # single entries of the fields above
+    x, y, z = 0, 1, 2  # m, world
+    vx, vy, vz = 3, 4, 5  # m/s, world
+    R00, R01, R02 = 6, 7, 8  # row-major body → world rotation
+    R10, R11, R12 = 9, 10, 11
+    R20, R21, R22 = 12, 13, 14  # R22 = cos(tilt)
+    rot_z = slice(8, 15, 3)  # (R02, R12, R22) = R·e_z, the body z-axis in the world frame
+    thrust0, thrust1, thrust2, thrust3 = 29, 30, 31, 32  # N
 
     @staticmethod
     def rotation(obs: np.ndarray) -> np.ndarray:
@@ -67,8 +82,25 @@ class ObsLayout:
 
     @staticmethod
     def names() -> dict[str, slice | int]:
-        """Every named field and its index or slice."""
-        return {k: v for k, v in vars(ObsLayout).items() if isinstance(v, slice | int)}
+        """Every named field of the table above and its index or slice (single entries such as
+        ``z`` or ``R22`` are not listed)."""
+        return {name: getattr(ObsLayout, name) for name in FIELDS}
+
+
+FIELDS: tuple[str, ...] = (
+    "pos",
+    "vel",
+    "rot",
+    "omega_b",
+    "ref_pos",
+    "ref_vel",
+    "ref_acc",
+    "ref_yaw",
+    "ref_yaw_rate",
+    "thrusts",
+    "imu",
+)
+"""The fields of the observation in order (they tile ``0 … OBS_DIM − 1``)."""
 
 
 OBS_DIM = 36

@@ -17,6 +17,9 @@ from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
 from residual_quad.envs.model import BODY, build_model
 
+DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
+"""MuJoCo's disable flag of collision detection (``model.opt.disableflags``)."""
+
 
 def quat_to_rot(qw: float, qx: float, qy: float, qz: float) -> list[float]:
     """Row-major body → world rotation matrix (9 floats) of a unit quaternion (w, x, y, z)."""
@@ -103,7 +106,7 @@ class QuadrotorPlant:
         self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(pos[2])
         self.ground_gain = float(self._gain[0])
         self._contact_off = False
-        self.model.opt.disableflags &= ~_DSBL_CONTACT
+        self.model.opt.disableflags &= ~DSBL_CONTACT
         mujoco.mj_forward(self.model, self.data)
         self._update_contact_flag()
 
@@ -120,6 +123,12 @@ class QuadrotorPlant:
                 return float(np.linalg.norm(d.qvel[0:3]))
         return 0.0
 
+    def enable_contact_detection(self) -> None:
+        """Switch MuJoCo's collision detection on now (benchmarks compare against it); the next
+        :meth:`step` decides again from the height, as always."""
+        self._contact_off = False
+        self.model.opt.disableflags &= ~DSBL_CONTACT
+
     # ------------------------------------------------------------------ dynamics
     def _update_contact_flag(self) -> None:
         """Run MuJoCo's collision detection only when the vehicle can reach the floor this period.
@@ -133,9 +142,9 @@ class QuadrotorPlant:
         if off != self._contact_off:
             self._contact_off = off
             if off:
-                self.model.opt.disableflags |= _DSBL_CONTACT
+                self.model.opt.disableflags |= DSBL_CONTACT
             else:
-                self.model.opt.disableflags &= ~_DSBL_CONTACT
+                self.model.opt.disableflags &= ~DSBL_CONTACT
 
     def step(self, rotor_thrusts: Sequence[float]) -> None:
         """Advance one control period with the given rotor thrusts (N, clipped to the limits).
@@ -191,6 +200,3 @@ class QuadrotorPlant:
             r[1] * ax + r[4] * ay + r[7] * az,
             r[2] * ax + r[5] * ay + r[8] * az,
         ]
-
-
-_DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)

@@ -1,4 +1,4 @@
-"""Reference trajectories with analytic derivatives (source document §8).
+"""Reference trajectories with analytic derivatives [RES §8].
 
 A trajectory is any object with ``__call__(t) -> Reference``; subclass :class:`Trajectory` to
 write your own and pass the instance as ``trajectory=`` to the environment.

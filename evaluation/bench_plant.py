@@ -15,7 +15,6 @@ import mujoco
 import numpy as np
 
 from residual_quad.controllers.base import make_controller
-from residual_quad.envs.plant import _DSBL_CONTACT
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.evaluation.bench import BenchRow
 
@@ -71,10 +70,9 @@ def run(quick: bool = False) -> list[BenchRow]:
 
     def reset_floor_contact() -> None:
         reset_floor()
-        m.opt.disableflags &= ~_DSBL_CONTACT
+        env.plant.enable_contact_detection()
 
     t_floor_c = _blocks(floor, reset_floor_contact, block=block, blocks=blocks)
-    env.plant._contact_off = False  # flag state was changed behind the plant's back
 
     state = {"obs": None}
 

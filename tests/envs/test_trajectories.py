@@ -29,7 +29,8 @@ def test_derivatives_match_finite_differences(name):
         assert (rp.yaw - rm.yaw) / (2 * h) == pytest.approx(r.yaw_rate, abs=1e-6)
 
 
-def test_source_document_parameters():
+def test_res_section_8_parameters():
+    """Helix and figure-8 as specified in [RES §8]."""
     h = Helix()
     assert h(0.0).pos == pytest.approx([2.0, 0.0, 1.5])
     assert h(16.0).pos == pytest.approx([2.0, 0.0, 3.5])  # two turns of 8 s: 1.5 → 3.5 m

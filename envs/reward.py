@@ -1,0 +1,88 @@
+"""The reward of ``ResidualQuad-v0``: an alive bonus minus tracking, rate and smoothness costs.
+
+``r = alive − w_pos·‖e_p‖ − w_vel·‖e_v‖ − w_rate·‖ω‖ − w_smooth·‖a_t − a_{t−1}‖²`` with the
+position error ``e_p = p − p_ref`` (m), the velocity error ``e_v = v − v_ref`` (m/s), the body
+rates ``ω`` (rad/s) and the normalized actions ``a``. Scalar code on Python floats (the
+environment's step is dominated by such small sums; numpy calls would cost more than they do).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from residual_quad import configs
+from residual_quad.envs.observation import ObsLayout as L
+
+# ObsLayout entries bound once (module globals are looked up faster than class attributes)
+_X, _Y, _Z = L.x, L.y, L.z
+_VX, _VY, _VZ = L.vx, L.vy, L.vz
+_OMEGA = L.omega_b
+
+#: names of the reward terms, in the order they are added up
+REWARD_TERMS: tuple[str, ...] = ("alive", "pos", "vel", "rate", "smooth")
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Weights of the reward terms (the reward is ``alive`` minus the weighted costs)."""
+
+    alive: float = 1.0  # per step, forfeited when a crash ends the episode
+    pos: float = 1.0  # 1/m, on ‖e_p‖
+    vel: float = 0.1  # s/m, on ‖e_v‖
+    rate: float = 0.02  # s/rad, on ‖ω‖
+    smooth: float = 0.01  # on ‖a_t − a_{t−1}‖² (normalized action units)
+
+    @classmethod
+    def from_spec(cls, spec: RewardWeights | dict[str, Any] | None) -> RewardWeights:
+        """Weights from an instance, a dict overriding some defaults (unknown keys are errors
+        that list the valid ones) or ``None`` (defaults)."""
+        if isinstance(spec, cls):
+            return spec
+        return configs.load(cls, dict(spec or {}))
+
+
+def position_error(obs: Sequence[float], ref_pos: Sequence[float]) -> float:
+    """``‖p − p_ref‖`` (m) of a true observation (list of floats) and a reference position."""
+    ref_x, ref_y, ref_z = ref_pos
+    return math.sqrt((obs[_X] - ref_x) ** 2 + (obs[_Y] - ref_y) ** 2 + (obs[_Z] - ref_z) ** 2)
+
+
+def reward_terms(
+    weights: RewardWeights,
+    obs: Sequence[float],
+    ref_vel: Sequence[float],
+    pos_error: float,
+    action: Sequence[float],
+    prev_action: Sequence[float],
+) -> dict[str, float]:
+    """The signed reward terms (``info["reward_terms"]``), keyed as :data:`REWARD_TERMS`.
+
+    Args:
+        weights: term weights.
+        obs: true observation (list of floats in the :class:`ObsLayout` layout).
+        ref_vel: reference velocity, world, m/s.
+        pos_error: ``‖e_p‖``, m (see :func:`position_error`).
+        action: this step's clipped action; ``prev_action``: the previous one.
+    """
+    ref_vx, ref_vy, ref_vz = ref_vel
+    vel_error = math.sqrt(
+        (obs[_VX] - ref_vx) ** 2 + (obs[_VY] - ref_vy) ** 2 + (obs[_VZ] - ref_vz) ** 2
+    )  # m/s
+    omega_x, omega_y, omega_z = obs[_OMEGA]
+    rate = math.sqrt(omega_x**2 + omega_y**2 + omega_z**2)  # rad/s
+    smooth = sum((a - b) ** 2 for a, b in zip(action, prev_action, strict=True))
+    return {
+        "alive": weights.alive,
+        "pos": -weights.pos * pos_error,
+        "vel": -weights.vel * vel_error,
+        "rate": -weights.rate * rate,
+        "smooth": -weights.smooth * smooth,
+    }
+
+
+def total_reward(terms: dict[str, float]) -> float:
+    """The reward: the terms added up in the order of :data:`REWARD_TERMS`."""
+    return terms["alive"] + terms["pos"] + terms["vel"] + terms["rate"] + terms["smooth"]
