@@ -8,6 +8,7 @@ import pytest
 from residual_quad.controllers import ControlContext, available_controllers, make_controller
 from residual_quad.controllers.attitude import InnerLoop, tilt_of
 from residual_quad.envs.airframe import Airframe, wrench
+from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.evaluation import run_episode
 
 KP = 20.0  # geo default position gain, 1/s²
@@ -50,8 +51,8 @@ def test_registry_lists_choices_and_builds_from_env():
 def test_reset_restores_initial_state_exactly():
     ctrl = make_controller("pid")
     obs = np.zeros(36)
-    obs[6:15] = np.eye(3).ravel()
-    obs[18:21] = [0.0, 0.0, 1.0]
+    obs[L.rot] = np.eye(3).ravel()
+    obs[L.ref_pos] = [0.0, 0.0, 1.0]
     a1 = [ctrl.policy(obs) for _ in range(5)]
     ctrl.reset(0)
     a2 = [ctrl.policy(obs) for _ in range(5)]

@@ -40,8 +40,9 @@ from residual_quad.controllers.ppo import (
     ppo_features,
     write_meta,
 )
+from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
-from residual_quad.envs.residual_quad_env import ACTION_MODES, ResidualQuadEnv
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import RunSpec, fly
 

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import ObsLayout as L
 
 N_FEATURES = 14
@@ -116,12 +117,7 @@ def measured_residual(
     variant degrades to 0.039/0.052 m (0.012/0.034 m with ``lowpass_tau = 0.05`` s, which filters
     RLS target and regressor alike and so keeps the regression consistent).
     """
-    inv_dt = 1.0 / dt
-    thrust_acc = total_thrust(obs) / mass  # m/s²
-    out = (obs[L.vel] - prev_obs[L.vel]) * inv_dt
-    out -= L.rotation(prev_obs)[:, 2] * thrust_acc  # R₀·e_z, the third column of R₀
-    out[2] += gravity
-    return out
+    return period_residual(prev_obs, obs, dt, mass, gravity)  # the env's truth, same bits
 
 
 def imu_residual(obs: np.ndarray, mass: float) -> np.ndarray:

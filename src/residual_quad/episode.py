@@ -128,7 +128,7 @@ def run_episode(
     cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
     t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
     thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
-    cos_tilt[0] = obs[14]
+    cos_tilt[0] = obs[L.R22]
     k = 0
     termination = None
     frames: list[np.ndarray] = []
@@ -138,7 +138,7 @@ def run_episode(
         k += 1
         t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
         thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
-        cos_tilt[k] = obs[14]
+        cos_tilt[k] = obs[L.R22]
         if callback is not None:
             callback(k, obs, action, info)
         if frame_every and (k - 1) % frame_every == 0:
