@@ -19,7 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.evaluation.pipeline",  # pipeline
     "residual_quad.evaluation.bench",  # bench
     "residual_quad.training.cli",  # collect, train
-    "residual_quad.evaluation.stick_cli",  # stick
+    "residual_quad.commands.stick",  # stick
     "residual_quad.evaluation.stress",  # stress
 )
 

@@ -1,0 +1,1 @@
+"""The ``rquad`` subcommands: one module per command, each exposing ``register(subparsers)``."""
