@@ -39,8 +39,9 @@ setup(
     package_dir=package_dir,
     package_data={
         "residual_quad.envs": ["assets/*.xml"],
-        "residual_quad.configs": ["*.yaml", "*/*.yaml"],
+        "residual_quad.configs": ["*.yaml"],
         "residual_quad.controllers": ["weights/*.npz", "weights/*.zip", "weights/*.json"],
+        "residual_quad.evaluation.studies.stick": ["scenarios/*.yaml"],
     },
     include_package_data=False,
     install_requires=[

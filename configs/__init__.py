@@ -22,16 +22,16 @@ T = TypeVar("T")
 def shipped(name: str) -> Path:
     """Path of a shipped config: ``shipped("sweep")`` → ``.../configs/sweep.yaml``.
 
-    ``name`` may include a sub-folder (``"stick/s2"``); a ``.yaml`` suffix is optional.
+    ``name`` is a plain file name (no folder); a ``.yaml`` suffix is optional.
     """
     rel = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
-    path = Path(str(resources.files("residual_quad.configs").joinpath(rel)))
-    if not path.is_file():
-        available = sorted(
-            str(p.relative_to(path.parents[len(Path(rel).parts) - 1]).with_suffix(""))
-            for p in Path(str(resources.files("residual_quad.configs"))).rglob("*.yaml")
+    folder = Path(str(resources.files("residual_quad.configs")))
+    path = folder / rel
+    if Path(rel).name != rel or not path.is_file():
+        available = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise FileNotFoundError(
+            f"no config file {name!r} and no shipped config of that name; shipped: {available}"
         )
-        raise FileNotFoundError(f"no shipped config {name!r}; available: {', '.join(available)}")
     return path
 
 
@@ -105,19 +105,6 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a string, got {value!r}")
         return value
     return value
-
-
-def load_yaml_config(cls: type[T], path: str | Path) -> T:
-    """Read a YAML file into dataclass ``cls`` (strict)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-    with open(path, encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: invalid YAML ({exc})") from None
-    return from_dict(cls, data, str(path))
 
 
 def load(cls: type[T], source: str | Path | dict[str, Any] | None = None, **overrides: Any) -> T:

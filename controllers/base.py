@@ -58,8 +58,8 @@ _REGISTRY: dict[str, str | Factory] = {
     "geo": "residual_quad.controllers.trackers:GeoTracker",
     "geo_res": "residual_quad.controllers.residual.trackers:ResidualGeoTracker",
     "geo_rls": "residual_quad.controllers.residual.trackers:RLSGeoTracker",
-    "hnewton": "residual_quad.controllers.hnewton_quad:HNewtonTracker",
-    "hnewton_rls": "residual_quad.controllers.hnewton_quad:HNewtonRLSTracker",
+    "hnewton": "residual_quad.controllers.prioritized.quad:HNewtonTracker",
+    "hnewton_rls": "residual_quad.controllers.prioritized.quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",
 }
 

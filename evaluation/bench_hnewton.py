@@ -47,9 +47,10 @@ def closed_loop_median_us(name: str, episode_s: float, **kw: object) -> float:
 
 def run(quick: bool = False) -> list[BenchRow]:
     """Measure the control step and the fast solver against the generic backends."""
-    from ..controllers.hlsp import HLSPSolver
-    from ..controllers.hlsp_fast import BoxHLSP, box_levels
-    from ..controllers.hnewton_quad import PrioritizedAllocator, ThrustVectorNewton
+    from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, box_levels
+    from residual_quad.controllers.prioritized.hlsp import HLSPSolver
+    from residual_quad.controllers.prioritized.quad import PrioritizedAllocator, ThrustVectorNewton
+
     from ..envs.airframe import Airframe
     from ..envs.trajectories import Figure8
 

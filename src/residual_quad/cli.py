@@ -19,7 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.commands.pipeline",  # pipeline
     "residual_quad.commands.bench",  # bench
     "residual_quad.commands.train",  # collect, train
-    "residual_quad.evaluation.stick_cli",  # stick
+    "residual_quad.commands.stick",  # stick
     "residual_quad.commands.stress",  # stress
 )
 

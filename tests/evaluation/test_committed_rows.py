@@ -17,7 +17,7 @@ from residual_quad import configs
 from residual_quad.evaluation.stress import StressConfig, run_stress
 from residual_quad.evaluation.sweep import RunSpec, SweepConfig, run_one
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 SWEEP_ROWS = DOCS / "results" / "sweep" / "rows.jsonl"
 STRESS_DIR = DOCS / "stress"
 

@@ -1,26 +1,27 @@
-"""Hierarchical Newton method of control (LexDynAH) and its GN / LM / BFGS variants.
+"""The hierarchical Newton method of control (LexDynAH, [HN]) on task objects: GN/LM/BFGS/Newton.
 
-One control cycle (``hnewton.md`` §5, §7) for configuration ``q`` (n variables) and optional extra
-decision variables (torques in the dynamic case, §6 V-C):
+One control cycle ([HN eq. 20–21]; ``docs/hnewton.md`` M3–M5) for configuration ``q`` (n variables)
+and optional extra decision variables (torques in the dynamic case, [HN sec. V-C], M6):
 
 1. every task returns its value ``e``, Jacobian ``J`` and Hessian stack ``H``; the controller
    turns it into velocity rows ``J q̇ ∈ [lo, up]`` (P control, or the PD controller emulated in the
-   velocity domain, eq. 30: ``ė^ctrl = (1 - K_d Δt) J q̇_{k-1} - K_p Δt e``);
+   velocity domain, [HN eq. 30]: ``ė^ctrl = (1 - K_d Δt) J q̇_{k-1} - K_p Δt e``);
 2. the top level holds the trust region as a velocity box ``|q̇_i| <= v_max`` plus any hard rows
    (equation of motion, torque limits);
 3. the Gauss-Newton HLSP is solved; a level whose GN slack is numerically nonzero
-   (``||w^GN_l||² > ν``, ``ν = 1e-12 Δt²``) is *augmented* with ``R_l`` (rows ``R_l q̇ = 0`` inside
-   the level), where ``R_lᵀR_l`` is
+   (``||Δt w^GN_l||² > ν``, ``ν = 1e-12 Δt²``) is *augmented* with ``R_l`` (rows ``R_l q̇ = 0``
+   inside the level), where ``R_lᵀR_l`` is
    - ``gn``: nothing (never augmented),
    - ``lm``: ``μ² I``,
    - ``bfgs``: a damped-BFGS estimate of the hierarchical Hessian,
-   - ``newton``: the hierarchical Hessian ``Ĥ_l = Σ_{j<=l} λ_{j,l} · H_j`` (eq. 15) built from the
-     multipliers of the previous cycle, eigen-clamped (``U ← max(U, ε)``, ``R = U^{1/2} Qᵀ``);
+   - ``newton``: the hierarchical Hessian ``Ĥ_l = Σ_{j<=l} λ_{j,l} · H_j`` ([HN eq. 15]) built
+     from the multipliers of the previous cycle, eigen-clamped (``U ← max(U, ε)``,
+     ``R = U^{1/2} Qᵀ``);
 4. the augmented HLSP gives ``q̇`` and the multipliers for the next cycle.
 
-The open points of ``hnewton.md`` §10 are parameters of :class:`HNewtonParams` (defaults in its
-docstring). Tasks are plain objects, so the same code drives planar arms and, later, the quadrotor
-thrust-vector "configuration" (n = 3).
+Steps 3–4's switching, factors, BFGS state and multiplier handling are the shared
+:class:`~residual_quad.controllers.prioritized.newton.NewtonCore`. The choices the paper leaves open
+are parameters of :class:`HNewtonParams` (``docs/hnewton.md`` M8, decisions D1–D7).
 """
 
 from __future__ import annotations
@@ -28,11 +29,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from .hlsp import HLSPResult, HLSPSolver, Level
+from .newton import (
+    METHODS,
+    LevelEval,
+    NewtonCore,
+    NewtonSettings,
+    adapt_trust_region,
+    check_method,
+    task_multipliers,
+)
 
 __all__ = [
     "METHODS",
@@ -42,10 +51,7 @@ __all__ = [
     "JointTask",
     "StepResult",
     "Task",
-    "clamp_factor",
 ]
-
-METHODS = ("gn", "lm", "bfgs", "newton")
 
 
 class Task:
@@ -134,18 +140,20 @@ class JointTask(Task):
 class HNewtonParams:
     """Parameters of the hierarchical Newton controller (units in brackets).
 
-    Defaults for the open points of ``hnewton.md`` §10:
+    Defaults for the points the paper leaves open (``docs/hnewton.md`` M8):
 
-    * §10.1 ``switch_reading="A"``: the switch tests the optimization-scaled GN slack,
+    * D1 ``switch_reading="A"``: the switch ([HN eq. 21]) tests the optimization-scaled GN slack,
       ``||Δt w^GN||² > ν`` with ``ν = 1e-12 Δt²`` (i.e. ``||w^GN|| > 1e-6``); ``"B"`` tests
       ``||w^GN||² > ν``. GN is solved first in the same cycle (two solves per cycle).
-    * §10.2 the trust region is a velocity box ``v_max`` [rad/s] (``ρ = v_max Δt`` per step);
+    * D2 the trust region is a velocity box ``v_max`` [rad/s] (``ρ = v_max Δt`` per step);
       ``adaptive_tr`` enables the Nocedal-Wright ratio rule, evaluated one cycle late.
-    * §10.3 eq. 30 uses ``ė_{k-1} = J(q_k) q̇_{k-1}``, no feed-forward.
-    * §10.4 ``eps = 1e-9`` clamp, ``bfgs_b0 = 1e-3`` (B₀ = b0·I), Powell damping 0.2/0.8.
-    * §10.6 ``multipliers_from="previous"``: ``Ĥ`` uses the multipliers of the previous cycle
+    * D3 [HN eq. 30] uses ``ė_{k-1} = J(q_k) q̇_{k-1}``, no feed-forward.
+    * D4 ``eps = 1e-9`` clamp, ``bfgs_b0 = 1e-3`` (B₀ = b0·I), Powell damping 0.2/0.8.
+    * D5 ``multipliers_from="previous"``: ``Ĥ`` uses the multipliers of the previous cycle
       (SQP style); ``"gn"`` uses the current cycle's GN solve instead.
-    * ``lambda_scale="dt"`` (paper: ``λ^optim = Δt λ^ctrl``) or ``"inv_kp"`` (``λ^ctrl/K_p``).
+    * D6 ``lambda_scale="dt"`` (paper: ``λ^optim = Δt λ^ctrl``, [HN eq. 19]) or ``"inv_kp"``
+      (``λ^ctrl/K_p``).
+    * D7 ``switch`` applies to every augmented variant; ``"always"``/``"never"`` for ablations.
     """
 
     method: str = "newton"
@@ -167,10 +175,7 @@ class HNewtonParams:
     backend: str = "daqp"
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; valid: {METHODS}")
-        if self.switch not in ("residual", "always", "never"):
-            raise ValueError(f"switch must be residual|always|never, got {self.switch!r}")
+        check_method(self.method, self.switch)
         if self.switch_reading not in ("A", "B"):
             raise ValueError("switch_reading must be 'A' or 'B'")
         if self.lambda_scale not in ("dt", "inv_kp"):
@@ -181,6 +186,21 @@ class HNewtonParams:
             raise ValueError("dt and kp must be positive")
         if self.nu is None:
             self.nu = 1e-12 * self.dt**2
+
+    def newton_settings(self) -> NewtonSettings:
+        """The shared cycle's settings (multiplier scale ``Δt`` or ``1/K_p``)."""
+        assert self.nu is not None
+        return NewtonSettings(
+            method=self.method,
+            dt=self.dt,
+            multiplier_scale=self.dt if self.lambda_scale == "dt" else 1.0 / self.kp,
+            nu=self.nu,
+            switch=self.switch,
+            switch_reading=self.switch_reading,
+            lm_mu=self.lm_mu,
+            eps=self.eps,
+            bfgs_b0=self.bfgs_b0,
+        )
 
 
 @dataclass
@@ -196,58 +216,7 @@ class StepResult:
     errors: list[np.ndarray] = field(default_factory=list)  # e_l(q) before the step
 
 
-def level_factor(solver: Any, li: int, ev: list, lam: Any, n: int) -> np.ndarray:
-    """The factor ``R_l`` of level ``li``'s augmentation for ``solver.p.method``.
-
-    ``lm``: ``μ·I``; ``bfgs``: Cholesky factor of the (symmetrized) quasi-Newton matrix
-    ``solver.B[li]`` (eigenvalue-clamped if it is not positive definite); ``newton``: the clamped
-    factor of ``solver.hierarchical_hessian(ev, lam, li)``, or ``√ε·I`` before any multipliers.
-    Shared by the generic :class:`HierarchicalNewton` and the quadrotor's thrust-vector step.
-    """
-    p = solver.p
-    if p.method == "lm":
-        return p.lm_mu * np.eye(n)
-    if p.method == "bfgs":
-        B = 0.5 * (solver.B[li] + solver.B[li].T)
-        try:
-            return np.linalg.cholesky(B).T
-        except np.linalg.LinAlgError:
-            return clamp_factor(B, p.eps)
-    if lam is None:
-        return math.sqrt(p.eps) * np.eye(n)
-    return clamp_factor(solver.hierarchical_hessian(ev, lam, li), p.eps)
-
-
-def damped_bfgs_update(B: np.ndarray, s: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """BFGS update of the Hessian approximation ``B`` with Powell's damping (0.2 / 0.8).
-
-    ``s`` is the step and ``y`` the change of the gradient of the Lagrangian; the damping keeps
-    ``B`` positive definite when the curvature ``sᵀy`` is too small. Returns ``B`` unchanged when
-    the update is undefined.
-    """
-    Bs = B @ s
-    sBs = float(s @ Bs)
-    if sBs <= 0.0:
-        return B
-    sy = float(s @ y)
-    if sy < 0.2 * sBs:  # Powell damping
-        theta = 0.8 * sBs / (sBs - sy)
-        r = theta * y + (1.0 - theta) * Bs
-    else:
-        r = y
-    sr = float(s @ r)
-    if sr <= 1e-300:
-        return B
-    return B - np.outer(Bs, Bs) / sBs + np.outer(r, r) / sr
-
-
-def clamp_factor(H: np.ndarray, eps: float) -> np.ndarray:
-    """``R`` with ``RᵀR = Q max(U, ε) Qᵀ`` for symmetric ``H = Q U Qᵀ`` (eigenvalue clamping)."""
-    U, Q = np.linalg.eigh(0.5 * (H + H.T))
-    return np.sqrt(np.maximum(U, eps))[:, None] * Q.T
-
-
-class HierarchicalNewton:
+class HierarchicalNewton(NewtonCore):
     """Prioritized velocity controller: ``levels[0]`` has the highest priority.
 
     Parameters
@@ -277,8 +246,8 @@ class HierarchicalNewton:
         if not levels or any(len(lv) == 0 for lv in levels):
             raise ValueError("need at least one level and no empty level")
         self.levels = [list(lv) for lv in levels]
-        self.n = int(n)
         self.p = params or HNewtonParams()
+        super().__init__(self.p.newton_settings(), n, len(self.levels))
         self.n_extra = int(n_extra)
         self.nx = self.n + self.n_extra
         self.constraints = constraints
@@ -289,10 +258,7 @@ class HierarchicalNewton:
 
     def reset(self) -> None:
         """Forget multipliers, BFGS matrices, warm starts and the previous velocity."""
-        self.lam: list[list[np.ndarray]] | None = None  # λ^ctrl[l][j] on task rows
-        self.B = [self.p.bfgs_b0 * np.eye(self.n) for _ in self.levels]
-        self.prev_q: np.ndarray | None = None
-        self.prev_J: list[np.ndarray] | None = None
+        self.reset_core()
         self.qdot_prev = np.zeros(self.n)
         self.vmax = np.broadcast_to(np.asarray(self.p.vmax, dtype=float), (self.n,)).copy()
         self._tr_pred: tuple[float, float, bool] | None = None
@@ -300,7 +266,7 @@ class HierarchicalNewton:
         self.gn_solver.reset()
 
     # ------------------------------------------------------------------------------ helpers
-    def evaluate(self, q: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def evaluate(self, q: np.ndarray) -> list[LevelEval]:
         """Stacked ``(e, J, H)`` per level (H zero for linear tasks)."""
         out = []
         for lv in self.levels:
@@ -319,8 +285,10 @@ class HierarchicalNewton:
             out.append((np.concatenate(es), np.vstack(Js), np.concatenate(Hs, axis=0)))
         return out
 
-    def _targets(self, ev: list, qdot_prev: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Velocity bounds ``[lo, up]`` of ``J q̇`` per level (P or eq.-30 PD controller)."""
+    def _targets(
+        self, ev: list[LevelEval], qdot_prev: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Velocity bounds ``[lo, up]`` of ``J q̇`` per level (P, or the PD of [HN eq. 30])."""
         p = self.p
         out = []
         for lv, (e, J, _) in zip(self.levels, ev, strict=True):
@@ -334,7 +302,7 @@ class HierarchicalNewton:
                 k = np.where(np.isnan(gains), p.kp, gains)
                 lo, up = k * (lo_t - e), k * (up_t - e)
             else:
-                # eq. 30: ė^ctrl = (1 - K_d Δt) J q̇_{k-1} - K_p Δt (e - target)
+                # [HN eq. 30]: ė^ctrl = (1 - K_d Δt) J q̇_{k-1} - K_p Δt (e - target)
                 pd = (1.0 - p.kd * p.dt) * (J @ qdot_prev) - p.kp * p.dt * (e - lo_t)
                 k = np.where(np.isnan(gains), math.sqrt(p.kp), gains)
                 lo = np.where(eq, pd, k * (lo_t - e))
@@ -360,54 +328,6 @@ class HierarchicalNewton:
                 up.append(np.asarray(uc, dtype=float).ravel())
         return Level(np.vstack(A), np.concatenate(lo), np.concatenate(up), "top")
 
-    def _lam_scale(self) -> float:
-        return self.p.dt if self.p.lambda_scale == "dt" else 1.0 / self.p.kp
-
-    def hierarchical_hessian(self, ev: list, lam: list[list[np.ndarray]], level: int) -> np.ndarray:
-        """``Ĥ_l = Σ_{j<=l} λ^optim_{j,l} · H_j`` (n×n), from control multipliers ``lam``."""
-        s = self._lam_scale()
-        H = np.zeros((self.n, self.n))
-        for j in range(level + 1):
-            H += s * np.einsum("i,ijk->jk", lam[level][j], ev[j][2])
-        return 0.5 * (H + H.T)
-
-    def _extract_lam(self, res: HLSPResult) -> list[list[np.ndarray]]:
-        """Task-row multipliers ``λ^ctrl[l][j]`` from an HLSP result (top level is index 0)."""
-        assert res.multipliers is not None
-        out = []
-        for li in range(len(self.levels)):
-            row = []
-            for j in range(li + 1):
-                row.append(res.multipliers[li + 1][j + 1][: self.dims[j]].copy())
-            out.append(row)
-        return out
-
-    def _bfgs_update(self, q: np.ndarray, ev: list) -> None:
-        if self.prev_q is None or self.prev_J is None or self.lam is None:
-            return
-        s = q - self.prev_q
-        if float(s @ s) < 1e-30:
-            return
-        sc = self._lam_scale()
-        for li in range(len(self.levels)):
-            y = np.zeros(self.n)
-            for j in range(li + 1):
-                y += sc * (ev[j][1] - self.prev_J[j]).T @ self.lam[li][j]
-            self.B[li] = damped_bfgs_update(self.B[li], s, y)
-
-    def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
-        return level_factor(self, li, ev, lam, self.n)
-
-    def _switch_on(self, w_norm: float) -> bool:
-        p = self.p
-        if p.switch == "always":
-            return True
-        if p.switch == "never":
-            return False
-        assert p.nu is not None
-        val = (p.dt * w_norm) ** 2 if p.switch_reading == "A" else w_norm**2
-        return val > p.nu
-
     # ------------------------------------------------------------------------------ step
     def step(self, q: np.ndarray, qdot_prev: np.ndarray | None = None) -> StepResult:
         """One control cycle at configuration ``q``; returns the velocity command."""
@@ -417,7 +337,7 @@ class HierarchicalNewton:
         qd_prev = self.qdot_prev if qdot_prev is None else np.asarray(qdot_prev, dtype=float)
         ev = self.evaluate(q)
         if self.p.method == "bfgs":
-            self._bfgs_update(q, ev)
+            self.bfgs_update(q, ev)
         if self.p.adaptive_tr:
             self._adapt_trust_region(ev)
         targets = self._targets(ev, qd_prev)
@@ -432,11 +352,11 @@ class HierarchicalNewton:
             gn = self.gn_solver.solve([top, *task_levels])
             gn_norms = np.array([np.linalg.norm(w) for w in gn.slacks[1:]])
             if self.p.multipliers_from == "gn":
-                lam_src = self._extract_lam(gn)
+                lam_src = task_multipliers(gn.multipliers, self.dims)
             levels = [top]
             for li, lev in enumerate(task_levels):
-                if self._switch_on(gn_norms[li]):
-                    R = self._pad(self._factor(li, ev, lam_src))
+                if self.switch_on(gn_norms[li]):
+                    R = self._pad(self.level_factor(li, ev, lam_src))
                     z = np.zeros(R.shape[0])
                     lev = Level(np.vstack([lev.A, R]), np.r_[lev.lower, z], np.r_[lev.upper, z])
                     augmented[li] = True
@@ -448,12 +368,11 @@ class HierarchicalNewton:
             gn_norms = np.array(
                 [np.linalg.norm(w[:d]) for w, d in zip(res.slacks[1:], self.dims, strict=True)]
             )
-        self.lam = self._extract_lam(res)
+        self.lam = task_multipliers(res.multipliers, self.dims)
         qdot = res.x[: self.n].copy()
         if self.p.adaptive_tr:
             self._record_prediction(ev, qdot, lam_src)
-        self.prev_q = q.copy()
-        self.prev_J = [J for (_, J, _) in ev]
+        self.remember(q, ev)
         self.qdot_prev = qdot
         slacks = [w[:d].copy() for w, d in zip(res.slacks[1:], self.dims, strict=True)]
         return StepResult(
@@ -461,7 +380,8 @@ class HierarchicalNewton:
         )
 
     # ------------------------------------------------------------------------------ trust region
-    def _merit(self, ev: list) -> float:
+    def _merit(self, ev: list[LevelEval]) -> float:
+        """Total task violation ``Σ_l ½||e_l - clip(e_l)||²``."""
         tot = 0.0
         for lv, (e, _, _) in zip(self.levels, ev, strict=True):
             lo = np.concatenate([t.lower for t in lv])
@@ -470,7 +390,10 @@ class HierarchicalNewton:
             tot += 0.5 * float(v @ v)
         return tot
 
-    def _record_prediction(self, ev: list, qdot: np.ndarray, lam: list | None) -> None:
+    def _record_prediction(
+        self, ev: list[LevelEval], qdot: np.ndarray, lam: list[list[np.ndarray]] | None
+    ) -> None:
+        """The merit now and the one the linear (+ Newton) model predicts after the step."""
         dq = self.p.dt * qdot
         pred = 0.0
         for li, (lv, (e, J, _)) in enumerate(zip(self.levels, ev, strict=True)):
@@ -484,19 +407,13 @@ class HierarchicalNewton:
         box_active = bool(np.any(np.abs(qdot) >= self.vmax * (1 - 1e-9)))
         self._tr_pred = (self._merit(ev), pred, box_active)
 
-    def _adapt_trust_region(self, ev: list) -> None:
-        """Nocedal-Wright ratio rule on the total task violation, one cycle late."""
+    def _adapt_trust_region(self, ev: list[LevelEval]) -> None:
+        """The shared ratio rule on the total task violation, one cycle late (decision D2)."""
         if self._tr_pred is None:
             return
         m0, pred, box_active = self._tr_pred
-        m1 = self._merit(ev)
-        denom = m0 - pred
-        if denom <= 1e-16:
-            return
-        ratio = (m0 - m1) / denom
         vmax0 = np.broadcast_to(np.asarray(self.p.vmax, dtype=float), (self.n,))
         cap = vmax0 if self.p.tr_max is None else np.full(self.n, self.p.tr_max)
-        if ratio < 0.25:
-            self.vmax = np.maximum(self.vmax / 4.0, self.p.tr_min)
-        elif ratio > 0.75 and box_active:
-            self.vmax = np.minimum(2.0 * self.vmax, cap)
+        self.vmax = adapt_trust_region(
+            self.vmax, m0, pred, self._merit(ev), box_active, self.p.tr_min, cap
+        )

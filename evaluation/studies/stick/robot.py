@@ -1,7 +1,7 @@
 """Planar stick robots: serial chains of revolute joints with any number of links.
 
 Joint angles are relative (``θ_i = q_1 + ... + q_i`` is the absolute angle of link ``i``), the base
-is at the origin, gravity acts along ``-y``. Every quantity is analytic (``hnewton.md`` §2):
+is at the origin, gravity acts along ``-y``. Every quantity is analytic (``docs/hnewton.md`` M2):
 
 * a point at fraction ``s`` of link ``k``: ``p = sum_{i<k} L_i u(θ_i) + s L_k u(θ_k)``;
 * Jacobian column ``j <= k``: ``sum_{i>=j} ℓ_i u'(θ_i)`` with ``u'(θ) = (-sin θ, cos θ)``;

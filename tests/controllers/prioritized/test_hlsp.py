@@ -7,7 +7,7 @@ import pytest
 from scipy.linalg import null_space
 from scipy.optimize import minimize
 
-from residual_quad.controllers.hlsp import (
+from residual_quad.controllers.prioritized.hlsp import (
     HLSPSolver,
     Level,
     kkt_ok,
@@ -163,54 +163,9 @@ def test_bad_shapes_raise():
         HLSPSolver("cvx")
 
 
-def _same(a, b, tol=1e-12):
-    np.testing.assert_allclose(a.x, b.x, rtol=0, atol=tol)
-    for wa, wb, ca, cb in zip(a.slacks, b.slacks, a.active, b.active, strict=True):
-        np.testing.assert_allclose(wa, wb, rtol=0, atol=tol)
-        np.testing.assert_array_equal(ca, cb)
-    assert a.backend == b.backend
-    if b.multipliers is not None:
-        for la, lb in zip(a.multipliers, b.multipliers, strict=True):
-            for ja, jb in zip(la, lb, strict=True):
-                np.testing.assert_allclose(ja, jb, rtol=0, atol=1e-9 * (1 + np.abs(jb).max()))
-
-
-@pytest.mark.parametrize("kw", [{}, {"multipliers": False, "verify": False}])
-def test_prepared_path_matches_generic(kw):
-    """The cached-structure daqp path gives the generic path's result (random + box problems)."""
-    rng = np.random.default_rng(11)
-    problems = list(PROBLEMS)
-    for n in (2, 3, 5, 8):  # box + equalities + inequalities + posture, as in the benchmark
-        for _ in range(4):
-            m1, m2 = max(1, n // 3), max(1, n // 2)
-            c = rng.normal(size=m2)
-            A2 = rng.normal(size=(m2, n))
-            problems.append(
-                [
-                    Level.box(n, -rng.random(), rng.random()),
-                    Level.eq(rng.normal(size=(m1, n)), rng.normal(size=m1)),
-                    Level(A2, c - 0.1, c + 0.1),
-                    Level.eq(np.eye(n), rng.normal(size=n)),
-                ]
-            )
-    prep = HLSPSolver("daqp", **kw)
-    gen = HLSPSolver("daqp", prepared=False, **kw)
-    for levels in problems:
-        for _ in range(2):  # cold, then warm-started from the stored active set
-            _same(prep.solve(levels), gen.solve(levels))
-    # same shapes, new numbers, and a box row scaled to 2 (changes the slack structure)
-    levels = problems[-1]
-    for k in range(3):
-        lv = [Level(L.A.copy(), L.lower + 0.05 * k, L.upper + 0.05 * k) for L in levels]
-        if k == 2:
-            lv[0].A[0, 0] = 2.0
-        _same(prep.solve(lv), gen.solve(lv))
-    assert len(prep._plans) <= 16
-
-
-def test_prepared_path_inputs_and_errors():
+def test_inputs_and_errors():
     lv = [(np.eye(2, dtype=int), np.array([-1, -1]), np.array([1, 1])), ([[1.0, 1.0]], [3], [3])]
-    res = solve_hlsp(lv, "daqp")  # lists / int arrays: generic fallback or cast
+    res = solve_hlsp(lv, "daqp")  # lists / int arrays are cast
     np.testing.assert_allclose(res.x, [1.0, 1.0], atol=1e-9)
     s = HLSPSolver("daqp")
     good = [Level.box(2, -1.0, 1.0), Level.eq(np.array([[1.0, 1.0]]), [3.0])]

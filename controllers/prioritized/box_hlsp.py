@@ -1,10 +1,10 @@
-"""Exact, fast HLSP for small fixed-layout problems: a hard box on top, equality levels below.
+"""Exact HLSP for a hard box level on top of small equality levels (few variables).
 
-The quadrotor controller solves two such problems every control step (``hnewton_quad``): the
+The quadrotor controller solves two such problems every control step (:mod:`.quad`): the
 thrust-vector Newton step (3 variables: trust region ∩ thrust/tilt box ≻ vertical ≻ horizontal)
 and the rotor allocation (4 rotor thrusts: rotor bounds ≻ roll/pitch ≻ collective ≻ yaw). The
-generic :class:`~residual_quad.controllers.hlsp.HLSPSolver` spends ~0.4–1.3 ms per call in Python
-bookkeeping; this module solves the same lexicographic problem::
+generic :class:`~.hlsp.HLSPSolver` spends ~0.4–1.3 ms per call in Python bookkeeping; this module
+solves the same lexicographic problem::
 
     lexmin_x ( ||A_1 x - b_1||², ..., ||A_p x - b_p||² )   s.t.   lower <= x <= upper   (hard)
 
@@ -26,10 +26,10 @@ exactly, in a few µs when no bound is active, by enumerating faces of the box:
 When the task rows stack to a square non-singular matrix and the exact solution lies inside the
 box (the common case in flight), the answer is one ``np.linalg.solve``.
 
-Multipliers follow :mod:`~residual_quad.controllers.hlsp`'s layout: ``multipliers[l][j]`` for
-``j <= l`` with level 0 the box (one value per variable, 0 when free) and ``λ_{l,l} = w_l``; the
-higher-level rows enter stationarity ``Σ_{j<=l} A_jᵀ λ_{j,l} = 0`` with free sign, the active box
-rows with ``λ >= 0`` at the upper and ``λ <= 0`` at the lower bound, minimum-norm solution.
+Multipliers follow :mod:`~.hlsp`'s layout: ``multipliers[l][j]`` for ``j <= l`` with level 0
+the box (one value per variable, 0 when free) and ``λ_{l,l} = w_l``; the higher-level rows enter
+stationarity ``Σ_{j<=l} A_jᵀ λ_{j,l} = 0`` with free sign, the active box rows with ``λ >= 0`` at
+the upper and ``λ <= 0`` at the lower bound, minimum-norm solution.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ class BoxHLSPResult:
 def box_levels(
     lower: np.ndarray, upper: np.ndarray, levels: Sequence[tuple[np.ndarray, np.ndarray]]
 ) -> list[Level]:
-    """The same problem as generic :class:`~residual_quad.controllers.hlsp.Level` objects (for
-    cross-checking with :func:`~residual_quad.controllers.hlsp.solve_hlsp`)."""
+    """The same problem as generic :class:`~.hlsp.Level` objects (for cross-checking with
+    :func:`~.hlsp.solve_hlsp`)."""
     n = len(lower)
     return [Level.box(n, lower, upper)] + [Level.eq(A, b) for A, b in levels]
 

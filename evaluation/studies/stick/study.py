@@ -1,6 +1,7 @@
-"""Stick-robot scenarios for the hierarchical Newton study (``hnewton.md`` §8).
+"""Stick-robot scenarios for the hierarchical Newton study ([HN sec. VI-A]; ``docs/hnewton.md``).
 
-A scenario YAML describes a planar arm, its task hierarchy and the controller settings; the runner
+A scenario YAML (``scenarios/*.yaml``, loaded strictly through :func:`residual_quad.configs.load`)
+describes a planar arm, its task hierarchy and the controller settings; the runner
 simulates it with every requested method (``gn``, ``lm``, ``bfgs``, ``newton``), computes the
 brute-force optimum of every level by a global search over joint space that respects the
 priorities, and reports per method: final task error per level, the gap to the optimum, total
@@ -12,17 +13,23 @@ integrate the rod dynamics with the commanded torque (semi-implicit Euler).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from ..controllers.hnewton import METHODS, HierarchicalNewton, HNewtonParams, JointTask, Task
-from ..controllers.stick_robot import StickRobot
+from residual_quad import configs
+from residual_quad.controllers.prioritized import (
+    METHODS,
+    HierarchicalNewton,
+    HNewtonParams,
+    JointTask,
+    Task,
+)
+from residual_quad.evaluation.studies.stick.robot import StickRobot
 
 CONV_TOL = 1e-3  # convergence: |e_l| - e*_l below this for every level
 SETTLE_TIME = 0.25  # s, a converged run stays within CONV_TOL at least this long
@@ -42,16 +49,20 @@ class TaskSpec:
 
 @dataclass
 class Scenario:
-    """A stick-robot scenario (YAML keys = field names; unknown keys are errors)."""
+    """A stick-robot scenario (YAML keys = field names; unknown keys are errors).
+
+    ``levels`` is highest priority first, each level a list of tasks (a single task may be given
+    without the list); ``methods`` may also be a comma-separated string.
+    """
 
     name: str
     links: list[float]  # m
     q0: list[float]  # rad
-    levels: list[list[TaskSpec]]
+    levels: list[list[TaskSpec] | TaskSpec]
     dt: float = 0.01  # s
     duration: float = 5.0  # s
     kp: float = 10.0  # 1/s (P) or 1/s² (PD)
-    kd: float | None = None  # 1/s, PD in the velocity domain (eq. 30) when set
+    kd: float | None = None  # 1/s, PD in the velocity domain ([HN eq. 30]) when set
     vmax: float = 10.0  # rad/s
     lm_mu: float = 0.3
     eps: float = 1e-9
@@ -61,7 +72,7 @@ class Scenario:
     multipliers_from: str = "previous"
     adaptive_tr: bool = False
     backend: str = "daqp"
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    methods: list[str] | str = field(default_factory=lambda: list(METHODS))
     dynamic: bool = False
     masses: list[float] | None = None  # kg per link (default 1)
     qdot0: list[float] | None = None  # rad/s
@@ -70,6 +81,9 @@ class Scenario:
     description: str = ""
 
     def __post_init__(self) -> None:
+        self.levels = [[lv] if isinstance(lv, TaskSpec) else list(lv) for lv in self.levels]
+        if isinstance(self.methods, str):
+            self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
         n = len(self.links)
         if len(self.q0) != n:
             raise ValueError(f"q0 has {len(self.q0)} entries for {n} links")
@@ -102,58 +116,30 @@ class Scenario:
         return StickRobot(np.array(self.links), None if self.masses is None else self.masses)
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid: {sorted(names)}")
-    return cls(**data)
-
-
 def scenario_from_dict(data: dict[str, Any]) -> Scenario:
     """Typed scenario from a parsed YAML mapping (strict keys)."""
-    if not isinstance(data, dict):
-        raise ValueError("scenario must be a mapping")
-    data = dict(data)
-    levels = data.get("levels")
-    if not isinstance(levels, list):
-        raise ValueError("levels must be a list of lists of tasks")
-    parsed = []
-    for i, lv in enumerate(levels):
-        if isinstance(lv, dict):
-            lv = [lv]
-        if not isinstance(lv, list):
-            raise ValueError(f"level {i + 1} must be a list of tasks")
-        parsed.append([_build(TaskSpec, dict(t), f"level {i + 1} task") for t in lv])
-    data["levels"] = parsed
-    if isinstance(data.get("methods"), str):
-        data["methods"] = [m.strip() for m in data["methods"].split(",") if m.strip()]
-    return _build(Scenario, data, "scenario")
+    return configs.load(Scenario, data)
 
 
-def configs_dir() -> Path:
-    """Folder of the shipped stick scenarios."""
-    return Path(__file__).resolve().parent.parent / "configs" / "stick"
-
-
-def resolve_scenario_path(spec: str) -> Path:
-    """A path, or the bare name of a shipped scenario (``s2`` -> ``configs/stick/s2*.yaml``)."""
+def scenario_path(spec: str | Path) -> Path:
+    """The one resolver of scenario files: an existing path, else a shipped scenario by name
+    (``s2`` -> ``scenarios/s2.yaml``; a unique prefix before ``_`` also works: ``s4`` ->
+    ``scenarios/s4_dynamic.yaml``)."""
     p = Path(spec)
-    if p.exists():
+    if p.is_file():
         return p
-    d = configs_dir()
-    for cand in (d / spec, d / f"{spec}.yaml", *sorted(d.glob(f"{spec}_*.yaml"))):
-        if cand.exists():
+    d = Path(str(resources.files(__package__).joinpath("scenarios")))
+    name = str(spec)
+    for cand in (d / name, d / f"{name}.yaml", *sorted(d.glob(f"{name}_*.yaml"))):
+        if cand.is_file():
             return cand
     shipped = sorted(x.stem for x in d.glob("*.yaml"))
-    raise FileNotFoundError(f"no scenario file {spec!r} (shipped: {shipped})")
+    raise FileNotFoundError(f"no scenario file {name!r} (shipped: {shipped})")
 
 
 def load_scenario(spec: str | Path) -> Scenario:
     """Load a scenario from a YAML path or a shipped name."""
-    path = resolve_scenario_path(str(spec))
-    with open(path, encoding="utf-8") as fh:
-        return scenario_from_dict(yaml.safe_load(fh))
+    return configs.load(Scenario, scenario_path(spec))
 
 
 # ----------------------------------------------------------------------------------- tasks
@@ -342,7 +328,7 @@ def controller_for(scn: Scenario, method: str, **overrides: Any) -> Hierarchical
     )
 
     def eom(q: np.ndarray, qdot_prev: np.ndarray) -> list:
-        # M (q̇_k - q̇_{k-1})/Δt + h(q_k, q̇_{k-1}) = τ_k   (hnewton.md §6 V-C)
+        # M (q̇_k - q̇_{k-1})/Δt + h(q_k, q̇_{k-1}) = τ_k   ([HN sec. V-C])
         M = robot.mass_matrix(q)
         b = M @ qdot_prev / params.dt - robot.bias(q, qdot_prev)
         A = np.hstack([M / params.dt, -np.eye(n)])
@@ -459,7 +445,7 @@ def plot_runs(
 
 
 def run_acceleration_pd(scn: Scenario, damping: float = 0.0) -> np.ndarray:
-    """Reference for S1: the acceleration-domain PD (paper eq. 3) on a single-level scenario.
+    """Reference for S1: the acceleration-domain PD ([HN eq. 3]) on a single-level scenario.
 
     ``J q̈ = -K_p e - K_d ė - J̇ q̇`` solved in the least-squares sense (with optional
     ``damping² ||q̈||²``), semi-implicit Euler. Returns ``||e||`` after every step, shape (K+1,).

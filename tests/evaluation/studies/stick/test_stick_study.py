@@ -1,18 +1,18 @@
-"""Hierarchical Newton of control on the stick scenarios (hnewton.md §8, S1-S4)."""
+"""Stick-robot study: scenarios, brute-force optima and the Newton variants on S1-S4
+([HN sec. VI-A]; docs/hnewton.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from residual_quad.controllers.hnewton import HierarchicalNewton, HNewtonParams, clamp_factor
-from residual_quad.controllers.stick_robot import StickRobot
-from residual_quad.evaluation.stick import (
-    PointTask,
+from residual_quad.evaluation.studies.stick.study import (
     brute_force_optimum,
     load_scenario,
     run_acceleration_pd,
     run_method,
+    scenario_from_dict,
+    scenario_path,
 )
 
 
@@ -56,7 +56,7 @@ def test_s3_augmentation_without_switch_freezes_level2(s3):
     # exact (numpy) HLSP: with R_1 always on, level 1 uses every degree of freedom
     frozen = run_method(scn, "newton", switch="always", backend="numpy")
     assert frozen.errors[-1, 0] < 1e-6
-    assert frozen.errors[-1, 1] > opt[1] + 0.1  # hnewton.md [P]: 1.903 vs 1.637
+    assert frozen.errors[-1, 1] > opt[1] + 0.1  # docs/hnewton.md: 1.903 vs 1.637
 
 
 def test_s1_velocity_pd_agrees_with_acceleration_pd():
@@ -77,34 +77,36 @@ def test_s4_dynamic_respects_torque_limits_and_converges():
     assert run.errors[-1, 0] - opt[0] < 1e-3
 
 
-def test_hierarchical_hessian_matches_lagrangian_gradient_fd():
-    robot = StickRobot([1.0, 0.8, 0.6])
-    tasks = [[PointTask(robot, 2, np.array([1.0, 1.0]))], [PointTask(robot, 1, np.zeros(2))]]
-    ctrl = HierarchicalNewton(tasks, 3, HNewtonParams(lambda_scale="dt", dt=0.01))
-    rng = np.random.default_rng(0)
-    q = rng.uniform(-1, 1, 3)
-    lam = [[rng.normal(size=2)], [rng.normal(size=2), rng.normal(size=2)]]
-    ev = ctrl.evaluate(q)
-    H = ctrl.hierarchical_hessian(ev, lam, 1)
-
-    def grad(x):  # ∇_q L_2 = Σ_j J_j(x)^T λ_{j,2} (optimization scaling Δt)
-        e = ctrl.evaluate(x)
-        return 0.01 * sum(e[j][1].T @ lam[1][j] for j in range(2))
-
-    I = np.eye(3)
-    Hn = np.stack([(grad(q + 1e-6 * I[k]) - grad(q - 1e-6 * I[k])) / 2e-6 for k in range(3)], 1)
-    assert np.abs(H - Hn).max() < 1e-8
+def test_yaml_schema_loads_and_unknown_keys_fail():
+    data = {
+        "name": "s2", "links": [1.0, 1.0], "q0": [0.2, 1.2], "dt": 0.01, "duration": 5.0,
+        "kp": 10.0, "vmax": 10.0, "lm_mu": 0.3,
+        "levels": [[{"task": "point", "link": 2, "target": [2.5, 0.5]}]],
+    }  # fmt: skip
+    scn = scenario_from_dict(data)
+    assert scn.levels[0][0].link == 2 and scn.vmax == 10.0
+    with pytest.raises(ValueError, match="unknown key"):
+        scenario_from_dict({**data, "kpp": 3.0})
+    bad_task = {**data, "levels": [[{"task": "point", "link": 2, "target": [1, 1], "lnk": 1}]]}
+    with pytest.raises(ValueError, match="unknown key"):
+        scenario_from_dict(bad_task)
+    with pytest.raises(ValueError, match="link"):
+        scenario_from_dict({**data, "levels": [[{"task": "point", "link": 3, "target": [1, 1]}]]})
 
 
-def test_clamp_factor():
-    H = np.diag([2.0, -1.0, 0.0])
-    R = clamp_factor(H, 1e-6)
-    np.testing.assert_allclose(R.T @ R, np.diag([2.0, 1e-6, 1e-6]), atol=1e-12)
+def test_shipped_scenarios_resolve_by_name():
+    for name in ("s1", "s2", "s3", "s4_dynamic"):
+        assert scenario_path(name).exists()
+        assert load_scenario(name).name == name
+    assert load_scenario("s4").dynamic
+    with pytest.raises(FileNotFoundError):
+        scenario_path("nope")
 
 
-def test_params_validation():
-    with pytest.raises(ValueError, match="method"):
-        HNewtonParams(method="sqp")
-    with pytest.raises(ValueError, match="switch"):
-        HNewtonParams(switch="sometimes")
-    assert HNewtonParams(dt=0.005).nu == pytest.approx(1e-12 * 0.005**2)
+def test_brute_force_optimum_known_values():
+    s2 = load_scenario("s2")
+    assert brute_force_optimum(s2)[0] == pytest.approx(np.hypot(2.5, 0.5) - 2.0, abs=1e-8)
+    s3 = brute_force_optimum(load_scenario("s3"))
+    assert s3[0] < 1e-8
+    # level-2 optimum: elbow at distance 2 from the base (stretched) while the tip stays on A
+    assert s3[1] == pytest.approx(1.63669, abs=1e-5)

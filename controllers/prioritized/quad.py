@@ -1,7 +1,7 @@
 """``hnewton`` / ``hnewton_rls``: prioritized quadrotor control on the hierarchical Newton method.
 
 Why: the geometric tracker's proportional mixer lets a large yaw error eat the roll/pitch
-authority (the source document's 90°-yaw-start flip), and demands beyond the thrust/tilt envelope
+authority (the 90°-yaw-start flip of [RES §9]), and demands beyond the thrust/tilt envelope
 are handled by ad-hoc clipping. Here a strict priority order is solved instead, in two stages
 per control step:
 
@@ -19,10 +19,10 @@ per control step:
 
    with ``a_des = a_ref + k_p e_p + k_d e_v − Δâ`` (``Δâ`` the residual estimate of
    ``hnewton_rls``, zero for ``hnewton``). One hierarchical Newton cycle per control step
-   (``hnewton.md`` §5/§7, the same switching, factors and multiplier scaling as
-   :class:`~residual_quad.controllers.hnewton.HierarchicalNewton`; variants ``gn``, ``lm``,
-   ``bfgs``, ``newton``), solved with the exact small-problem solver
-   :class:`~residual_quad.controllers.hlsp_fast.BoxHLSP`, then ``q ← q + Δt·q̇``.
+   ([HN eq. 20–21]; ``docs/hnewton.md`` M3–M5), on the same switching, factors, BFGS update and
+   multiplier scaling as :class:`~.hnewton.HierarchicalNewton` -- both are a
+   :class:`~.newton.NewtonCore`; variants ``gn``, ``lm``, ``bfgs``, ``newton``), solved with the
+   exact small-problem solver :class:`~.box_hlsp.BoxHLSP`, then ``q ← q + Δt·q̇``.
 
    The projected angles make the tilt box a square in ``(tan θ, tan φ)``; with the vertical task
    met the horizontal acceleration is ``(g + a_z)·(tan θ, −tan φ)``, so the reachable set is
@@ -49,11 +49,13 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, to_rotor_action
-from residual_quad.controllers.hlsp_fast import BoxHLSP, BoxHLSPResult
-from residual_quad.controllers.hnewton import (
-    METHODS,
-    damped_bfgs_update,
-    level_factor,
+from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.prioritized.newton import (
+    LevelEval,
+    NewtonCore,
+    NewtonSettings,
+    check_method,
+    task_multipliers,
 )
 from residual_quad.controllers.trackers import Tracker
 from residual_quad.envs.airframe import Airframe
@@ -144,8 +146,8 @@ class HNewtonQuadParams:
 
     ``gain`` is the task gain ``k`` of ``J q̇ = −k·e`` [1/s]; ``None`` takes ``1/Δt``, a full
     Newton step per control step. ``switch``/``nu``/``eps``/``lm_mu``/``bfgs_b0`` and the
-    ``Δt``-scaling of the multipliers are those of
-    :class:`~residual_quad.controllers.hnewton.HNewtonParams` (switch reading "A").
+    ``Δt``-scaling of the multipliers are those of :class:`~.hnewton.HNewtonParams` (switch
+    reading "A", decisions D1–D6 of ``docs/hnewton.md`` M8).
     """
 
     method: str = "newton"
@@ -162,10 +164,7 @@ class HNewtonQuadParams:
     bfgs_b0: float = 1e-3
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; valid: {list(METHODS)}")
-        if self.switch not in ("residual", "always", "never"):
-            raise ValueError(f"switch must be residual|always|never, got {self.switch!r}")
+        check_method(self.method, self.switch)
         if not 0.0 < self.max_tilt < math.radians(80.0):
             raise ValueError("max_tilt must lie in (0, 80°)")
         if not (self.thrust_min_frac > 0.0 and 0.0 < self.thrust_max_frac <= 1.0):
@@ -176,12 +175,13 @@ class HNewtonQuadParams:
             raise ValueError("gain must be positive")
 
 
-class ThrustVectorNewton:
+class ThrustVectorNewton(NewtonCore):
     """One hierarchical Newton cycle on ``q = (c, φ, θ)`` per call of :meth:`step`.
 
-    Mirrors :meth:`HierarchicalNewton.step <residual_quad.controllers.hnewton.HierarchicalNewton
-    .step>` for the fixed layout (box ≻ vertical ≻ horizontal) with the exact fast solver; the
-    tests cross-check it against the generic class on the numpy HLSP backend.
+    The cycle of :meth:`HierarchicalNewton.step <.hnewton.HierarchicalNewton.step>` for the fixed
+    layout (box ≻ vertical ≻ horizontal) with the exact fast solver, on the same
+    :class:`~.newton.NewtonCore`; the tests cross-check it against the generic class on the numpy
+    HLSP backend.
     """
 
     def __init__(self, airframe: Airframe, dt: float, params: HNewtonQuadParams | None = None):
@@ -189,7 +189,18 @@ class ThrustVectorNewton:
         self.dt = float(dt)
         self.p = p = params or HNewtonQuadParams()
         self.k = 1.0 / self.dt if p.gain is None else float(p.gain)
-        self.nu = 1e-12 * self.dt**2 if p.nu is None else float(p.nu)
+        settings = NewtonSettings(
+            method=p.method,
+            dt=self.dt,
+            multiplier_scale=self.dt,
+            nu=1e-12 * self.dt**2 if p.nu is None else float(p.nu),
+            switch=p.switch,
+            switch_reading="A",
+            lm_mu=p.lm_mu,
+            eps=p.eps,
+            bfgs_b0=p.bfgs_b0,
+        )
+        super().__init__(settings, 3, 2)
         self.q_lower = np.array(
             [p.thrust_min_frac * airframe.hover_thrust, -p.max_tilt, -p.max_tilt]
         )
@@ -202,10 +213,7 @@ class ThrustVectorNewton:
 
     def reset(self) -> None:
         """Forget multipliers, BFGS matrices, warm starts and the previous step."""
-        self.lam: list[list[np.ndarray]] | None = None
-        self.B = [self.p.bfgs_b0 * np.eye(3) for _ in range(2)]
-        self.prev_q: np.ndarray | None = None
-        self.prev_J: list[np.ndarray] | None = None
+        self.reset_core()
         self.solver.reset()
         self.gn_solver.reset()
         self.augmented = [False, False]
@@ -219,60 +227,19 @@ class ThrustVectorNewton:
         up = np.maximum(np.minimum(self.vmax, (self.q_upper - q) * inv), -self.vmax)
         return lo, up
 
-    def evaluate(
-        self, q: np.ndarray, a_des: np.ndarray
-    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def evaluate(self, q: np.ndarray, a_des: np.ndarray) -> list[LevelEval]:
         """``(e, J, H)`` of the vertical and the horizontal level at ``q`` for target ``a_des``
         (heading frame, m/s²)."""
         a, J, H = thrust_vector_tasks(q, self.frame.mass, self.frame.gravity)
         e = a - a_des
         return [(e[2:3], J[2:3], H[2:3]), (e[:2], J[:2], H[:2])]
 
-    def _switch_on(self, w_norm: float) -> bool:
-        if self.p.switch == "always":
-            return True
-        if self.p.switch == "never":
-            return False
-        return (self.dt * w_norm) ** 2 > self.nu
-
-    def hierarchical_hessian(self, ev: list, lam: list[list[np.ndarray]], level: int) -> np.ndarray:
-        """``Ĥ_l = Δt·Σ_{j<=l} λ_{j,l}·H_j`` (3×3)."""
-        Hs = np.zeros((3, 3))
-        for j in range(level + 1):
-            Hs += np.tensordot(lam[level][j], ev[j][2], axes=1)
-        Hs *= self.dt
-        return 0.5 * (Hs + Hs.T)
-
-    def _factor(self, li: int, ev: list, lam: list[list[np.ndarray]] | None) -> np.ndarray:
-        return level_factor(self, li, ev, lam, 3)
-
-    def _bfgs_update(self, q: np.ndarray, ev: list) -> None:
-        if self.prev_q is None or self.prev_J is None or self.lam is None:
-            return
-        s = q - self.prev_q
-        if float(s @ s) < 1e-30:
-            return
-        for li in range(2):
-            y = np.zeros(3)
-            for j in range(li + 1):
-                y += self.dt * (ev[j][1] - self.prev_J[j]).T @ self.lam[li][j]
-            self.B[li] = damped_bfgs_update(self.B[li], s, y)
-
-    @staticmethod
-    def _extract_lam(res: BoxHLSPResult, dims: tuple[int, int]) -> list[list[np.ndarray]] | None:
-        if res.multipliers is None:
-            return None
-        return [
-            [res.multipliers[li + 1][j + 1][: dims[j]].copy() for j in range(li + 1)]
-            for li in range(2)
-        ]
-
     def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
         """Velocity ``q̇`` (N/s, rad/s, rad/s) of one cycle at ``q`` towards ``a_des`` (heading
         frame, m/s²)."""
         ev = self.evaluate(q, a_des)
         if self.p.method == "bfgs":
-            self._bfgs_update(q, ev)
+            self.bfgs_update(q, ev)
         lo, up = self.velocity_box(q)
         k = self.k
         levels = [(J, -k * e) for e, J, _ in ev]
@@ -286,16 +253,15 @@ class ThrustVectorNewton:
             self.gn_norms = gn.slack_norms()
             aug = []
             for li, (A, b) in enumerate(levels):
-                if self._switch_on(float(self.gn_norms[li])):
-                    R = self._factor(li, ev, self.lam)
+                if self.switch_on(float(self.gn_norms[li])):
+                    R = self.level_factor(li, ev, self.lam)
                     A = np.vstack([A, R])
                     b = np.concatenate([b, np.zeros(3)])
                     self.augmented[li] = True
                 aug.append((A, b))
             res = self.solver.solve(lo, up, aug) if any(self.augmented) else gn
-        self.lam = self._extract_lam(res, (1, 2))
-        self.prev_q = np.array(q, dtype=float)
-        self.prev_J = [J for _, J, _ in ev]
+        self.lam = task_multipliers(res.multipliers, (1, 2))
+        self.remember(q, ev)
         self.last = res
         return res.x.copy()
 

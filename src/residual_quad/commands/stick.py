@@ -8,13 +8,17 @@ from pathlib import Path
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from .stick import format_report, load_scenario, plot_runs, run_scenario
+    from residual_quad.controllers.prioritized import METHODS
+    from residual_quad.evaluation.studies.stick.study import (
+        format_report,
+        load_scenario,
+        plot_runs,
+        run_scenario,
+    )
 
     scn = load_scenario(args.scenario)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     if methods is not None:
-        from ..controllers.hnewton import METHODS
-
         bad = [m for m in methods if m not in METHODS]
         if bad:
             raise ValueError(f"unknown method(s) {bad}; valid: {list(METHODS)}")

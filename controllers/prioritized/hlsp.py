@@ -2,7 +2,7 @@
 
 A problem is a list of levels, highest priority first. Level ``l`` holds rows
 ``lower_l <= A_l x <= upper_l`` (equal bounds make an equality row). The solver minimizes the
-slacks lexicographically in the least-squares sense (``hnewton.md`` §1, eq. 7)::
+slacks lexicographically in the least-squares sense ([HN eq. 7]; ``docs/hnewton.md`` M1)::
 
     lexmin_x ( ||w_1||^2, ..., ||w_p||^2 ),   w_l = A_l x - clip(A_l x, lower_l, upper_l)
 
@@ -19,7 +19,7 @@ Sign conventions (one signed number per original row):
 Two backends share this interface:
 
 * ``"numpy"``: the reference nullspace cascade with a primal active set per level
-  (``hnewton.md`` §7 (a)), warm-started from the previous active set;
+  (``docs/hnewton.md`` M7), warm-started from the previous active set;
 * ``"daqp"``: DAQP's prioritized mode (``break_points``). DAQP normalizes every row, which would
   weight the least-squares slacks by ``1/||a_i||``, so each row ``a_i`` gets an explicit slack
   variable ``v_i`` (``lower <= a_i x - v_i <= upper`` on a hard top level, ``v_l = 0`` softly on
@@ -29,7 +29,6 @@ Two backends share this interface:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from ctypes import c_int
 from dataclasses import dataclass, field
@@ -267,13 +266,6 @@ class HLSPSolver:
         Stationarity / sign tolerance of that check, relative to the problem scale.
     warm_start:
         Start from the previous call's active set when the row layout is unchanged.
-    prepared:
-        (daqp) cache the slack reformulation per shape signature (``n``, level sizes, nonzero
-        pattern) and refill only the numbers on later calls with the same structure; the inputs
-        are fully validated when a structure is first seen and cheaply (finite ``A``,
-        ``lower <= upper``) afterwards. Same DAQP input, hence the same result, as the generic
-        path (``prepared=False``), which stays the fallback for inputs that are not float
-        arrays of the expected rank and for polishing.
     """
 
     def __init__(
@@ -288,7 +280,6 @@ class HLSPSolver:
         verify_tol: float = 1e-9,
         warm_start: bool = True,
         max_iter: int = 500,
-        prepared: bool = True,
     ) -> None:
         if backend not in ("daqp", "numpy"):
             raise ValueError(f"unknown HLSP backend {backend!r}; use 'daqp' or 'numpy'")
@@ -303,19 +294,13 @@ class HLSPSolver:
         self.verify_tol = float(verify_tol)
         self.warm_start = bool(warm_start)
         self.max_iter = int(max_iter)
-        self.prepared = bool(prepared) and backend == "daqp"
         self._last_active: list[np.ndarray] | None = None
-        self._last_codes: list[int] | None = None  # prepared path: codes of all rows
-        self._last_slices: list[slice] = []
         self._last_layout: tuple[int, ...] | None = None
-        self._plans: dict[tuple, _DaqpPlan] = {}
 
     def reset(self) -> None:
-        """Forget the warm-start active set (and the cached DAQP structures)."""
+        """Forget the warm-start active set."""
         self._last_active = None
-        self._last_codes = None
         self._last_layout = None
-        self._plans.clear()
 
     def solve(
         self,
@@ -324,15 +309,11 @@ class HLSPSolver:
         active: list[np.ndarray] | None = None,
     ) -> HLSPResult:
         """Solve the HLSP; ``active`` overrides the stored warm-start active set."""
-        if self.prepared:
-            res = self._solve_prepared(levels, active)
-            if res is not None:
-                return res
         levs, n = _as_levels(levels, None)
         layout = (n, *(lv.A.shape[0] for lv in levs))
         hint = active
         if hint is None and self.warm_start and self._last_layout == layout:
-            hint = self._stored_hint()
+            hint = self._last_active
         if hint is not None and [len(h) for h in hint] != list(layout[1:]):
             raise ValueError("warm-start active set does not match the level sizes")
         if self.backend == "numpy":
@@ -364,77 +345,6 @@ class HLSPSolver:
             res.multipliers = level_multipliers(levs, res.x, res.active, self.tol)
         if self.warm_start:
             self._last_active = [a.copy() for a in res.active]
-            self._last_codes = None
-            self._last_layout = layout
-        return res
-
-    def _stored_hint(self) -> list[np.ndarray] | None:
-        """The stored warm-start active set as per-level arrays."""
-        if self._last_active is None and self._last_codes is not None:
-            a = np.array(self._last_codes)
-            self._last_active = [a[s] for s in self._last_slices]
-        return self._last_active
-
-    def _solve_prepared(
-        self, levels: Sequence[LevelLike], active: list[np.ndarray] | None
-    ) -> HLSPResult | None:
-        """DAQP solve through a cached :class:`_DaqpPlan`; ``None``: use the generic path."""
-        got = _level_arrays(levels)
-        if got is None:
-            return None
-        As, Bs, sig = got
-        plan = self._plans.get(sig)
-        if plan is None:
-            levs, _ = _as_levels(levels, None)  # full validation, once per shape signature
-            if len(self._plans) >= 16:
-                self._plans.clear()
-            plan = _DaqpPlan(np.concatenate([lv.A for lv in levs]), [s[0][0] for s in sig])
-            self._plans[sig] = plan
-        try:
-            np.concatenate(As, axis=0, out=plan.A_all)
-            np.concatenate(Bs, out=plan.B_all)
-        except (TypeError, ValueError):  # e.g. complex or object arrays
-            return None
-        if not plan.matches():
-            new = _DaqpPlan(plan.A_all, [s[0][0] for s in sig])
-            new.A_ext[:] = plan.A_ext
-            new.B_raw[:] = plan.B_raw
-            plan = self._plans[sig] = new
-        layout = plan.layout
-        hint_all: list[int] | None = None
-        warm = active is None and self.warm_start and self._last_layout == layout
-        if active is not None:
-            if [len(h) for h in active] != list(layout[1:]):
-                raise ValueError("warm-start active set does not match the level sizes")
-            hint_all = [
-                int(c) if c in (UPPER, LOWER_) else INACTIVE
-                for c in np.concatenate(active).tolist()
-            ]
-        elif warm:
-            hint_all = self._last_codes
-            if hint_all is None and self._last_active is not None:
-                hint_all = np.concatenate(self._last_active).astype(int).tolist()
-        out = _prepared_daqp(
-            plan,
-            self.tol,
-            self.rho_soft,
-            hint_all,
-            self.multipliers and not self.polish,
-            self.verify_tol if self.verify and not self.polish else None,
-        )
-        if out is None:
-            _as_levels(levels, None)  # raises the precise error for bad numbers
-            return None
-        res, ok, codes = out
-        if self.polish or not ok:
-            levs, _ = _as_levels(levels, None)
-            res.multipliers = None
-            hint = active if active is not None else (self._stored_hint() if warm else None)
-            return self._finish(levs, self._polish(levs, plan.n, res, hint), layout)
-        if self.warm_start:
-            self._last_codes = codes
-            self._last_slices = plan.slices
-            self._last_active = None
             self._last_layout = layout
         return res
 
@@ -471,7 +381,8 @@ def _solve_numpy(
     hint: list[np.ndarray] | None,
     x0: np.ndarray | None = None,
 ) -> HLSPResult:
-    """Reference cascade (``hnewton.md`` §7 (a))."""
+    """Reference cascade: one least-squares problem per level in the nullspace of the fixed rows
+    above, primal active set for its inequalities (``docs/hnewton.md`` M7)."""
     x = np.zeros(n) if x0 is None else np.asarray(x0, dtype=float).copy()
     Z = np.eye(n)
     C = np.zeros((0, n))  # hard one-sided rows C x <= d inherited from above
@@ -762,281 +673,3 @@ def _solve_daqp(
         status,
         {"exitflag": int(exitflag)},
     )
-
-
-# ------------------------------------------------------------------------------------------------
-# prepared DAQP path: structure cached per shape signature, numbers refilled every call
-# ------------------------------------------------------------------------------------------------
-
-# DAQP sense of a level row, indexed by the previous activity code (-1 wraps to the last entry),
-# for inequality / equality rows: the bits of ``_solve_daqp`` -- 5 for equalities, | ACTIVE for a
-# row active in the warm-start hint, | LOWER for one at its lower bound
-_SENSE_INEQ = [0, _ACTIVE, 0, _ACTIVE | _LOWER]
-_SENSE_EQ = [_IMMUTABLE | _ACTIVE] * 3 + [_IMMUTABLE | _ACTIVE | _LOWER]
-_EPS = float(np.finfo(float).eps)
-
-
-def _unit_values_ok(vals: np.ndarray) -> np.ndarray:
-    """``_needs_slack``'s unit test on the single nonzero of a row: ``|a| == 1`` within 1e-15."""
-    return np.abs(np.abs(vals) - 1.0) <= 1e-15
-
-
-class _DaqpPlan:
-    """Everything about a DAQP slack formulation that depends only on the problem's structure.
-
-    Built once per shape signature (``n``, level sizes) and slack structure (nonzero pattern,
-    unit rows); every solve then refills numbers into preallocated buffers and gives DAQP the
-    same arrays as :func:`_solve_daqp`.
-    """
-
-    def __init__(self, A_all: np.ndarray, sizes: list[int]) -> None:
-        m, n = A_all.shape
-        self.n, self.m = n, m
-        self.offsets = np.cumsum([0, *sizes])
-        offs = [int(o) for o in self.offsets]
-        self.slices = [slice(a, b) for a, b in zip(offs[:-1], offs[1:], strict=True)]
-        self.layout = (n, *sizes)
-        nz = A_all != 0
-        self.pattern = nz.tobytes()
-        single = np.flatnonzero(nz.sum(axis=1) == 1)
-        # flat index of the one nonzero of every single-nonzero row (pattern fixed => columns fixed)
-        self.single_flat = single * n + np.argmax(nz[single], axis=1)
-        vals = A_all.take(self.single_flat)
-        self.single_vals = vals.tobytes()
-        self.single_ok = _unit_values_ok(vals).tobytes()
-        need = _needs_slack(A_all)
-        sl = np.flatnonzero(need)
-        ns = int(sl.size)
-        self.ns = ns
-        # numbers: A_ext = [A_all; 0], B_raw = [upper; lower; 0] (flat), gathered into DAQP rows
-        row = np.where(need, m, np.arange(m))
-        self.row_gather = np.concatenate([sl, row])
-        rowb = np.where(need, 2 * m, np.arange(m))
-        self.b_gather = np.stack([np.concatenate([sl, rowb]), np.concatenate([m + sl, rowb + m])])
-        self.b_gather[1, ns:][need] = 2 * m
-        self.slacked = need.tolist()
-        self.A_ext = np.zeros((m + 1, n))
-        self.A_all = self.A_ext[:m]
-        self.nz = np.zeros((m, n), dtype=bool)
-        self.sq = np.zeros((m, n))
-        self.B_raw = np.zeros(2 * m + 1)
-        self.B_all = self.B_raw[: 2 * m]
-        self.Abig = np.zeros((ns + m, n + ns))
-        self.Abig[np.arange(ns), n + np.arange(ns)] = -1.0
-        self.Abig[ns + sl, n + np.arange(ns)] = 1.0
-        self.sense = np.zeros(ns + m, dtype=c_int)
-        self.sense_levels = self.sense[ns:]
-        self.Abig_x = self.Abig[:, :n]
-        bp = np.cumsum([ns, *sizes]).astype(c_int)
-        self.bp = bp if ns else bp[1:]
-        self.no_hint = [INACTIVE] * m
-        # multipliers / KKT check: rows of the levels strictly above level l
-        self.above = np.arange(m)[None, :] < self.offsets[:-1, None]
-
-    def matches(self) -> bool:
-        """Whether the rows now in ``A_all`` have this plan's slack structure (exactly
-        ``_needs_slack``'s test)."""
-        if np.not_equal(self.A_all, 0.0, out=self.nz).tobytes() != self.pattern:
-            return False
-        vals = self.A_all.take(self.single_flat)
-        if vals.tobytes() == self.single_vals:
-            return True
-        return _unit_values_ok(vals).tobytes() == self.single_ok
-
-
-def _level_arrays(
-    levels: Sequence[LevelLike],
-) -> tuple[list[np.ndarray], list[np.ndarray], tuple] | None:
-    """The ``A`` arrays, the bound arrays (all upper, then all lower) and a shape signature;
-    ``None`` when an entry is not an ndarray (those problems take the generic path)."""
-    As: list[np.ndarray] = []
-    Bs: list[np.ndarray] = []
-    los: list[np.ndarray] = []
-    sig: list[tuple] = []
-    try:
-        for lv in levels:
-            if type(lv) is Level:
-                A, lo, up = lv.A, lv.lower, lv.upper
-            else:
-                A, lo, up = lv
-            sig.append((A.shape, lo.shape, up.shape))
-            As.append(A)
-            Bs.append(up)
-            los.append(lo)
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if not As:
-        return None
-    Bs += los
-    return As, Bs, tuple(sig)
-
-
-def _daqp_solve(*args: object, **kwargs: object) -> tuple:
-    """``daqp.solve`` (imported on first use; rebinds itself to the compiled function)."""
-    global _daqp_solve
-    import daqp
-
-    _daqp_solve = daqp.solve
-    return daqp.solve(*args, **kwargs)
-
-
-_GELSD_WORK: dict[tuple[int, int], tuple[int, int]] = {}
-
-
-def _lstsq_small(Bt: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Minimum-norm least squares via LAPACK ``dgelsd`` with numpy's ``rcond=None`` cutoff.
-
-    The same algorithm as :func:`_lsq` (``np.linalg.lstsq``) without its per-call overhead.
-    """
-    from scipy.linalg import lapack
-
-    M, N = Bt.shape
-    cond = _EPS * max(M, N)
-    work = _GELSD_WORK.get((M, N))
-    if work is None:
-        lw, liw, _ = lapack.dgelsd_lwork(M, N, 1, cond)
-        work = _GELSD_WORK[(M, N)] = (int(lw), int(liw))
-    b = np.zeros((max(M, N), 1))
-    b[:M, 0] = rhs
-    sol, _, _, info = lapack.dgelsd(Bt, b, work[0], work[1], cond, False, True)
-    if info != 0:  # pragma: no cover - LAPACK failure, let numpy report/handle it
-        return _lsq(Bt, rhs)
-    return sol[:N, 0]
-
-
-def _prepared_daqp(
-    plan: _DaqpPlan,
-    tol: float,
-    rho_soft: float,
-    hint: list[int] | None,
-    want_mult: bool,
-    verify_tol: float | None,
-) -> tuple[HLSPResult, bool, list[int]] | None:
-    """Solve the problem whose numbers sit in ``plan``'s buffers.
-
-    Returns (result, KKT ok, activity codes of all rows), or ``None`` when the numbers fail the
-    cheap validity check (non-finite ``A``, ``lower > upper``, NaN). Same DAQP arrays, slacks,
-    activity codes and multipliers as :func:`_solve_daqp`, :func:`level_multipliers` and
-    :func:`kkt_ok`: the per-row tolerance logic runs on Python floats (the same IEEE operations
-    in the same order; cheaper than a dozen numpy calls on a few rows), the bulk work in numpy.
-    """
-    m, n = plan.m, plan.n
-    A_all = plan.A_all
-    Bl = plan.B_raw.tolist()
-    up, lo = Bl[:m], Bl[m : 2 * m]
-    rn2 = np.add.reduce(np.multiply(A_all, A_all, out=plan.sq), axis=1).tolist()
-    inf, big, sqrt = math.inf, _INF, math.sqrt
-    bases: list[float] = []
-    eqs: list[bool] = []
-    sense: list[int] = []
-    clip = False
-    for u, l, r2, h, slk in zip(
-        up, lo, rn2, plan.no_hint if hint is None else hint, plan.slacked, strict=True
-    ):
-        if not (l <= u and r2 < inf):  # NaN, lower > upper, non-finite row of A
-            return None
-        # ``_row_tol``: tol * (1 + ||a|| + |finite bounds|)
-        base = (
-            1.0
-            + sqrt(r2)
-            + ((abs(u) if -inf < u < inf else 0.0) + (abs(l) if -inf < l < inf else 0.0))
-        )
-        bases.append(base)
-        eqs.append(u - l <= tol * base * 1e-3)
-        if u > big or l < -big:  # (l <= u covers the other two cases)
-            clip = True
-        # DAQP equality: clipped bounds equal (slack rows are always 0 = 0)
-        sense.append((_SENSE_EQ if slk or u == l or l >= big or u <= -big else _SENSE_INEQ)[h])
-    Bc = np.clip(plan.B_raw, -_INF, _INF) if clip else plan.B_raw
-    G = Bc.take(plan.b_gather)
-    plan.A_ext.take(plan.row_gather, axis=0, out=plan.Abig_x, mode="wrap")
-    plan.sense_levels[:] = sense
-    z, _, exitflag, info = _daqp_solve(
-        None,
-        None,
-        plan.Abig,
-        G[0],
-        G[1],
-        plan.sense,
-        break_points=plan.bp,
-        rho_soft=rho_soft,
-        primal_tol=1e-10,
-    )
-    x = np.asarray(z[:n], dtype=float)
-    status = "optimal" if exitflag in (1, 2) else f"daqp exitflag {exitflag}"
-    # slacks and activity (``_slacks_and_activity`` with act_scale = 1e2)
-    axl = (A_all @ x).tolist()
-    wl: list[float] = []
-    codes: list[int] = []
-    for a, u, l, e, base in zip(axl, up, lo, eqs, bases, strict=True):
-        if e:
-            wl.append(a - 0.5 * (l + u))
-            codes.append(EQUALITY)
-            continue
-        wl.append((a - u if a > u else 0.0) + (a - l if a < l else 0.0))
-        rts = tol * base * 1e2
-        codes.append(LOWER_ if a <= l + rts else (UPPER if a >= u - rts else INACTIVE))
-    w = np.array(wl)
-    act = np.array(codes)
-    sl = plan.slices
-    res = HLSPResult(
-        x,
-        [w[s] for s in sl],
-        None,
-        [act[s] for s in sl],
-        int(info["iterations"]),
-        "daqp",
-        status,
-        {"exitflag": int(exitflag)},
-    )
-    if status != "optimal" or not (want_mult or verify_tol is not None):
-        return res, status == "optimal", codes
-    # multipliers (``level_multipliers``): LAM[l] holds λ_{j,l} of every row of levels j <= l
-    eq = np.array(eqs)
-    base = np.array(bases)
-    rt = tol * base
-    wm = np.where(eq, np.array(axl) - plan.B_raw[:m], w)
-    free = eq | (np.abs(wm) > rt)
-    sign = np.where(free, 0, act)
-    on = act != INACTIVE
-    nlev = len(sl)
-    LAM = np.zeros((nlev, m))
-    offs = plan.offsets
-    for li in range(nlev):
-        o0, o1 = int(offs[li]), int(offs[li + 1])
-        wl = wm[o0:o1]
-        LAM[li, o0:o1] = wl
-        if o0 == 0:
-            continue
-        sel = np.flatnonzero(on[:o0])
-        if sel.size == 0:
-            continue
-        rhs = -A_all[o0:o1].T @ wl
-        Bt = A_all[sel].T
-        lam = _lstsq_small(Bt, rhs)
-        sgn = sign[sel]
-        if np.any(sgn * lam < -tol * (1.0 + np.abs(lam).max())):
-            # degenerate active set: pick multipliers with the right signs
-            nz = np.flatnonzero(sgn != 0)
-            Gs = np.zeros((nz.size, lam.size))
-            Gs[np.arange(nz.size), nz] = -sgn[nz]
-            lam, _, _ = _active_set_lsqp(
-                Bt, rhs, Gs, np.zeros(nz.size), np.zeros(lam.size), [], tol, 200
-            )
-        LAM[li, sel] = lam
-    res.multipliers = [[LAM[li, sl[j]] for j in range(li + 1)] for li in range(nlev)]
-    if verify_tol is None:
-        return res, True, codes
-    # KKT check (``kkt_ok``): stationarity of every level subproblem and multiplier signs
-    scale = (1.0 + float(np.abs(A_all).max(initial=0.0))) * (
-        1.0 + float(np.abs(w).max(initial=0.0))
-    )
-    lim = verify_tol * scale
-    R = LAM @ A_all
-    if float(np.sqrt(np.add.reduce(R * R, axis=1)).max(initial=0.0)) > lim:
-        return res, False, codes
-    tight = np.abs(w) <= (rt if tol == 1e-9 else 1e-9 * base)
-    bad = (plan.above & ((act == UPPER) & tight) & (LAM < -lim)).any() or (
-        plan.above & ((act == LOWER_) & tight) & (LAM > lim)
-    ).any()
-    return res, not bad, codes

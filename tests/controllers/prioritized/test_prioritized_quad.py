@@ -1,18 +1,15 @@
-"""hnewton quadrotor controller: fast HLSP, thrust-vector Newton step, prioritized allocation."""
+"""hnewton quadrotor controller: thrust-vector Newton step, prioritized allocation, closed loop."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 
 from residual_quad.controllers.base import make_controller
-from residual_quad.controllers.hlsp import solve_hlsp, stationarity_residual
-from residual_quad.controllers.hlsp_fast import AT_LOWER, AT_UPPER, BoxHLSP, box_levels
-from residual_quad.controllers.hnewton import FunctionTask, HierarchicalNewton, HNewtonParams
-from residual_quad.controllers.hnewton_quad import (
+from residual_quad.controllers.prioritized import FunctionTask, HierarchicalNewton, HNewtonParams
+from residual_quad.controllers.prioritized.quad import (
     HNewtonQuadParams,
     HNewtonTracker,
     PrioritizedAllocator,
@@ -26,54 +23,6 @@ from residual_quad.episode import run_episode
 FRAME = Airframe()
 DT = 0.01
 METHODS = ("gn", "lm", "bfgs", "newton")
-
-
-# ------------------------------------------------------------------------------ fast HLSP
-def _random_problem(rng: np.random.Generator, n: int, sizes: list[int]):
-    levs = [(rng.normal(size=(m, n)), 2.0 * rng.normal(size=m)) for m in sizes]
-    lo = -rng.uniform(0.1, 1.5, n)
-    up = rng.uniform(0.1, 1.5, n)
-    return lo, up, levs
-
-
-@pytest.mark.parametrize("n,sizes", [(3, [1, 2]), (4, [2, 1, 1]), (3, [1, 2, 3]), (4, [1, 3])])
-def test_box_hlsp_matches_numpy_reference(n: int, sizes: list[int]) -> None:
-    rng = np.random.default_rng(n * 10 + len(sizes))
-    solver = BoxHLSP(n)
-    active_seen = 0
-    for _ in range(60):
-        lo, up, levs = _random_problem(rng, n, sizes)
-        res = solver.solve(lo, up, levs)
-        ref = solve_hlsp(box_levels(lo, up, levs), backend="numpy")
-        assert np.all(res.x >= lo - 1e-9) and np.all(res.x <= up + 1e-9)
-        np.testing.assert_allclose(res.slack_norms(), ref.slack_norms()[1:], atol=1e-7)
-        if sum(sizes) >= n:  # full-rank stack: the optimum is unique
-            np.testing.assert_allclose(res.x, ref.x, atol=1e-6)
-        active_seen += int(np.any(res.face != 0))
-        # multipliers: stationarity at every level, right signs on the active bounds
-        mult = res.multipliers
-        assert mult is not None
-        assert stationarity_residual(box_levels(lo, up, levs), mult).max() < 1e-7
-        for lam in mult[1:]:
-            assert np.all(lam[0][res.face == AT_UPPER] >= -1e-7)
-            assert np.all(lam[0][res.face == AT_LOWER] <= 1e-7)
-    assert active_seen > 20  # the box was active often enough to mean something
-
-
-def test_box_hlsp_fast_path_exact_square_solution() -> None:
-    A = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, -1.0], [1.0, 0.0, 3.0]])
-    x_true = np.array([0.1, -0.2, 0.3])
-    levels = [(A[:1], A[:1] @ x_true), (A[1:], A[1:] @ x_true)]
-    res = BoxHLSP(3).solve(-np.ones(3), np.ones(3), levels)
-    np.testing.assert_allclose(res.x, x_true, atol=1e-14)
-    assert res.candidates == 1 and not res.enumerated
-
-
-def test_box_hlsp_rejects_bad_input() -> None:
-    with pytest.raises(ValueError):
-        BoxHLSP(3).solve(np.ones(3), np.zeros(3), [(np.eye(3), np.zeros(3))])
-    with pytest.raises(ValueError):
-        BoxHLSP(0)
 
 
 # ------------------------------------------------------------------------------ tasks
@@ -316,42 +265,3 @@ def test_yaw90_start_does_not_flip() -> None:
     h = run_episode("hnewton", **kw)
     assert not h.diverged
     assert h.tilt.max() < bound + math.radians(10.0)
-
-
-# ------------------------------------------------------------------------------ stress set
-def test_stress_config_is_strict_and_complete() -> None:
-    from residual_quad import configs
-    from residual_quad.evaluation.stress import StressConfig, parse_label
-
-    def load_stress_config(source):
-        return configs.load(StressConfig, source)
-
-    cfg = load_stress_config("stress")
-    groups = {s.group for s in cfg.scenarios}
-    assert groups == {"yaw", "envelope", "gust"}
-    gusts = [s for s in cfg.scenarios if s.group == "gust"]
-    assert all(s.wind[0] >= 6.0 and s.wind[1] >= 3.0 for s in gusts)
-    assert parse_label("hnewton:lm") == ("hnewton", {"method": "lm"})
-    with pytest.raises(ValueError, match="valid keys"):
-        load_stress_config({"scenarios": [{"name": "x", "group": "yaw", "yaw_ofset_deg": 90}]})
-    with pytest.raises(ValueError):
-        parse_label("geo:lm")
-    with pytest.raises(ValueError):
-        load_stress_config({"scenarios": [{"name": "x", "group": "yaw", "trajectory": "loop"}]})
-
-
-def test_stress_cli_runs_and_summarizes(tmp_path) -> None:
-    from residual_quad.cli import main
-    from residual_quad.evaluation.stress import survival_check
-
-    args = ["stress", "--controllers", "geo,hnewton", "--scenarios", "yaw90_fig8fast_extra"]
-    args += ["--seeds", "0", "--episode-s", "3", "--out", str(tmp_path), "--no-plot", "--quiet"]
-    assert main(args) == 0
-    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert [r["controller"] for r in rows] == ["geo", "hnewton"]
-    geo, hn = rows
-    assert geo["crashed"] and not geo["survived"]  # the 90° start drives geo into the floor
-    assert hn["survived"] and hn["max_tilt_deg"] < 70.0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert survival_check(summary) == {"crashed_or_flipped": [], "lost": []}
-    assert "| yaw90_fig8fast_extra | hnewton | 1/1 |" in (tmp_path / "stress.md").read_text()

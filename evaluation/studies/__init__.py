@@ -1,0 +1,1 @@
+"""Studies: self-contained experiments with their own models, scenarios and reports."""
