@@ -346,7 +346,9 @@ class ResidualQuadEnv(gym.Env):
         data = plant.data
         x, y, z, qw, qx, qy, qz = data.qpos[0:7].tolist()
         return [
-            x, y, z,
+            x,
+            y,
+            z,
             *data.qvel[0:3].tolist(),
             *quat_to_rot(qw, qx, qy, qz),
             *data.qvel[3:6].tolist(),
@@ -357,7 +359,7 @@ class ResidualQuadEnv(gym.Env):
             ref.yaw_rate,
             *plant.thrusts.tolist(),
             *plant.imu_specific_force(),
-        ]  # fmt: skip
+        ]
 
     def _info(
         self,

@@ -17,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.residual.config import residual_config
 from residual_quad.envs.airframe import GRAVITY, Airframe  # noqa: E402
 from residual_quad.envs.disturbances import (  # noqa: E402
     PAYLOAD_LEVELS,
@@ -35,7 +37,6 @@ COLORS = {
     "hnewton_rls": "#8c564b",
     "ppo": "#ff7f0e",
 }
-WARMUP_S = 1.0  # s, the RLS identify-only warm-up (100 steps at 100 Hz), marked on the plots
 
 
 def _series_path(series_dir: Path, run_id: str) -> Path:
@@ -66,8 +67,12 @@ def disturbance_models(out: Path) -> Path:
     fv = [-drag.body_force(np.array([0, 0, s]))[2] for s in v]
     ax[0].plot(v, fh, label="horizontal (k_h = 0.055)")
     ax[0].plot(v, fv, label="vertical (k_v = 0.090)")
-    ax[0].axhline(frame.hover_thrust * np.tan(np.radians(35)), ls="--", c="k",
-                  label="horizontal thrust at 35° tilt")  # fmt: skip
+    ax[0].axhline(
+        frame.hover_thrust * np.tan(np.radians(35)),
+        ls="--",
+        c="k",
+        label="horizontal thrust at 35° tilt",
+    )
     ax[0].set(xlabel="air-relative speed (m/s)", ylabel="drag (N)", title="(a) body-frame drag")
     ax[0].legend(fontsize=8)
     proc = WindProcess(WindModel.from_spec("windy"), 0.01, np.random.default_rng(0))
@@ -90,9 +95,15 @@ def disturbance_models(out: Path) -> Path:
     return path
 
 
-def tracking_comparison(rows: list[dict[str, Any]], series_dir: Path, out: Path,
-                        payload: str = "heavy", wind: str = "windy",
-                        trajectory: str = "helix", seed: int = 0) -> Path | None:  # fmt: skip
+def tracking_comparison(
+    rows: list[dict[str, Any]],
+    series_dir: Path,
+    out: Path,
+    payload: str = "heavy",
+    wind: str = "windy",
+    trajectory: str = "helix",
+    seed: int = 0,
+) -> Path | None:
     """Four-panel comparison of every controller on one showcase scenario."""
     ctrls = _controllers(rows)
     series = {}
@@ -120,17 +131,29 @@ def tracking_comparison(rows: list[dict[str, Any]], series_dir: Path, out: Path,
     ax[0, 1].set(xlabel="t (s)", ylabel="z (m)", title="(b) height")
     ax[0, 2].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(c) position error")
     ax[1, 0].set(xlabel="t (s)", ylabel="Δa_z (m/s²)", title="(d) vertical residual: truth vs Δâ")
-    sel = [r for r in rows if r["payload"] == payload and r["wind"] == wind
-           and r["trajectory"] == trajectory and not r["diverged"]]  # fmt: skip
+    sel = [
+        r
+        for r in rows
+        if r["payload"] == payload
+        and r["wind"] == wind
+        and r["trajectory"] == trajectory
+        and not r["diverged"]
+    ]
     by = defaultdict(list)
     for r in sel:
         by[r["controller"]].append(r)
     names = [c for c in ctrls if c in by]
-    ax[1, 1].bar(names, [np.mean([r["control_cost"] for r in by[c]]) for c in names],
-                 color=[COLORS.get(c) for c in names])  # fmt: skip
+    ax[1, 1].bar(
+        names,
+        [np.mean([r["control_cost"] for r in by[c]]) for c in names],
+        color=[COLORS.get(c) for c in names],
+    )
     ax[1, 1].set(ylabel="∫ΣT² dt (N²·s)", title="(e) control cost")
-    ax[1, 2].bar(names, [np.mean([r["rmse"] for r in by[c]]) for c in names],
-                 color=[COLORS.get(c) for c in names])  # fmt: skip
+    ax[1, 2].bar(
+        names,
+        [np.mean([r["rmse"] for r in by[c]]) for c in names],
+        color=[COLORS.get(c) for c in names],
+    )
     ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
     for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
         a.legend(fontsize=7)
@@ -142,8 +165,16 @@ def tracking_comparison(rows: list[dict[str, Any]], series_dir: Path, out: Path,
     return path
 
 
-def _sweep_plot(rows: list[dict[str, Any]], key: str, order: list[str], select, title: str,
-                xlabel: str, path: Path, bias: bool = False) -> Path | None:  # fmt: skip
+def _sweep_plot(
+    rows: list[dict[str, Any]],
+    key: str,
+    order: list[str],
+    select,
+    title: str,
+    xlabel: str,
+    path: Path,
+    bias: bool = False,
+) -> Path | None:
     sel = [r for r in rows if select(r) and not r["diverged"] and r[key] in order]
     if not sel:
         return None
@@ -153,8 +184,10 @@ def _sweep_plot(rows: list[dict[str, Any]], key: str, order: list[str], select, 
     fig, axes = plt.subplots(1, ncol, figsize=(6.5 * ncol, 4))
     axes = np.atleast_1d(axes)
     for c in ctrls:
-        ys = [np.mean([r["rmse"] for r in sel if r["controller"] == c and r[key] == x] or [np.nan])
-              for x in xs]  # fmt: skip
+        ys = [
+            np.mean([r["rmse"] for r in sel if r["controller"] == c and r[key] == x] or [np.nan])
+            for x in xs
+        ]
         axes[0].plot(xs, ys, "o-", color=COLORS.get(c), label=c)
         if bias:
             b = [
@@ -193,8 +226,14 @@ def _sweep_plot(rows: list[dict[str, Any]], key: str, order: list[str], select, 
     return path
 
 
-def rls_adaptation(series_dir: Path, out: Path, payload: str = "extra", wind: str = "windy",
-                   trajectory: str = "helix", seed: int = 0) -> Path | None:  # fmt: skip
+def rls_adaptation(
+    series_dir: Path,
+    out: Path,
+    payload: str = "extra",
+    wind: str = "windy",
+    trajectory: str = "helix",
+    seed: int = 0,
+) -> Path | None:
     """Residual estimate vs truth on the unseen payload: offline net vs RLS, warm-up marked."""
     s_rls = _load_series(series_dir, f"geo_rls|{payload}|{wind}|{trajectory}|{seed}")
     s_res = _load_series(series_dir, f"geo_res|{payload}|{wind}|{trajectory}|{seed}")
@@ -206,16 +245,24 @@ def rls_adaptation(series_dir: Path, out: Path, payload: str = "extra", wind: st
     ax[0].plot(t, s_rls["residual_est"][:, 2], color=COLORS["geo_rls"], label="geo_rls Δâ_z")
     if s_res is not None:
         ax[0].plot(t, s_res["residual_est"][:, 2], color=COLORS["geo_res"], label="geo_res Δâ_z")
+    warmup_s = residual_config().rls.warmup_steps * ControlContext().control_dt  # shipped config
     for a in ax:
-        a.axvspan(0, WARMUP_S, color="0.9", zorder=0, label="RLS warm-up (identify only)")
-    ax[0].set(xlabel="t (s)", ylabel="m/s²", title=f"(a) vertical residual, {payload} payload",
-              ylim=(np.nanpercentile(s_rls["residual_true"][:, 2], 1) - 2,
-                    np.nanpercentile(s_rls["residual_true"][:, 2], 99) + 2))  # fmt: skip
+        a.axvspan(0, warmup_s, color="0.9", zorder=0, label="RLS warm-up (identify only)")
+    ax[0].set(
+        xlabel="t (s)",
+        ylabel="m/s²",
+        title=f"(a) vertical residual, {payload} payload",
+        ylim=(
+            np.nanpercentile(s_rls["residual_true"][:, 2], 1) - 2,
+            np.nanpercentile(s_rls["residual_true"][:, 2], 99) + 2,
+        ),
+    )
     ax[0].legend(fontsize=8)
     for name, s in (("geo_res", s_res), ("geo_rls", s_rls)):
         if s is not None:
-            ax[1].plot(s["t"], np.linalg.norm(s["pos"] - s["ref"], axis=1), color=COLORS[name],
-                       label=name)  # fmt: skip
+            ax[1].plot(
+                s["t"], np.linalg.norm(s["pos"] - s["ref"], axis=1), color=COLORS[name], label=name
+            )
     ax[1].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(b) position error", yscale="log")
     ax[1].legend(fontsize=8)
     fig.tight_layout()
@@ -255,13 +302,19 @@ def residual_learning(
             ax[1].scatter(Y[:, i], P[:, i], s=2, alpha=0.3, label=axis)
         lim = [float(Y.min()), float(Y.max())]
         ax[1].plot(lim, lim, "k--", lw=0.8)
-        ax[1].set(xlabel="measured Δa (body, m/s²)", ylabel="predicted Δâ (m/s²)",
-                  title="(b) prediction vs measurement (all axes)")  # fmt: skip
+        ax[1].set(
+            xlabel="measured Δa (body, m/s²)",
+            ylabel="predicted Δâ (m/s²)",
+            title="(b) prediction vs measurement (all axes)",
+        )
         ax[1].legend(markerscale=5)
         err = (P - Y).ravel()
         ax[2].hist(err, bins=120, range=(-2, 2), color="#2ca02c")
-        ax[2].set(xlabel="prediction error (m/s²)", ylabel="samples",
-                  title=f"(c) error, RMSE {np.sqrt(np.mean(err**2)):.3f} m/s²")  # fmt: skip
+        ax[2].set(
+            xlabel="prediction error (m/s²)",
+            ylabel="samples",
+            title=f"(c) error, RMSE {np.sqrt(np.mean(err**2)):.3f} m/s²",
+        )
     fig.tight_layout()
     path = out / "residual_learning.png"
     fig.savefig(path, dpi=110)
@@ -269,9 +322,15 @@ def residual_learning(
     return path
 
 
-def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
-                     wind: str = "windy", trajectory: str = "helix", seconds: float = 8.0,
-                     fps: int = 10) -> Path | None:  # fmt: skip
+def flight_animation(
+    out: Path,
+    controllers: list[str],
+    payload: str = "heavy",
+    wind: str = "windy",
+    trajectory: str = "helix",
+    seconds: float = 8.0,
+    fps: int = 10,
+) -> Path | None:
     """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
     import os
 
@@ -308,17 +367,24 @@ def flight_animation(out: Path, controllers: list[str], payload: str = "heavy",
         draw = ImageDraw.Draw(img)
         for j, name in enumerate(controllers):
             draw.text((8 + 320 * j, 6), name, fill=(255, 255, 255))
-        draw.text((8, 224), f"{payload} payload, {wind}, {trajectory}  t = {i / fps:4.1f} s",
-                  fill=(255, 255, 255))  # fmt: skip
+        draw.text(
+            (8, 224),
+            f"{payload} payload, {wind}, {trajectory}  t = {i / fps:4.1f} s",
+            fill=(255, 255, 255),
+        )
         images.append(img)
     path = out / "flight.gif"
     images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
     return path
 
 
-def make_figures(rows: list[dict[str, Any]], run_dir: str | Path, out_dir: str | Path,
-                 training: dict[str, Path] | None = None,
-                 animation: bool = True) -> dict[str, Path]:  # fmt: skip
+def make_figures(
+    rows: list[dict[str, Any]],
+    run_dir: str | Path,
+    out_dir: str | Path,
+    training: dict[str, Path] | None = None,
+    animation: bool = True,
+) -> dict[str, Path]:
     """Every figure the rows and series allow; returns name → path.
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
@@ -330,22 +396,33 @@ def make_figures(rows: list[dict[str, Any]], run_dir: str | Path, out_dir: str |
     figs: dict[str, Path | None] = {
         "disturbance_models": disturbance_models(out),
         "residual_learning": residual_learning(
-            (training or {}).get("logdir"), (training or {}).get("dataset"),
-            (training or {}).get("weights"), out,
+            (training or {}).get("logdir"),
+            (training or {}).get("dataset"),
+            (training or {}).get("weights"),
+            out,
         ),
         "tracking_comparison": tracking_comparison(rows, series_dir, out),
         "payload_sweep": _sweep_plot(
-            rows, "payload", PAYLOAD_ORDER,
+            rows,
+            "payload",
+            PAYLOAD_ORDER,
             lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
-            "payload sweep (helix, windy)", "payload", out / "payload_sweep.png", bias=True,
+            "payload sweep (helix, windy)",
+            "payload",
+            out / "payload_sweep.png",
+            bias=True,
         ),
         "wind_sweep": _sweep_plot(
-            rows, "wind", WIND_ORDER,
+            rows,
+            "wind",
+            WIND_ORDER,
             lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
-            "wind sweep (heavy, helix)", "wind", out / "wind_sweep.png",
+            "wind sweep (heavy, helix)",
+            "wind",
+            out / "wind_sweep.png",
         ),
         "rls_adaptation": rls_adaptation(series_dir, out),
-    }  # fmt: skip
+    }
     if animation:
         ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
         figs["flight_animation"] = flight_animation(out, ctrls or _controllers(rows)[:3])

@@ -72,13 +72,14 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     if resume and weights.exists():
         print(f"[2/4] train: reusing {weights}")
     else:
-        print("[2/4] train: numpy MLP 14→64→64→3, Adam, early stopping (TensorBoard: "
-              f"{logdir})")  # fmt: skip
+        print(f"[2/4] train: numpy MLP 14→64→64→3, Adam, early stopping (TensorBoard: {logdir})")
         t_cfg = configs.load(TrainConfig, cfg.train, **cfg.train_overrides)
         s = train_from_dataset(dataset, t_cfg, weights, logdir=logdir)
         rmse = ", ".join(f"{v:.3f}" for v in s["val_rmse"])
-        print(f"      best epoch {s['best_epoch']}, validation RMSE x/y/z {rmse} m/s², "
-              f"{s['train_time_s']:.1f} s")  # fmt: skip
+        print(
+            f"      best epoch {s['best_epoch']}, validation RMSE x/y/z {rmse} m/s², "
+            f"{s['train_time_s']:.1f} s"
+        )
     timings["train"] = time.perf_counter() - t0
 
     print("[3/4] evaluate: the sweep matrix with the network trained above")

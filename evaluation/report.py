@@ -46,28 +46,52 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
         if "geo_rls" in h:
             vals = [_num(r[h.index("geo_rls")]) for r in main.rows]
             worst = max(vals)
-            checks.append(["geo_rls RMSE in every payload × wind cell", "≤ 0.026 m",
-                           f"max {worst:.4f} m", worst <= 0.026])  # fmt: skip
+            checks.append(
+                [
+                    "geo_rls RMSE in every payload × wind cell",
+                    "≤ 0.026 m",
+                    f"max {worst:.4f} m",
+                    worst <= 0.026,
+                ]
+            )
         if "geo_res" in h:
             heavy = [_num(r[h.index("geo_res")]) for r in main.rows if r[0] == "heavy"]
             if heavy:
-                checks.append(["geo_res RMSE, heavy payload cells", "≤ 0.075 m",
-                               f"max {max(heavy):.4f} m", max(heavy) <= 0.075])  # fmt: skip
+                checks.append(
+                    [
+                        "geo_res RMSE, heavy payload cells",
+                        "≤ 0.075 m",
+                        f"max {max(heavy):.4f} m",
+                        max(heavy) <= 0.075,
+                    ]
+                )
     hover = tables.get("hover_check")
     if hover:
         ratios = [r[4] for r in hover.rows if isinstance(r[4], float) and math.isfinite(r[4])]
         if ratios:
             dev = max(abs(x - 1.0) for x in ratios)
-            checks.append(["geo hover offset vs Δa/K_p", "within 5 %", f"max deviation "
-                           f"{dev * 100:.2f} %", dev <= 0.05])  # fmt: skip
+            checks.append(
+                [
+                    "geo hover offset vs Δa/K_p",
+                    "within 5 %",
+                    f"max deviation {dev * 100:.2f} %",
+                    dev <= 0.05,
+                ]
+            )
     div = sum(r["diverged"] for r in rows)
     checks.append(["diverged runs", "0", f"{div} / {len(rows)}", div == 0])
     cost = tables.get("control_cost")
     if cost:
         spreads = [_num(r[-2]) for r in cost.rows]
         worst = np.nanmax(spreads)
-        checks.append(["control-cost spread across pid/geo/geo_res/geo_rls per cell", "≤ 3 %",
-                       f"max {worst:.2f} %", worst <= 3.0])  # fmt: skip
+        checks.append(
+            [
+                "control-cost spread across pid/geo/geo_res/geo_rls per cell",
+                "≤ 3 %",
+                f"max {worst:.2f} %",
+                worst <= 3.0,
+            ]
+        )
     return checks
 
 
@@ -134,8 +158,9 @@ def write_report(
     if checks:
         lines += ["## Targets from the source [RES §9]", ""]
         lines += ["| target | goal | measured | |", "|---|---|---|---|"]
-        lines += [f"| {a} | {b} | {c} | {'met' if ok else '**missed**'} |"
-                  for a, b, c, ok in checks]  # fmt: skip
+        lines += [
+            f"| {a} | {b} | {c} | {'met' if ok else '**missed**'} |" for a, b, c, ok in checks
+        ]
         lines.append("")
     if any(r["controller"] == "ppo" for r in rows):
         lines += [ppo_budget_note(), ""]
@@ -153,8 +178,12 @@ def write_report(
         for name, path in figures.items():
             rel = os.path.relpath(path, out)
             label = name.replace("_", " ")
-            lines += [f"![{label}]({rel})" if rel.endswith(".png") or rel.endswith(".gif")
-                      else f"[{label}]({rel})", ""]  # fmt: skip
+            lines += [
+                f"![{label}]({rel})"
+                if rel.endswith(".png") or rel.endswith(".gif")
+                else f"[{label}]({rel})",
+                "",
+            ]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report

@@ -113,8 +113,9 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     tracking = {"helix", "figure8"}
     tables: dict[str, Table] = {}
 
-    main = _grid(rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers,
-                 "rmse")  # fmt: skip
+    main = _grid(
+        rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers, "rmse"
+    )
     if main:
         tables["main"] = Table(
             "main",
@@ -134,9 +135,14 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             ["payload", *controllers],
             sweep,
         )
-        est = [c for c in controllers if any(
-            r["controller"] == c and r.get("residual_bias") is not None and helix_windy(r)
-            for r in rows)]  # fmt: skip
+        est = [
+            c
+            for c in controllers
+            if any(
+                r["controller"] == c and r.get("residual_bias") is not None and helix_windy(r)
+                for r in rows
+            )
+        ]
         if est:
             tables["residual_bias"] = Table(
                 "residual_bias",
@@ -147,8 +153,13 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
                 "the figure is the size of the mean residual itself.",
             )
 
-    wind = _grid(rows, lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
-                 ("wind",), controllers, "rmse")  # fmt: skip
+    wind = _grid(
+        rows,
+        lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
+        ("wind",),
+        controllers,
+        "rmse",
+    )
     if wind:
         tables["wind_sweep"] = Table(
             "wind_sweep",
@@ -157,8 +168,11 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             wind,
         )
 
-    hover = [r for r in rows if r["controller"] == "geo" and r["trajectory"] == "hover"
-             and r["wind"] == "calm"]  # fmt: skip
+    hover = [
+        r
+        for r in rows
+        if r["controller"] == "geo" and r["trajectory"] == "hover" and r["wind"] == "calm"
+    ]
     if hover:
         by_payload: dict[Any, list] = defaultdict(list)
         for r in hover:
@@ -179,8 +193,13 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             "Δa = g·Δm/m_nominal. The runs keep the ground effect on (≈ +0.05 % thrust at 1.5 m).",
         )
 
-    cost = _grid(rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers,
-                 "control_cost")  # fmt: skip
+    cost = _grid(
+        rows,
+        lambda r: r["trajectory"] in tracking,
+        ("payload", "wind"),
+        controllers,
+        "control_cost",
+    )
     if cost:
 
         def spread(values: list[Any]) -> float:

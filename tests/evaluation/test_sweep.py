@@ -66,8 +66,18 @@ def test_killed_sweep_resumes_to_the_uninterrupted_rows(tmp_path):
     full = run_sweep(cfg, tmp_path / "full", workers=1, progress=False)
     cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "residual_quad.cli", "sweep", str(cfg_path), "--out", str(out),
-           "--workers", "1", "--no-report"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "residual_quad.cli",
+        "sweep",
+        str(cfg_path),
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        "--no-report",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rows_file = out / "rows.jsonl"
     deadline = time.time() + 120
@@ -108,11 +118,20 @@ def _row(controller, payload, wind, trajectory, seed, rmse, cost, diverged=False
     kg = {"none": 0.0, "light": 0.25, "heavy": 0.5, "extra": 0.75}[payload]
     return {
         "run_id": f"{controller}|{payload}|{wind}|{trajectory}|{seed}",
-        "controller": controller, "payload": payload, "payload_kg": kg, "wind": wind,
-        "trajectory": trajectory, "seed": seed, "rmse": rmse, "max_error": rmse,
-        "diverged": diverged, "termination": "tilt" if diverged else None,
-        "control_cost": cost, "residual_bias": None, "residual_bias_z": None,
-    }  # fmt: skip
+        "controller": controller,
+        "payload": payload,
+        "payload_kg": kg,
+        "wind": wind,
+        "trajectory": trajectory,
+        "seed": seed,
+        "rmse": rmse,
+        "max_error": rmse,
+        "diverged": diverged,
+        "termination": "tilt" if diverged else None,
+        "control_cost": cost,
+        "residual_bias": None,
+        "residual_bias_z": None,
+    }
 
 
 def test_tables_are_computed_from_rows_only(tmp_path):

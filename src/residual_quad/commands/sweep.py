@@ -28,16 +28,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     div = sum(r["diverged"] for r in rows)
-    print(f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged), "
-          f"{time.perf_counter() - t0:.1f} s wall")  # fmt: skip
+    print(
+        f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged), "
+        f"{time.perf_counter() - t0:.1f} s wall"
+    )
     if not args.no_report:
         report_from_rows(Path(args.out), animation=False)
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    training = {k: Path(v) for k, v in (("logdir", args.train_logdir),
-                ("dataset", args.dataset), ("weights", args.weights)) if v}  # fmt: skip
+    training = {
+        k: Path(v)
+        for k, v in (
+            ("logdir", args.train_logdir),
+            ("dataset", args.dataset),
+            ("weights", args.weights),
+        )
+        if v
+    }
     report_from_rows(Path(args.run_dir), animation=not args.no_animation, training=training)
     return 0
 

@@ -54,9 +54,13 @@ def brute_cascade(levels, fix_tol=1e-7):
             starts = [np.zeros(r)] + [np.random.default_rng(k).normal(size=r) for k in range(3)]
             for z0 in starts:
                 res = minimize(
-                    cost, z0, jac=grad, constraints=cons, method="SLSQP",
+                    cost,
+                    z0,
+                    jac=grad,
+                    constraints=cons,
+                    method="SLSQP",
                     options={"ftol": 1e-16, "maxiter": 1000},
-                )  # fmt: skip
+                )
                 if C.shape[0] and np.min(d - C @ (x + Z @ res.x)) < -1e-9:
                     continue
                 if best is None or res.fun < best.fun:

@@ -136,9 +136,18 @@ def test_cli_eval_tensorboard(tmp_path: Path, capsys):
     from residual_quad.cli import main
 
     rc = main(
-        ["eval", "--controller", "geo,geo_rls", "--payload", "extra", "--episode-s", "1.5",
-         "--tensorboard", str(tmp_path)]
-    )  # fmt: skip
+        [
+            "eval",
+            "--controller",
+            "geo,geo_rls",
+            "--payload",
+            "extra",
+            "--episode-s",
+            "1.5",
+            "--tensorboard",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     assert "geo_rls" in capsys.readouterr().out
     runs = sorted(p.name for p in tmp_path.iterdir())

@@ -20,12 +20,24 @@ def test_point_jacobian_and_hessian_match_finite_differences(lengths):
         for frac in (1.0, 0.5):
             p, J, H = r.point_all(q, link, frac)
             Jn = np.stack(
-                [(r.point(q + EPS * I[j], link, frac) - r.point(q - EPS * I[j], link, frac))
-                 / (2 * EPS) for j in range(r.n)], axis=1)  # fmt: skip
+                [
+                    (r.point(q + EPS * I[j], link, frac) - r.point(q - EPS * I[j], link, frac))
+                    / (2 * EPS)
+                    for j in range(r.n)
+                ],
+                axis=1,
+            )
             Hn = np.stack(
-                [(r.point_jacobian(q + EPS * I[j], link, frac)
-                  - r.point_jacobian(q - EPS * I[j], link, frac)) / (2 * EPS)
-                 for j in range(r.n)], axis=2)  # fmt: skip
+                [
+                    (
+                        r.point_jacobian(q + EPS * I[j], link, frac)
+                        - r.point_jacobian(q - EPS * I[j], link, frac)
+                    )
+                    / (2 * EPS)
+                    for j in range(r.n)
+                ],
+                axis=2,
+            )
             assert np.abs(J - Jn).max() < 1e-8
             assert np.abs(H - Hn).max() < 1e-8
             assert np.allclose(H, np.swapaxes(H, 1, 2))
@@ -39,8 +51,10 @@ def test_dynamics_match_lagrangian_finite_differences():
     I = np.eye(3)
     M = r.mass_matrix(q)
     assert np.allclose(M, M.T) and np.all(np.linalg.eigvalsh(M) > 0)
-    Md = sum((r.mass_matrix(q + EPS * I[j]) - r.mass_matrix(q - EPS * I[j])) / (2 * EPS) * qd[j]
-             for j in range(3))  # fmt: skip
+    Md = sum(
+        (r.mass_matrix(q + EPS * I[j]) - r.mass_matrix(q - EPS * I[j])) / (2 * EPS) * qd[j]
+        for j in range(3)
+    )
 
     def T2(x):
         return qd @ r.mass_matrix(x) @ qd

@@ -79,10 +79,16 @@ def test_s4_dynamic_respects_torque_limits_and_converges():
 
 def test_yaml_schema_loads_and_unknown_keys_fail():
     data = {
-        "name": "s2", "links": [1.0, 1.0], "q0": [0.2, 1.2], "dt": 0.01, "duration": 5.0,
-        "kp": 10.0, "vmax": 10.0, "lm_mu": 0.3,
+        "name": "s2",
+        "links": [1.0, 1.0],
+        "q0": [0.2, 1.2],
+        "dt": 0.01,
+        "duration": 5.0,
+        "kp": 10.0,
+        "vmax": 10.0,
+        "lm_mu": 0.3,
         "levels": [[{"task": "point", "link": 2, "target": [2.5, 0.5]}]],
-    }  # fmt: skip
+    }
     scn = scenario_from_dict(data)
     assert scn.levels[0][0].link == 2 and scn.vmax == 10.0
     with pytest.raises(ValueError, match="unknown key"):

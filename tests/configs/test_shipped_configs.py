@@ -1,0 +1,72 @@
+"""Every shipped YAML loads strictly into its dataclass and equals the dataclass defaults, except
+for the documented differences: a YAML file is documentation of the defaults, never a second
+source of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from residual_quad import configs
+from residual_quad.controllers.residual.config import ResidualConfig
+from residual_quad.evaluation.stress import StressConfig
+from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
+from residual_quad.evaluation.sweep import SweepConfig
+from residual_quad.training.collect import CollectConfig
+from residual_quad.training.ppo import PPOTrainConfig
+from residual_quad.training.residual_train import TrainConfig
+
+CONFIG_DIR = Path(configs.__file__).parent
+STICK_DIR = Path(load_scenario.__code__.co_filename).parent / "scenarios"
+
+#: shipped name → (dataclass, the keys that differ from its defaults, and why)
+SHIPPED = {
+    "sweep": (SweepConfig, {}),
+    "sweep_quick": (
+        SweepConfig,
+        {
+            "payloads": "smoke profile: 3 payloads",
+            "winds": "2 winds",
+            "trajectories": "2 trajectories",
+            "seeds": "1 seed",
+            "episode_s": "8 s runs",
+            "series": "no hover showcase",
+        },
+    ),
+    "stress": (StressConfig, {"scenarios": "the study's data; the dataclass has none"}),
+    "collect": (CollectConfig, {}),
+    "train_residual": (TrainConfig, {}),
+    "ppo": (PPOTrainConfig, {}),
+    "residual": (ResidualConfig, {}),
+}
+
+
+def test_every_shipped_yaml_is_listed():
+    assert {p.stem for p in CONFIG_DIR.glob("*.yaml")} == set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_yaml_equals_defaults_but_documented_keys(name):
+    cls, documented = SHIPPED[name]
+    loaded = configs.to_dict(configs.load(cls, name))
+    defaults = configs.to_dict(cls())
+    assert set(loaded) == set(defaults)
+    differ = {k for k in loaded if loaded[k] != defaults[k]}
+    assert differ == set(documented)
+
+
+@pytest.mark.parametrize("path", sorted(STICK_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_stick_scenarios_load_strictly(path):
+    # scenario files are data (every scenario differs); they must load and name themselves
+    scn = configs.load(Scenario, path)
+    assert scn.name and scn.levels
+
+
+def test_unknown_keys_and_wrong_types_are_errors():
+    with pytest.raises(ValueError, match="valid keys"):
+        configs.load(SweepConfig, {"seedz": [0]})
+    with pytest.raises(ValueError, match="expected a number"):
+        configs.load(SweepConfig, {"episode_s": "long"})
+    with pytest.raises(FileNotFoundError, match="shipped: "):
+        configs.load(SweepConfig, "/no/such/file.yaml")
