@@ -23,6 +23,7 @@ from residual_quad.controllers.base import SOURCE_TRACKERS, available_controller
 from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
+from residual_quad.envs.trajectories import TRAJECTORIES
 
 # the orders of rows and columns: one source each (the env's levels, the registry)
 PAYLOAD_ORDER = list(PAYLOAD_LEVELS)
@@ -226,6 +227,52 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
         "divergence", "Diverged runs", ["controller", "runs", "diverged", "examples"], div_rows
     )
     return tables
+
+
+def focus_tables(rows: list[dict[str, Any]], focus: str) -> str:
+    """Markdown: ``focus``'s RMSE per payload × (trajectory, wind), then every controller head to
+    head per payload × trajectory (mean over the winds; ``crash`` if any run crashed)."""
+    by: dict[tuple[str, Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by[(r["controller"], r["payload"], _key(r["wind"]), r["trajectory"])].append(r)
+    if not any(r["controller"] == focus for r in rows):
+        raise ValueError(f"no rows of controller {focus!r} in these rows")
+    others = _order((r["controller"] for r in rows), CONTROLLER_ORDER)
+    controllers = [focus] + [c for c in others if c != focus]
+    payloads = _order((r["payload"] for r in rows), PAYLOAD_ORDER)
+    winds = _order((_key(r["wind"]) for r in rows), WIND_ORDER)
+    trajectories = _order((r["trajectory"] for r in rows), list(TRAJECTORIES))
+
+    def fmt(runs: list[dict[str, Any]]) -> str:
+        crashed = sorted({str(r["termination"]) for r in runs if r["diverged"]})
+        if crashed:
+            return "crash (" + ", ".join(crashed) + ")"
+        return f"{sum(r['rmse'] for r in runs) / len(runs):.3f}" if runs else "–"
+
+    n = sum(1 for r in rows if r["controller"] == focus)
+    crashes = sum(1 for r in rows if r["controller"] == focus and r["diverged"])
+    out = [f"`{focus}`: {crashes} crash(es) in {n} flights.", ""]
+    out.append(f"Position RMSE after 3 s (m) of `{focus}` per payload × (trajectory, wind):")
+    out.append("")
+    head = [f"{t} {w}" for t in trajectories for w in winds]
+    out += ["| payload | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    for p in payloads:
+        cells = [fmt(by[(focus, p, w, t)]) for t in trajectories for w in winds]
+        out.append(f"| {p} | " + " | ".join(cells) + " |")
+    out += ["", "Head to head, mean RMSE over the winds (m; `crash` if any of them crashed):", ""]
+    out.append("| payload | trajectory | " + " | ".join(f"`{c}`" for c in controllers) + " |")
+    out.append("|---|---|" + "---:|" * len(controllers))
+    for p in payloads:
+        for t in trajectories:
+            cells = [fmt([r for w in winds for r in by[(c, p, w, t)]]) for c in controllers]
+            out.append(f"| {p} | {t} | " + " | ".join(cells) + " |")
+    means = []
+    for c in controllers:
+        ok = [r["rmse"] for r in rows if r["controller"] == c and not r["diverged"]]
+        ok = [x for x in ok if x is not None and np.isfinite(x)]
+        means.append(f"`{c}` {sum(ok) / max(len(ok), 1):.3f} m over {len(ok)} flights")
+    out += ["", "Mean over all non-crashed flights: " + "; ".join(means) + "."]
+    return "\n".join(out)
 
 
 def write_tables(tables: dict[str, Table], out_dir: str | Path) -> Path:

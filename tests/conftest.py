@@ -25,3 +25,21 @@ def make_env():
     yield _make
     for env in envs:
         env.close()
+
+
+@pytest.fixture
+def random_net():
+    """Factory of a randomly initialized, standardized residual network (seeded)."""
+    import numpy as np
+
+    from residual_quad.controllers.residual.network import ResidualMLP
+
+    def _make(seed: int = 0, scale: float = 0.4) -> ResidualMLP:
+        rng = np.random.default_rng(seed)
+        net = ResidualMLP(seed=seed)
+        net.flat[...] = scale * rng.standard_normal(net.n_params)
+        X = rng.standard_normal((50, 14)) * 2.0 + 1.0
+        net.set_standardization(X.mean(0), X.std(0), np.array([0.3, -0.2, -4.0]))
+        return net
+
+    return _make

@@ -175,3 +175,31 @@ def test_report_lists_targets_and_figures(tmp_path):
     assert "| diverged runs | 0 | 0 / 8 | met |" in report
     assert "figures/tracking_comparison.png" in report
     assert Path(tmp_path / "tables" / "main.csv").exists()
+
+
+def test_focus_tables_from_hand_made_rows():
+    from residual_quad.evaluation.tables import focus_tables
+
+    def row(c, p, w, t, rmse, diverged=False):
+        return {
+            "controller": c,
+            "payload": p,
+            "wind": w,
+            "trajectory": t,
+            "rmse": rmse,
+            "diverged": diverged,
+            "termination": "tilt" if diverged else None,
+        }
+
+    rows = [
+        row("ppo", "none", "calm", "hover", 0.1),
+        row("ppo", "none", "windy", "hover", 0.3),
+        row("geo", "none", "calm", "hover", 0.02),
+        row("geo", "none", "windy", "hover", None, diverged=True),
+    ]
+    md = focus_tables(rows, "ppo")
+    assert "`ppo`: 0 crash(es) in 2 flights." in md
+    assert "| none | 0.100 | 0.300 |" in md  # hover calm, hover windy
+    assert "| none | hover | 0.200 | crash (tilt) |" in md  # mean over winds; geo crashed once
+    with pytest.raises(ValueError, match="no rows"):
+        focus_tables(rows, "pid")

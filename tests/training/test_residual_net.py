@@ -14,22 +14,13 @@ from residual_quad.training.residual_net import (
 )
 
 
-def _random_net(seed: int = 0, scale: float = 0.4) -> ResidualMLP:
-    rng = np.random.default_rng(seed)
-    net = ResidualMLP(seed=seed)
-    net.flat[...] = scale * rng.standard_normal(net.n_params)
-    X = rng.standard_normal((50, 14)) * 2.0 + 1.0
-    net.set_standardization(X.mean(0), X.std(0), np.array([0.3, -0.2, -4.0]))
-    return net
-
-
 def _flat_grad(grads: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([g.ravel() for g in grads])
 
 
-def test_gradient_check_full_backward_pass():
+def test_gradient_check_full_backward_pass(random_net):
     """Central differences over every one of the 5315 parameters: relative error < 1e-6."""
-    net = _random_net(1)
+    net = random_net(1)
     rng = np.random.default_rng(2)
     X = rng.standard_normal((9, 14)) * 2.0 + 1.0
     Y = rng.standard_normal((9, 3)) * 2.0 + np.array([0.3, -0.2, -4.0])
@@ -52,13 +43,13 @@ def test_gradient_check_full_backward_pass():
         assert np.abs(grad).max() > 1e-6
 
 
-def test_mse_gradient_is_divided_by_the_element_count():
+def test_mse_gradient_is_divided_by_the_element_count(random_net):
     """The analytic gradient must match the derivative of ``np.mean`` over all N·3 elements.
 
     Dividing by the sample count N instead (the bug [RES §4.3] describes) would make
     it exactly 3× too large; Adam would not notice, SGD would.
     """
-    net = _random_net(4, scale=0.1)
+    net = random_net(4, scale=0.1)
     rng = np.random.default_rng(5)
     X = rng.standard_normal((40, 14))
     Y = rng.standard_normal((40, 3))
@@ -85,8 +76,8 @@ def test_mse_gradient_is_divided_by_the_element_count():
     np.testing.assert_allclose(g_bias, expected, rtol=1e-10)
 
 
-def test_training_fast_path_equals_reference_gradient():
-    net = _random_net(6)
+def test_training_fast_path_equals_reference_gradient(random_net):
+    net = random_net(6)
     rng = np.random.default_rng(7)
     X = rng.standard_normal((33, 14))
     Y = rng.standard_normal((33, 3)) * 3

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from residual_quad import configs
 from residual_quad.evaluation.report import report_from_rows
-from residual_quad.evaluation.sweep import BACKENDS, SweepConfig, run_sweep
+from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
+from residual_quad.evaluation.tables import focus_tables
+from residual_quad.parallel import BACKENDS
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -38,6 +40,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.focus:
+        print(focus_tables(read_rows(args.run_dir), args.focus))
+        return 0
     training = {
         k: Path(v)
         for k, v in (
@@ -75,4 +80,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None, help="collected dataset (prediction scatter)")
     p.add_argument("--weights", default=None, help="trained residual weights (scatter)")
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.add_argument(
+        "--focus",
+        default=None,
+        metavar="CONTROLLER",
+        help="instead: print one controller's per-scenario table and the head-to-head tables",
+    )
     p.set_defaults(func=_cmd_report)

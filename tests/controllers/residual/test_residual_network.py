@@ -18,15 +18,6 @@ from residual_quad.controllers.residual.network import (
 )
 
 
-def _random_net(seed: int = 0, scale: float = 0.4) -> ResidualMLP:
-    rng = np.random.default_rng(seed)
-    net = ResidualMLP(seed=seed)
-    net.flat[...] = scale * rng.standard_normal(net.n_params)
-    X = rng.standard_normal((50, 14)) * 2.0 + 1.0
-    net.set_standardization(X.mean(0), X.std(0), np.array([0.3, -0.2, -4.0]))
-    return net
-
-
 # ----------------------------------------------------------------------------- network
 def test_architecture_and_untrained_network_is_exactly_zero():
     net = ResidualMLP(seed=3)
@@ -49,8 +40,8 @@ def test_output_clip_limits_prediction():
     assert np.array_equal(FastMLP(net)(X[0]), Yhat[0])
 
 
-def test_fast_inference_matches_batch_forward():
-    net = _random_net(8, scale=0.2)
+def test_fast_inference_matches_batch_forward(random_net):
+    net = random_net(8, scale=0.2)
     fast = FastMLP(net)
     X = np.random.default_rng(9).standard_normal((25, 14)) * 3.0
     ref = net.predict(X)
@@ -68,8 +59,8 @@ def test_fast_inference_matches_batch_forward():
 
 
 # ----------------------------------------------------------------------------- persistence
-def test_save_load_roundtrip(tmp_path: Path):
-    net = _random_net(10)
+def test_save_load_roundtrip(tmp_path: Path, random_net):
+    net = random_net(10)
     path = net.save(tmp_path / "w.npz", note="roundtrip")
     loaded = ResidualMLP.load(path)
     assert loaded.sizes == net.sizes
@@ -95,8 +86,8 @@ def _rewrite(src: Path, dst: Path, **changes) -> Path:
     return dst
 
 
-def test_corrupt_or_wrong_weight_files_give_readable_errors(tmp_path: Path):
-    good = _random_net(11).save(tmp_path / "good.npz")
+def test_corrupt_or_wrong_weight_files_give_readable_errors(tmp_path: Path, random_net):
+    good = random_net(11).save(tmp_path / "good.npz")
     garbage = tmp_path / "garbage.npz"
     garbage.write_bytes(b"this is not a zip archive at all")
     truncated = tmp_path / "truncated.npz"
