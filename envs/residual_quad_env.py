@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import ResetNeeded
 
+from residual_quad.envs import checks
 from residual_quad.envs.actions import ACTION_MODES, clip_action, make_action_mapping
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.checks import integer, real
 from residual_quad.envs.disturbances import (
     DragModel,
     GroundEffect,
@@ -23,8 +27,53 @@ from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
 from residual_quad.envs.reward import RewardWeights, position_error, reward_terms, total_reward
 from residual_quad.envs.sensors import SensorNoise, Sensors
-from residual_quad.envs.termination import CrashConditions, termination_reason
-from residual_quad.envs.trajectories import Reference, Trajectory, make_trajectory
+from residual_quad.envs.termination import (
+    NO_REWARD_REASONS,
+    CrashConditions,
+    termination_reason,
+)
+from residual_quad.envs.trajectories import (
+    Reference,
+    Trajectory,
+    check_reference,
+    make_trajectory,
+)
+
+MAX_EPISODE_S = 3600.0
+"""Longest episode accepted, s (one hour: 360 000 steps at 100 Hz)."""
+
+MAX_RENDER_SIZE = 8192
+"""Largest rendered image side, pixels."""
+
+RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
+"""The keys ``reset(options=...)`` accepts."""
+
+
+def _reset_options(options: Any) -> tuple[np.ndarray, float, np.ndarray | None]:
+    """``(position_offset m, yaw_offset rad, velocity m/s or None)`` from ``reset``'s options;
+    a wrong key, type, shape or a non-finite value is a ``ValueError`` naming the option."""
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise ValueError(
+            f"reset options must be a dict with keys among {', '.join(RESET_OPTIONS)}, "
+            f"got {options!r}"
+        )
+    unknown = [k for k in options if k not in RESET_OPTIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown reset options {sorted(map(str, unknown))}; valid: {', '.join(RESET_OPTIONS)}"
+        )
+    position_offset = np.zeros(3)
+    if options.get("position_offset") is not None:
+        position_offset = checks.vector("position_offset", options["position_offset"], 3, "m")
+    yaw_offset = 0.0
+    if options.get("yaw_offset") is not None:
+        yaw_offset = real("yaw_offset", options["yaw_offset"], unit="rad")
+    velocity = None
+    if options.get("velocity") is not None:
+        velocity = checks.vector("velocity", options["velocity"], 3, "m/s")
+    return position_offset, yaw_offset, velocity
 
 
 class ResidualQuadEnv(gym.Env):
@@ -177,17 +226,38 @@ class ResidualQuadEnv(gym.Env):
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
     ):
-        if action_mode not in ACTION_MODES:
+        if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
                 f"unknown action_mode {action_mode!r}; valid choices: {', '.join(ACTION_MODES)}"
             )
-        if render_mode not in (None, *self.metadata["render_modes"]):
+        if render_mode is not None and (
+            not isinstance(render_mode, str) or render_mode not in self.metadata["render_modes"]
+        ):
             raise ValueError(
                 f"unknown render_mode {render_mode!r}; valid choices: None, "
                 f"{', '.join(self.metadata['render_modes'])}"
             )
-        if episode_s <= 0:
-            raise ValueError(f"episode_s must be > 0, got {episode_s}")
+        if not isinstance(ground_effect, bool | np.bool_):
+            raise ValueError(f"ground_effect must be True or False, got {ground_effect!r}")
+        if seed is not None:
+            integer("seed", seed, low=0)
+        checks.instance("drag", drag, DragModel | None, "a DragModel or None")
+        checks.instance("airframe", airframe, Airframe | None, "an Airframe or None")
+        checks.instance("sensor_noise", sensor_noise, SensorNoise | None, "a SensorNoise or None")
+        if wind_tau is not None:
+            real("wind_tau", wind_tau, low=0.0, low_open=True, unit="s")
+        if wind_direction is not None:
+            real("wind_direction", wind_direction, unit="rad")
+        max_body_rate = checks.vector("max_body_rate", max_body_rate, 3, "rad/s")
+        if not np.all(max_body_rate > 0):
+            raise ValueError(f"max_body_rate must be positive, got {max_body_rate.tolist()}")
+        k_rate = real("k_rate", k_rate, low=0.0, low_open=True, unit="1/s")
+        width = integer("width", width, low=1, high=MAX_RENDER_SIZE)
+        height = integer("height", height, low=1, high=MAX_RENDER_SIZE)
+        control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
+        episode_s = real(
+            "episode_s", episode_s, low=1.0 / control_hz, high=MAX_EPISODE_S, unit="s"
+        )  # at least one control period
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(wind, tau=wind_tau, direction=wind_direction)
         self.trajectory = make_trajectory(trajectory)
@@ -202,7 +272,7 @@ class ResidualQuadEnv(gym.Env):
             control_hz=control_hz,
         )
         self.control_dt = self.plant.control_dt  # s
-        self.max_steps = int(round(episode_s / self.control_dt))
+        self.max_steps = max(1, int(round(episode_s / self.control_dt)))
         self.action_mode = action_mode
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
@@ -228,6 +298,7 @@ class ResidualQuadEnv(gym.Env):
         self._prev_action = [0.0, 0.0, 0.0, 0.0]  # clipped action of the last step
         self._steps = 0
         self._last_true_obs: list[float] = []  # true observation at the start of the period
+        self._needs_reset = True  # before the first reset and after an episode's end
 
     # ------------------------------------------------------------------ API
     @property
@@ -238,48 +309,43 @@ class ResidualQuadEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:
+            integer("seed", seed, low=0)
+        position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
         super().reset(seed=seed)
-        options = dict(options or {})
-        position_offset = np.asarray(options.pop("position_offset", np.zeros(3)), dtype=float)
-        yaw_offset = float(options.pop("yaw_offset", 0.0))
-        velocity = options.pop("velocity", None)
-        if options:
-            raise ValueError(
-                f"unknown reset options {sorted(options)}; valid: position_offset, yaw_offset, "
-                "velocity"
-            )
-        if (
-            position_offset.shape != (3,)
-            or not np.all(np.isfinite(position_offset))
-            or not math.isfinite(yaw_offset)
-        ):
-            raise ValueError("position_offset must be a finite 3-vector and yaw_offset finite")
+        ref = check_reference(self.trajectory, self.trajectory(0.0), 0.0)
         self.sensors.reseed(self.np_random)  # before the plant draws the wind
-        ref = self.trajectory(0.0)
-        self.plant.reset(
-            self.np_random,
-            ref.pos + position_offset,
-            ref.yaw + yaw_offset,
-            None if velocity is None else np.asarray(velocity, dtype=float),
-        )
+        self.plant.reset(self.np_random, ref.pos + position_offset, ref.yaw + yaw_offset, velocity)
         self._steps = 0
         self._prev_action = [0.0, 0.0, 0.0, 0.0]
         true_obs = self._observe(ref)
         true_obs_array = np.array(true_obs)
         self._last_true_obs = true_obs
+        self._needs_reset = False
         pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
         info = self._info(pos_error, np.zeros(3), {}, None)
         return self.sensors.sense(true_obs_array), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._needs_reset:
+            raise ResetNeeded(
+                "the episode has ended (terminated or truncated) or never started: "
+                "call reset() first"
+            )
         action = clip_action(action)
         self.plant.step(self.action_mapping.rotor_thrusts(action, self.plant.data))
         self._steps += 1
-        ref = self.trajectory(self._steps * self.control_dt)
-        true_obs = self._observe(ref)
-        true_obs_array = np.array(true_obs)
+        t = self._steps * self.control_dt
+        ref = self.trajectory(t)
+        try:
+            true_obs = self._observe(ref)
+            true_obs_array = np.array(true_obs, dtype=float)
+        except (AttributeError, TypeError, ValueError):
+            self._needs_reset = True
+            check_reference(self.trajectory, ref, t)  # raises the clear error
+            raise
         prev_true_obs, self._last_true_obs = self._last_true_obs, true_obs
 
         frame = self.airframe
@@ -297,7 +363,9 @@ class ResidualQuadEnv(gym.Env):
         )
         terminated = termination is not None
         truncated = not terminated and self._steps >= self.max_steps
-        if termination == "non_finite":
+        if terminated or truncated:
+            self._needs_reset = True
+        if termination in NO_REWARD_REASONS:
             terms, reward = {}, 0.0
         else:
             terms = reward_terms(
