@@ -105,7 +105,9 @@ class ResidualQuadEnv(gym.Env):
     ``τ = J·k_rate·(ω_des − ω) + ω × Jω`` (nominal inertia) and the saturating mixer, at the control
     rate. Meant for RL. Both mappings: :mod:`residual_quad.envs.actions`.
 
-    Actions outside ``[-1, 1]`` are clipped; NaN or inf raise ``ValueError``.
+    Actions outside ``[-1, 1]`` are clipped; an action that is not four real numbers of shape
+    ``(4,)`` (another shape, strings, complex, objects, bools) or holds NaN or inf raises
+    ``ValueError``.
 
     ## Observation space
 
@@ -151,47 +153,73 @@ class ResidualQuadEnv(gym.Env):
     At rest at the reference's initial position and heading (so the helix starts at yaw 90°),
     with the gusts drawn from their stationary distribution. ``reset(options=...)`` accepts
     ``position_offset`` (3-vector, m), ``yaw_offset`` (rad) and ``velocity`` (3-vector, m/s) for
-    off-nominal starts.
+    off-nominal starts (:data:`RESET_OPTIONS`); another key, a wrong shape or type, or a NaN or
+    inf entry is a ``ValueError`` naming the option. ``reset`` also checks the trajectory's
+    reference at ``t = 0`` (:func:`~residual_quad.envs.trajectories.check_reference`): a wrong
+    return type is a ``TypeError``, a non-finite value a ``ValueError``, both naming the
+    trajectory.
 
     ## Episode end
 
-    Terminated (``info["diverged"] = True``, reason in ``info["termination"]``) when the tilt
-    exceeds ``max_tilt`` (default 90°: upside down), a frame geom touches the floor faster than
-    ``crash_speed``, the position error exceeds ``max_position_error``, or the state is not finite
-    (including MuJoCo's own instability warning); the reasons are checked in that order: non-finite,
-    tilt, position error, ground contact. The limits are a :class:`CrashConditions`
-    (``env.crash_conditions``). Truncated after ``episode_s`` seconds.
+    Terminated (``info["diverged"] = True``, reason in ``info["termination"]``) when MuJoCo
+    raised a warning in a substep of the period (``simulation_unstable``: a NaN, inf or huge
+    position, velocity or acceleration, after which MuJoCo silently puts the vehicle back at its
+    default pose — e.g. a start at 10⁶ m/s), the state is not finite (``non_finite``), the tilt
+    exceeds ``max_tilt`` (default 90°: upside down), the position error exceeds
+    ``max_position_error``, or a frame geom touches the floor faster than ``crash_speed``; the
+    reasons are checked in that order (``termination.TERMINATION_REASONS``). After
+    ``simulation_unstable`` and ``non_finite`` the step's reward is 0 with no terms (the state is
+    meaningless). The limits are a :class:`CrashConditions` (``env.crash_conditions``).
+    Truncated after ``episode_s`` seconds (``max_steps`` control steps).
+
+    Once an episode has ended (terminated or truncated), ``step`` raises
+    ``gymnasium.error.ResetNeeded`` until the next ``reset`` (so does a ``step`` before the first
+    ``reset``): stepping on would fly a crashed vehicle and lose the crash flag.
+
+    ``gym.make`` wraps the environment in a ``TimeLimit`` of the registered
+    ``max_episode_steps`` (2000: the default 20 s at 100 Hz), which follows a custom
+    ``episode_s`` (see :mod:`residual_quad.envs.registration`); the environment's own truncation
+    is the same step, so the two never disagree.
 
     ## Arguments
 
     | argument | default | meaning |
     |---|---|---|
-    | ``payload`` | ``"none"`` | ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg) or a mass in kg |
+    | ``payload`` | ``"none"`` | ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg) or a mass in
+    [0, 1e9] kg |
     | ``wind`` | ``"calm"`` | ``calm/breezy/windy``, ``(mean, sigma)`` m/s or a ``WindModel`` |
     | ``trajectory`` | ``"hover"`` | ``hover/helix/figure8`` or a :class:`Trajectory` instance |
     | ``ground_effect`` | ``True`` | Cheeseman–Bennett thrust gain near the floor |
-    | ``control_hz`` / ``physics_hz`` | 100 / 500 | rates, Hz (physics a multiple of control) |
-    | ``episode_s`` | 20.0 | episode length, s |
+    | ``control_hz`` / ``physics_hz`` | 100 / 500 | rates, Hz (physics a multiple of control,
+    at most 1e5 Hz) |
+    | ``episode_s`` | 20.0 | episode length, s: one control period to :data:`MAX_EPISODE_S`
+    (3600 s) |
     | ``action_mode`` | ``"rotor"`` | ``rotor`` or ``ctbr`` |
     | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless: ``MUJOCO_GL=egl``) |
     | ``drag`` | ``DragModel()`` | k_h = 0.055, k_v = 0.090 N/(m/s)², c_lin = 0.020 N/(m/s) |
     | ``wind_tau`` / ``wind_direction`` | 2.0 s / 0 rad | gust correlation time, mean-wind heading |
     | ``airframe`` | ``Airframe()`` | nominal vehicle parameters |
-    | ``seed`` | ``None`` | seed used by the first ``reset`` that passes none |
-    | ``max_tilt`` | π/2 | crash tilt, rad |
-    | ``crash_speed`` | 1.0 | floor contact faster than this is a crash, m/s |
-    | ``max_position_error`` | 5.0 | tracking error that ends the episode, m |
+    | ``seed`` | ``None`` | integer ≥ 0, used by the first ``reset`` that passes none |
+    | ``max_tilt`` | π/2 | crash tilt, rad, in (0, π] |
+    | ``crash_speed`` | 1.0 | floor contact faster than this is a crash, m/s, ≥ 0 |
+    | ``max_position_error`` | 5.0 | tracking error that ends the episode, m, > 0 |
     | ``max_body_rate`` | (4, 4, 2) | ``ctbr`` rate scale, rad/s |
     | ``k_rate`` | 20.0 | ``ctbr`` rate-loop gain, 1/s |
     | ``reward_weights`` | see Rewards | :class:`RewardWeights` or a dict of overrides (strict) |
     | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
-    | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels |
+    | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
+
+    Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
+    range is a ``ValueError`` that names the argument, shows the value and states the valid range
+    (or lists the valid choices); rates, lengths, limits, gains, noise levels and drag, wind and
+    reward parameters must be finite.
 
     ## Version history
 
-    * v0: initial release.
+    * v0: initial release; arguments, reset options and actions checked strictly, MuJoCo
+      instability flagged as ``simulation_unstable``, ``step`` after the episode's end refused.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -352,7 +380,10 @@ class ResidualQuadEnv(gym.Env):
         residual = period_residual(
             prev_true_obs, true_obs, self.control_dt, frame.mass, frame.gravity
         )  # m/s², world: the ground truth of what the nominal model misses
-        pos_error = position_error(true_obs, ref.pos.tolist())
+        try:
+            pos_error = position_error(true_obs, ref.pos.tolist())
+        except OverflowError:  # a reference beyond the float range, squared
+            pos_error = math.inf
         termination = termination_reason(
             self.crash_conditions,
             self.plant,
@@ -361,22 +392,25 @@ class ResidualQuadEnv(gym.Env):
             pos_error,
             self._steps * self.control_dt,
         )
+        terms: dict[str, float] = {}
+        reward = 0.0
+        if termination not in NO_REWARD_REASONS:
+            try:
+                terms = reward_terms(
+                    self.reward_weights,
+                    true_obs,
+                    ref.vel.tolist(),
+                    pos_error,
+                    action,
+                    self._prev_action,
+                )
+                reward = total_reward(terms)
+            except OverflowError:  # a reference velocity beyond the float range, squared
+                terms, termination = {}, "non_finite"
         terminated = termination is not None
         truncated = not terminated and self._steps >= self.max_steps
         if terminated or truncated:
             self._needs_reset = True
-        if termination in NO_REWARD_REASONS:
-            terms, reward = {}, 0.0
-        else:
-            terms = reward_terms(
-                self.reward_weights,
-                true_obs,
-                ref.vel.tolist(),
-                pos_error,
-                action,
-                self._prev_action,
-            )
-            reward = total_reward(terms)
         self._prev_action = action
         info = self._info(pos_error, residual, terms, termination)
         return self.sensors.sense(true_obs_array), reward, terminated, truncated, info

@@ -160,11 +160,16 @@ def make_named_trajectory(name: str, **params: object) -> Trajectory:
     return cls(**params)
 
 
+REFERENCE_LIMIT = 1e4
+"""Largest magnitude of a reference entry (m, m/s, m/s², rad, rad/s): the observation bounds."""
+
+
 def check_reference(trajectory: object, ref: object, t: float) -> Reference:
     """``ref`` (what ``trajectory(t)`` returned) if it is a :class:`Reference` with float
-    3-vectors ``pos``/``vel``/``acc`` (numpy arrays) and real ``yaw``/``yaw_rate``; else a
-    ``TypeError`` (wrong type or shape) or ``ValueError`` (non-finite value) naming the
-    trajectory. Run at reset: the step then only reads the fields."""
+    3-vectors ``pos``/``vel``/``acc`` (numpy arrays) and real ``yaw``/``yaw_rate``, all finite
+    and within :data:`REFERENCE_LIMIT`; else a ``TypeError`` (wrong type or shape) or
+    ``ValueError`` (value) naming the trajectory. Run at reset; the step runs it only when the
+    reference cannot be read (a non-finite one there ends the episode as ``non_finite``)."""
     where = f"trajectory {type(trajectory).__name__} at t = {t:g} s"
     if not isinstance(ref, Reference):
         raise TypeError(f"{where} returned {type(ref).__name__} {ref!r}; expected a Reference")
@@ -179,12 +184,18 @@ def check_reference(trajectory: object, ref: object, t: float) -> Reference:
                 f"{where}: Reference.{field} must be a numpy float array of shape (3,), "
                 f"got {value!r}"
             )
-        if not np.all(np.isfinite(value)):
-            raise ValueError(f"{where}: Reference.{field} must be finite, got {value!r}")
+        if not np.all(np.abs(value) <= REFERENCE_LIMIT):  # NaN fails too
+            raise ValueError(
+                f"{where}: Reference.{field} must be finite and within ±{REFERENCE_LIMIT:g}, "
+                f"got {value!r}"
+            )
     for field in ("yaw", "yaw_rate"):
         value = getattr(ref, field)
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{where}: Reference.{field} must be a real number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{where}: Reference.{field} must be finite, got {value!r}")
+        if not abs(value) <= REFERENCE_LIMIT:
+            raise ValueError(
+                f"{where}: Reference.{field} must be finite and within ±{REFERENCE_LIMIT:g}, "
+                f"got {value!r}"
+            )
     return ref
