@@ -171,10 +171,17 @@ class WindProcess:
     def _refill(self) -> None:
         n = self._block
         noise = self._rng.standard_normal((n, 3)) * (self._b * self._sigma)
-        k = np.arange(1, n + 1)[:, None]
-        # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
-        pw = self._a**k
-        gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
+        if self._a**n > 1e-250:
+            k = np.arange(1, n + 1)[:, None]
+            # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
+            pw = self._a**k
+            gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
+        else:  # steps much longer than τ: a^k underflows, so run the recursion itself
+            gust = np.empty((n, 3))
+            x = self._gust
+            for i in range(n):
+                x = self._a * x + noise[i]
+                gust[i] = x
         self._gust = gust[-1].copy()
         self._buf = gust + self._mean
         self._i = 0
@@ -210,6 +217,8 @@ class GroundEffect:
         if z <= 0.0:
             return self.max_gain
         r = self.rotor_radius / (4.0 * z)
+        if r >= 1.0:  # deep in ground effect (and no overflow of r² for a tiny z)
+            return self.max_gain
         r2 = r * r
         if r2 >= 1.0 - 1.0 / self.max_gain:
             return self.max_gain

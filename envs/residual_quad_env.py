@@ -284,8 +284,13 @@ class ResidualQuadEnv(gym.Env):
         height = integer("height", height, low=1, high=MAX_RENDER_SIZE)
         control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
         episode_s = real(
-            "episode_s", episode_s, low=1.0 / control_hz, high=MAX_EPISODE_S, unit="s"
-        )  # at least one control period
+            "episode_s", episode_s, low=0.0, high=MAX_EPISODE_S, low_open=True, unit="s"
+        )
+        if episode_s < 1.0 / control_hz:
+            raise ValueError(
+                f"episode_s ({episode_s:g} s) is shorter than one control period "
+                f"(1/control_hz = {1.0 / control_hz:g} s)"
+            )
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(wind, tau=wind_tau, direction=wind_direction)
         self.trajectory = make_trajectory(trajectory)
@@ -392,6 +397,8 @@ class ResidualQuadEnv(gym.Env):
             pos_error,
             self._steps * self.control_dt,
         )
+        if pos_error == math.inf and termination not in NO_REWARD_REASONS:
+            termination = "non_finite"  # a reference beyond the float range
         terms: dict[str, float] = {}
         reward = 0.0
         if termination not in NO_REWARD_REASONS:
@@ -405,8 +412,10 @@ class ResidualQuadEnv(gym.Env):
                     self._prev_action,
                 )
                 reward = total_reward(terms)
-            except OverflowError:  # a reference velocity beyond the float range, squared
-                terms, termination = {}, "non_finite"
+                if not math.isfinite(reward):
+                    raise OverflowError
+            except OverflowError:  # a reference velocity beyond the float range
+                terms, reward, termination = {}, 0.0, "non_finite"
         terminated = termination is not None
         truncated = not terminated and self._steps >= self.max_steps
         if terminated or truncated:

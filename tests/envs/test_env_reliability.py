@@ -348,3 +348,28 @@ def test_no_memory_or_fd_leak_over_1000_create_close_cycles():
     cycle(1000)
     assert len(os.listdir("/proc/self/fd")) <= fds
     assert _rss_kib() - rss < 20 * 1024  # KiB; a model + data kept per cycle is ≈ 100 KiB
+
+
+# ------------------------------------------------------------------ numerical corners
+def test_wind_with_steps_much_longer_than_tau_stays_finite():
+    """``a^k`` underflowed to 0 and the closed form divided 0 by 0 (NaN wind)."""
+    import warnings
+
+    from residual_quad.envs.disturbances import WindModel, WindProcess
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        proc = WindProcess(WindModel(3.0, 1.0, tau=1e-3), 1.0, np.random.default_rng(0))
+        winds = proc.take(10)
+    assert np.all(np.isfinite(winds)) and winds.std() > 0.1
+
+
+def test_ground_effect_at_a_tiny_height_is_the_max_gain_without_overflow():
+    import warnings
+
+    from residual_quad.envs.disturbances import GroundEffect
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert GroundEffect().gain(1e-300) == 1.5
+    assert GroundEffect().gain(1.0) == 1.0 / (1.0 - (0.127 / 4.0) ** 2)
