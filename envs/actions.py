@@ -26,11 +26,25 @@ ACTION_MODES = ("rotor", "ctbr")
 
 
 def clip_action(action: np.ndarray | Sequence[float]) -> list[float]:
-    """The action as four Python floats clipped to ``[-1, 1]``; wrong size, NaN or inf raise
-    ``ValueError`` (a silent clip would hide a broken policy)."""
-    values = np.asarray(action, dtype=float).ravel().tolist()
-    if len(values) != 4:
-        raise ValueError(f"action must have 4 elements, got shape {np.shape(action)}")
+    """The action as four Python floats clipped to ``[-1, 1]``.
+
+    Anything but four real numbers (shape ``(4,)``, an integer or float dtype) and NaN or inf raise
+    ``ValueError`` (a silent clip or reshape would hide a broken policy).
+    """
+    try:
+        arr = np.asarray(action)
+    except Exception:  # ragged nesting and the like
+        arr = None
+    if arr is None or arr.shape != (4,):
+        raise ValueError(
+            f"action must have shape (4,), got {'no array' if arr is None else arr.shape}: "
+            f"{action!r}"
+        )
+    if arr.dtype != np.float64:
+        if arr.dtype.kind not in "fiu":
+            raise ValueError(f"action must hold real numbers, got dtype {arr.dtype}: {action!r}")
+        arr = arr.astype(float)
+    values = arr.tolist()
     if not all(map(math.isfinite, values)):
         raise ValueError(f"action must be finite, got {values}")
     return [min(max(v, -1.0), 1.0) for v in values]

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from residual_quad.envs.checks import real, vector
+
 GRAVITY = 9.81  # m/s², +z up
 
 
@@ -48,10 +50,20 @@ class Airframe:
     _mix_rows: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.mass <= 0 or self.arm_length <= 0 or self.max_rotor_thrust <= 0:
-            raise ValueError("mass, arm_length and max_rotor_thrust must be positive")
-        if min(self.inertia) <= 0:
-            raise ValueError(f"inertia must be positive, got {self.inertia}")
+        for name, unit in (
+            ("mass", "kg"),
+            ("arm_length", "m"),
+            ("k_yaw", "m"),
+            ("max_rotor_thrust", "N"),
+            ("rotor_radius", "m"),
+            ("gravity", "m/s²"),
+        ):
+            real(f"airframe {name}", getattr(self, name), low=0.0, low_open=True, unit=unit)
+        if not np.all(vector("airframe inertia", self.inertia, 3, "kg·m²") > 0):
+            raise ValueError(f"airframe inertia must be positive, got {self.inertia!r}")
+        signs = vector("airframe yaw_sign", self.yaw_sign, 4)
+        if not np.all(np.abs(signs) == 1.0):
+            raise ValueError(f"airframe yaw_sign must hold four ±1 entries, got {self.yaw_sign!r}")
         object.__setattr__(self, "allocation", allocation_matrix(self))
         object.__setattr__(self, "allocation_inv", np.linalg.inv(self.allocation))
         # rows of the torque → rotor-thrust map, as floats for the scalar mixer

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from residual_quad.envs.checks import is_real, real
+
 #: Named payload levels, kg (``extra`` is never used for training).
 PAYLOAD_LEVELS: dict[str, float] = {"none": 0.0, "light": 0.25, "heavy": 0.50, "extra": 0.75}
 
@@ -24,20 +26,27 @@ WIND_LEVELS: dict[str, tuple[float, float]] = {
 }
 
 
+MAX_PAYLOAD_KG = 1e9
+"""Heaviest payload accepted, kg: far past any flight (1e6 kg already just falls), yet a mass at
+which MuJoCo's composite inertia stays well conditioned."""
+
+
 def _choice_error(kind: str, value: object, valid: Mapping[str, object]) -> ValueError:
     return ValueError(f"unknown {kind} {value!r}; valid choices: {', '.join(valid)}")
 
 
 def resolve_payload(payload: str | float) -> float:
-    """Payload mass in kg from a level name or a non-negative number."""
+    """Payload mass in kg from a level name or a finite number in ``[0, MAX_PAYLOAD_KG]``."""
     if isinstance(payload, str):
         if payload not in PAYLOAD_LEVELS:
             raise _choice_error("payload", payload, PAYLOAD_LEVELS)
         return PAYLOAD_LEVELS[payload]
-    mass = float(payload)
-    if not math.isfinite(mass) or mass < 0.0:
-        raise ValueError(f"payload must be a level name or a finite mass >= 0 kg, got {payload!r}")
-    return mass
+    if not is_real(payload) or not 0.0 <= float(payload) <= MAX_PAYLOAD_KG:
+        raise ValueError(
+            f"payload must be one of {', '.join(PAYLOAD_LEVELS)} or a finite mass in "
+            f"[0, {MAX_PAYLOAD_KG:g}] kg, got {payload!r}"
+        )
+    return float(payload)
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,9 @@ class DragModel:
     c_lin: float = 0.020  # N/(m/s), linear, dominant at low speed
 
     def __post_init__(self) -> None:
-        if min(self.k_h, self.k_v, self.c_lin) < 0:
-            raise ValueError(f"drag coefficients must be >= 0, got {self}")
+        real("drag k_h", self.k_h, low=0.0, unit="N/(m/s)²")
+        real("drag k_v", self.k_v, low=0.0, unit="N/(m/s)²")
+        real("drag c_lin", self.c_lin, low=0.0, unit="N/(m/s)")
 
     def body_force(self, v_b: np.ndarray) -> np.ndarray:
         """Drag force in the body frame (N) for an air-relative body-frame velocity (m/s)."""
@@ -87,8 +97,11 @@ class WindModel:
     vertical_scale: float = 0.5  # vertical σ relative to horizontal
 
     def __post_init__(self) -> None:
-        if self.mean < 0 or self.sigma < 0 or self.tau <= 0 or self.vertical_scale < 0:
-            raise ValueError(f"wind needs mean >= 0, sigma >= 0, tau > 0, got {self}")
+        real("wind mean", self.mean, low=0.0, unit="m/s")
+        real("wind sigma", self.sigma, low=0.0, unit="m/s")
+        real("wind_tau", self.tau, low=0.0, low_open=True, unit="s")
+        real("wind_direction", self.direction, unit="rad")
+        real("wind vertical_scale", self.vertical_scale, low=0.0)
 
     @classmethod
     def from_spec(cls, wind: str | tuple[float, float] | WindModel, **overrides) -> WindModel:
@@ -102,13 +115,15 @@ class WindModel:
             base = cls(mean=mean, sigma=sigma)
         else:
             try:
-                mean, sigma = (float(v) for v in wind)
+                mean, sigma = wind
             except (TypeError, ValueError):
+                mean = sigma = None
+            if not (is_real(mean) and is_real(sigma)):
                 raise ValueError(
                     f"wind must be one of {list(WIND_LEVELS)} or a (mean, sigma) pair in m/s, "
                     f"got {wind!r}"
-                ) from None
-            base = cls(mean=mean, sigma=sigma)
+                )
+            base = cls(mean=float(mean), sigma=float(sigma))
         if not overrides:
             return base
         fields = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}}
@@ -156,10 +171,17 @@ class WindProcess:
     def _refill(self) -> None:
         n = self._block
         noise = self._rng.standard_normal((n, 3)) * (self._b * self._sigma)
-        k = np.arange(1, n + 1)[:, None]
-        # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
-        pw = self._a**k
-        gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
+        if self._a**n > 1e-250:
+            k = np.arange(1, n + 1)[:, None]
+            # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
+            pw = self._a**k
+            gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
+        else:  # steps much longer than τ: a^k underflows, so run the recursion itself
+            gust = np.empty((n, 3))
+            x = self._gust
+            for i in range(n):
+                x = self._a * x + noise[i]
+                gust[i] = x
         self._gust = gust[-1].copy()
         self._buf = gust + self._mean
         self._i = 0
@@ -195,6 +217,8 @@ class GroundEffect:
         if z <= 0.0:
             return self.max_gain
         r = self.rotor_radius / (4.0 * z)
+        if r >= 1.0:  # deep in ground effect (and no overflow of r² for a tiny z)
+            return self.max_gain
         r2 = r * r
         if r2 >= 1.0 - 1.0 / self.max_gain:
             return self.max_gain

@@ -14,11 +14,15 @@ import mujoco
 import numpy as np
 
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
 from residual_quad.envs.model import BODY, build_model
 
 DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
 """MuJoCo's disable flag of collision detection (``model.opt.disableflags``)."""
+
+MAX_PHYSICS_HZ = 100_000.0
+"""Highest physics rate accepted, Hz (a 10 µs step; beyond it float time stamps lose meaning)."""
 
 
 def quat_to_rot(qw: float, qx: float, qy: float, qz: float) -> list[float]:
@@ -54,8 +58,10 @@ class QuadrotorPlant:
         control_hz: float = 100.0,
     ):
         self.airframe = airframe or Airframe()
+        physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
+        control_hz = real("control_hz", control_hz, low=0.0, high=physics_hz, low_open=True)
         ratio = physics_hz / control_hz
-        if control_hz <= 0 or ratio < 1 or abs(ratio - round(ratio)) > 1e-9:
+        if abs(ratio - round(ratio)) > 1e-9:
             raise ValueError(
                 f"physics_hz ({physics_hz}) must be a positive integer multiple of "
                 f"control_hz ({control_hz})"
@@ -76,6 +82,7 @@ class QuadrotorPlant:
         self.contact_height = 0.5  # m, collision detection runs below this height (+ margin)
         self._contact_off = False
         self._gain = self.model.actuator_gainprm[:, 0]  # view: thrust per unit command
+        self._warnings = self.data.warning.number  # view: MuJoCo's warning counters since reset
         self._wind_proc: WindProcess | None = None
         self.wind = np.zeros(3)  # m/s, world, last substep
         self.thrusts = np.zeros(4)  # N, last applied (after saturation, before ground effect)
@@ -109,6 +116,12 @@ class QuadrotorPlant:
         self.model.opt.disableflags &= ~DSBL_CONTACT
         mujoco.mj_forward(self.model, self.data)
         self._update_contact_flag()
+
+    def unstable(self) -> bool:
+        """Whether MuJoCo raised a warning since the last reset (NaN/inf/huge ``qpos``, ``qvel``
+        or ``qacc``, ...). On such a warning MuJoCo resets its data to the default pose and goes
+        on, so the state stops following the flight; the counters are cheap integers to test."""
+        return any(self._warnings.tolist())
 
     @property
     def time(self) -> float:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import ResetNeeded
 
+from residual_quad.envs import checks
 from residual_quad.envs.actions import ACTION_MODES, clip_action, make_action_mapping
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.checks import integer, real
 from residual_quad.envs.disturbances import (
     DragModel,
     GroundEffect,
@@ -23,8 +27,53 @@ from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
 from residual_quad.envs.reward import RewardWeights, position_error, reward_terms, total_reward
 from residual_quad.envs.sensors import SensorNoise, Sensors
-from residual_quad.envs.termination import CrashConditions, termination_reason
-from residual_quad.envs.trajectories import Reference, Trajectory, make_trajectory
+from residual_quad.envs.termination import (
+    NO_REWARD_REASONS,
+    CrashConditions,
+    termination_reason,
+)
+from residual_quad.envs.trajectories import (
+    Reference,
+    Trajectory,
+    check_reference,
+    make_trajectory,
+)
+
+MAX_EPISODE_S = 3600.0
+"""Longest episode accepted, s (one hour: 360 000 steps at 100 Hz)."""
+
+MAX_RENDER_SIZE = 8192
+"""Largest rendered image side, pixels."""
+
+RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
+"""The keys ``reset(options=...)`` accepts."""
+
+
+def _reset_options(options: Any) -> tuple[np.ndarray, float, np.ndarray | None]:
+    """``(position_offset m, yaw_offset rad, velocity m/s or None)`` from ``reset``'s options;
+    a wrong key, type, shape or a non-finite value is a ``ValueError`` naming the option."""
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise ValueError(
+            f"reset options must be a dict with keys among {', '.join(RESET_OPTIONS)}, "
+            f"got {options!r}"
+        )
+    unknown = [k for k in options if k not in RESET_OPTIONS]
+    if unknown:
+        raise ValueError(
+            f"unknown reset options {sorted(map(str, unknown))}; valid: {', '.join(RESET_OPTIONS)}"
+        )
+    position_offset = np.zeros(3)
+    if options.get("position_offset") is not None:
+        position_offset = checks.vector("position_offset", options["position_offset"], 3, "m")
+    yaw_offset = 0.0
+    if options.get("yaw_offset") is not None:
+        yaw_offset = real("yaw_offset", options["yaw_offset"], unit="rad")
+    velocity = None
+    if options.get("velocity") is not None:
+        velocity = checks.vector("velocity", options["velocity"], 3, "m/s")
+    return position_offset, yaw_offset, velocity
 
 
 class ResidualQuadEnv(gym.Env):
@@ -56,7 +105,9 @@ class ResidualQuadEnv(gym.Env):
     ``τ = J·k_rate·(ω_des − ω) + ω × Jω`` (nominal inertia) and the saturating mixer, at the control
     rate. Meant for RL. Both mappings: :mod:`residual_quad.envs.actions`.
 
-    Actions outside ``[-1, 1]`` are clipped; NaN or inf raise ``ValueError``.
+    Actions outside ``[-1, 1]`` are clipped; an action that is not four real numbers of shape
+    ``(4,)`` (another shape, strings, complex, objects, bools) or holds NaN or inf raises
+    ``ValueError``.
 
     ## Observation space
 
@@ -102,47 +153,73 @@ class ResidualQuadEnv(gym.Env):
     At rest at the reference's initial position and heading (so the helix starts at yaw 90°),
     with the gusts drawn from their stationary distribution. ``reset(options=...)`` accepts
     ``position_offset`` (3-vector, m), ``yaw_offset`` (rad) and ``velocity`` (3-vector, m/s) for
-    off-nominal starts.
+    off-nominal starts (:data:`RESET_OPTIONS`); another key, a wrong shape or type, or a NaN or
+    inf entry is a ``ValueError`` naming the option. ``reset`` also checks the trajectory's
+    reference at ``t = 0`` (:func:`~residual_quad.envs.trajectories.check_reference`): a wrong
+    return type is a ``TypeError``, a non-finite value a ``ValueError``, both naming the
+    trajectory.
 
     ## Episode end
 
-    Terminated (``info["diverged"] = True``, reason in ``info["termination"]``) when the tilt
-    exceeds ``max_tilt`` (default 90°: upside down), a frame geom touches the floor faster than
-    ``crash_speed``, the position error exceeds ``max_position_error``, or the state is not finite
-    (including MuJoCo's own instability warning); the reasons are checked in that order: non-finite,
-    tilt, position error, ground contact. The limits are a :class:`CrashConditions`
-    (``env.crash_conditions``). Truncated after ``episode_s`` seconds.
+    Terminated (``info["diverged"] = True``, reason in ``info["termination"]``) when MuJoCo
+    raised a warning in a substep of the period (``simulation_unstable``: a NaN, inf or huge
+    position, velocity or acceleration, after which MuJoCo silently puts the vehicle back at its
+    default pose — e.g. a start at 10⁶ m/s), the state is not finite (``non_finite``), the tilt
+    exceeds ``max_tilt`` (default 90°: upside down), the position error exceeds
+    ``max_position_error``, or a frame geom touches the floor faster than ``crash_speed``; the
+    reasons are checked in that order (``termination.TERMINATION_REASONS``). After
+    ``simulation_unstable`` and ``non_finite`` the step's reward is 0 with no terms (the state is
+    meaningless). The limits are a :class:`CrashConditions` (``env.crash_conditions``).
+    Truncated after ``episode_s`` seconds (``max_steps`` control steps).
+
+    Once an episode has ended (terminated or truncated), ``step`` raises
+    ``gymnasium.error.ResetNeeded`` until the next ``reset`` (so does a ``step`` before the first
+    ``reset``): stepping on would fly a crashed vehicle and lose the crash flag.
+
+    ``gym.make`` wraps the environment in a ``TimeLimit`` of the registered
+    ``max_episode_steps`` (2000: the default 20 s at 100 Hz), which follows a custom
+    ``episode_s`` (see :mod:`residual_quad.envs.registration`); the environment's own truncation
+    is the same step, so the two never disagree.
 
     ## Arguments
 
     | argument | default | meaning |
     |---|---|---|
-    | ``payload`` | ``"none"`` | ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg) or a mass in kg |
+    | ``payload`` | ``"none"`` | ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg) or a mass in
+    [0, 1e9] kg |
     | ``wind`` | ``"calm"`` | ``calm/breezy/windy``, ``(mean, sigma)`` m/s or a ``WindModel`` |
     | ``trajectory`` | ``"hover"`` | ``hover/helix/figure8`` or a :class:`Trajectory` instance |
     | ``ground_effect`` | ``True`` | Cheeseman–Bennett thrust gain near the floor |
-    | ``control_hz`` / ``physics_hz`` | 100 / 500 | rates, Hz (physics a multiple of control) |
-    | ``episode_s`` | 20.0 | episode length, s |
+    | ``control_hz`` / ``physics_hz`` | 100 / 500 | rates, Hz (physics a multiple of control,
+    at most 1e5 Hz) |
+    | ``episode_s`` | 20.0 | episode length, s: one control period to :data:`MAX_EPISODE_S`
+    (3600 s) |
     | ``action_mode`` | ``"rotor"`` | ``rotor`` or ``ctbr`` |
     | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless: ``MUJOCO_GL=egl``) |
     | ``drag`` | ``DragModel()`` | k_h = 0.055, k_v = 0.090 N/(m/s)², c_lin = 0.020 N/(m/s) |
     | ``wind_tau`` / ``wind_direction`` | 2.0 s / 0 rad | gust correlation time, mean-wind heading |
     | ``airframe`` | ``Airframe()`` | nominal vehicle parameters |
-    | ``seed`` | ``None`` | seed used by the first ``reset`` that passes none |
-    | ``max_tilt`` | π/2 | crash tilt, rad |
-    | ``crash_speed`` | 1.0 | floor contact faster than this is a crash, m/s |
-    | ``max_position_error`` | 5.0 | tracking error that ends the episode, m |
+    | ``seed`` | ``None`` | integer ≥ 0, used by the first ``reset`` that passes none |
+    | ``max_tilt`` | π/2 | crash tilt, rad, in (0, π] |
+    | ``crash_speed`` | 1.0 | floor contact faster than this is a crash, m/s, ≥ 0 |
+    | ``max_position_error`` | 5.0 | tracking error that ends the episode, m, > 0 |
     | ``max_body_rate`` | (4, 4, 2) | ``ctbr`` rate scale, rad/s |
     | ``k_rate`` | 20.0 | ``ctbr`` rate-loop gain, 1/s |
     | ``reward_weights`` | see Rewards | :class:`RewardWeights` or a dict of overrides (strict) |
     | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
-    | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels |
+    | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
+
+    Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
+    range is a ``ValueError`` that names the argument, shows the value and states the valid range
+    (or lists the valid choices); rates, lengths, limits, gains, noise levels and drag, wind and
+    reward parameters must be finite.
 
     ## Version history
 
-    * v0: initial release.
+    * v0: initial release; arguments, reset options and actions checked strictly, MuJoCo
+      instability flagged as ``simulation_unstable``, ``step`` after the episode's end refused.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -177,17 +254,43 @@ class ResidualQuadEnv(gym.Env):
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
     ):
-        if action_mode not in ACTION_MODES:
+        if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
                 f"unknown action_mode {action_mode!r}; valid choices: {', '.join(ACTION_MODES)}"
             )
-        if render_mode not in (None, *self.metadata["render_modes"]):
+        if render_mode is not None and (
+            not isinstance(render_mode, str) or render_mode not in self.metadata["render_modes"]
+        ):
             raise ValueError(
                 f"unknown render_mode {render_mode!r}; valid choices: None, "
                 f"{', '.join(self.metadata['render_modes'])}"
             )
-        if episode_s <= 0:
-            raise ValueError(f"episode_s must be > 0, got {episode_s}")
+        if not isinstance(ground_effect, bool | np.bool_):
+            raise ValueError(f"ground_effect must be True or False, got {ground_effect!r}")
+        if seed is not None:
+            integer("seed", seed, low=0)
+        checks.instance("drag", drag, DragModel | None, "a DragModel or None")
+        checks.instance("airframe", airframe, Airframe | None, "an Airframe or None")
+        checks.instance("sensor_noise", sensor_noise, SensorNoise | None, "a SensorNoise or None")
+        if wind_tau is not None:
+            real("wind_tau", wind_tau, low=0.0, low_open=True, unit="s")
+        if wind_direction is not None:
+            real("wind_direction", wind_direction, unit="rad")
+        max_body_rate = checks.vector("max_body_rate", max_body_rate, 3, "rad/s")
+        if not np.all(max_body_rate > 0):
+            raise ValueError(f"max_body_rate must be positive, got {max_body_rate.tolist()}")
+        k_rate = real("k_rate", k_rate, low=0.0, low_open=True, unit="1/s")
+        width = integer("width", width, low=1, high=MAX_RENDER_SIZE)
+        height = integer("height", height, low=1, high=MAX_RENDER_SIZE)
+        control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
+        episode_s = real(
+            "episode_s", episode_s, low=0.0, high=MAX_EPISODE_S, low_open=True, unit="s"
+        )
+        if episode_s < 1.0 / control_hz:
+            raise ValueError(
+                f"episode_s ({episode_s:g} s) is shorter than one control period "
+                f"(1/control_hz = {1.0 / control_hz:g} s)"
+            )
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(wind, tau=wind_tau, direction=wind_direction)
         self.trajectory = make_trajectory(trajectory)
@@ -202,7 +305,7 @@ class ResidualQuadEnv(gym.Env):
             control_hz=control_hz,
         )
         self.control_dt = self.plant.control_dt  # s
-        self.max_steps = int(round(episode_s / self.control_dt))
+        self.max_steps = max(1, int(round(episode_s / self.control_dt)))
         self.action_mode = action_mode
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
@@ -228,6 +331,7 @@ class ResidualQuadEnv(gym.Env):
         self._prev_action = [0.0, 0.0, 0.0, 0.0]  # clipped action of the last step
         self._steps = 0
         self._last_true_obs: list[float] = []  # true observation at the start of the period
+        self._needs_reset = True  # before the first reset and after an episode's end
 
     # ------------------------------------------------------------------ API
     @property
@@ -238,55 +342,53 @@ class ResidualQuadEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:
+            integer("seed", seed, low=0)
+        position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
         super().reset(seed=seed)
-        options = dict(options or {})
-        position_offset = np.asarray(options.pop("position_offset", np.zeros(3)), dtype=float)
-        yaw_offset = float(options.pop("yaw_offset", 0.0))
-        velocity = options.pop("velocity", None)
-        if options:
-            raise ValueError(
-                f"unknown reset options {sorted(options)}; valid: position_offset, yaw_offset, "
-                "velocity"
-            )
-        if (
-            position_offset.shape != (3,)
-            or not np.all(np.isfinite(position_offset))
-            or not math.isfinite(yaw_offset)
-        ):
-            raise ValueError("position_offset must be a finite 3-vector and yaw_offset finite")
+        ref = check_reference(self.trajectory, self.trajectory(0.0), 0.0)
         self.sensors.reseed(self.np_random)  # before the plant draws the wind
-        ref = self.trajectory(0.0)
-        self.plant.reset(
-            self.np_random,
-            ref.pos + position_offset,
-            ref.yaw + yaw_offset,
-            None if velocity is None else np.asarray(velocity, dtype=float),
-        )
+        self.plant.reset(self.np_random, ref.pos + position_offset, ref.yaw + yaw_offset, velocity)
         self._steps = 0
         self._prev_action = [0.0, 0.0, 0.0, 0.0]
         true_obs = self._observe(ref)
         true_obs_array = np.array(true_obs)
         self._last_true_obs = true_obs
+        self._needs_reset = False
         pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
         info = self._info(pos_error, np.zeros(3), {}, None)
         return self.sensors.sense(true_obs_array), info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._needs_reset:
+            raise ResetNeeded(
+                "the episode has ended (terminated or truncated) or never started: "
+                "call reset() first"
+            )
         action = clip_action(action)
         self.plant.step(self.action_mapping.rotor_thrusts(action, self.plant.data))
         self._steps += 1
-        ref = self.trajectory(self._steps * self.control_dt)
-        true_obs = self._observe(ref)
-        true_obs_array = np.array(true_obs)
+        t = self._steps * self.control_dt
+        ref = self.trajectory(t)
+        try:
+            true_obs = self._observe(ref)
+            true_obs_array = np.array(true_obs, dtype=float)
+        except (AttributeError, TypeError, ValueError):
+            self._needs_reset = True
+            check_reference(self.trajectory, ref, t)  # raises the clear error
+            raise
         prev_true_obs, self._last_true_obs = self._last_true_obs, true_obs
 
         frame = self.airframe
         residual = period_residual(
             prev_true_obs, true_obs, self.control_dt, frame.mass, frame.gravity
         )  # m/s², world: the ground truth of what the nominal model misses
-        pos_error = position_error(true_obs, ref.pos.tolist())
+        try:
+            pos_error = position_error(true_obs, ref.pos.tolist())
+        except OverflowError:  # a reference beyond the float range, squared
+            pos_error = math.inf
         termination = termination_reason(
             self.crash_conditions,
             self.plant,
@@ -295,20 +397,29 @@ class ResidualQuadEnv(gym.Env):
             pos_error,
             self._steps * self.control_dt,
         )
+        if pos_error == math.inf and termination not in NO_REWARD_REASONS:
+            termination = "non_finite"  # a reference beyond the float range
+        terms: dict[str, float] = {}
+        reward = 0.0
+        if termination not in NO_REWARD_REASONS:
+            try:
+                terms = reward_terms(
+                    self.reward_weights,
+                    true_obs,
+                    ref.vel.tolist(),
+                    pos_error,
+                    action,
+                    self._prev_action,
+                )
+                reward = total_reward(terms)
+                if not math.isfinite(reward):
+                    raise OverflowError
+            except OverflowError:  # a reference velocity beyond the float range
+                terms, reward, termination = {}, 0.0, "non_finite"
         terminated = termination is not None
         truncated = not terminated and self._steps >= self.max_steps
-        if termination == "non_finite":
-            terms, reward = {}, 0.0
-        else:
-            terms = reward_terms(
-                self.reward_weights,
-                true_obs,
-                ref.vel.tolist(),
-                pos_error,
-                action,
-                self._prev_action,
-            )
-            reward = total_reward(terms)
+        if terminated or truncated:
+            self._needs_reset = True
         self._prev_action = action
         info = self._info(pos_error, residual, terms, termination)
         return self.sensors.sense(true_obs_array), reward, terminated, truncated, info

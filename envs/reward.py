@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from residual_quad import configs
+from residual_quad.envs.checks import real
 from residual_quad.envs.observation import ObsLayout as L
 
 # ObsLayout entries bound once (module globals are looked up faster than class attributes)
@@ -35,12 +36,21 @@ class RewardWeights:
     rate: float = 0.02  # s/rad, on ‖ω‖
     smooth: float = 0.01  # on ‖a_t − a_{t−1}‖² (normalized action units)
 
+    def __post_init__(self) -> None:
+        for name in REWARD_TERMS:  # a NaN or inf weight would make every reward NaN or inf
+            real(f"reward weight {name}", getattr(self, name))
+
     @classmethod
     def from_spec(cls, spec: RewardWeights | dict[str, Any] | None) -> RewardWeights:
         """Weights from an instance, a dict overriding some defaults (unknown keys are errors
         that list the valid ones) or ``None`` (defaults)."""
         if isinstance(spec, cls):
             return spec
+        if spec is not None and not isinstance(spec, dict):
+            raise ValueError(
+                f"reward_weights must be a RewardWeights, a dict of overrides of "
+                f"{', '.join(REWARD_TERMS)} or None, got {spec!r}"
+            )
         return configs.load(cls, dict(spec or {}))
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from residual_quad.envs.checks import is_real
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
 
 
@@ -27,7 +28,7 @@ class SensorNoise:
 
     def __post_init__(self) -> None:
         levels = asdict(self)
-        if any(not (v >= 0.0 and math.isfinite(v)) for v in levels.values()):
+        if any(not (is_real(v) and v >= 0.0 and math.isfinite(v)) for v in levels.values()):
             raise ValueError(f"sensor noise levels must be finite and >= 0, got {levels}")
 
     def std(self) -> np.ndarray:

@@ -8,13 +8,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from residual_quad.envs.checks import real
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.plant import QuadrotorPlant
 
 _R22 = L.R22  # cos(tilt), bound once (a module global is looked up faster)
 
 #: every reason :func:`termination_reason` can return, in the order they are checked
-TERMINATION_REASONS: tuple[str, ...] = ("non_finite", "tilt", "position_error", "ground_contact")
+TERMINATION_REASONS: tuple[str, ...] = (
+    "simulation_unstable",
+    "non_finite",
+    "tilt",
+    "position_error",
+    "ground_contact",
+)
+
+#: reasons after which the state is meaningless: the step's reward is 0 and has no terms
+NO_REWARD_REASONS: frozenset[str] = frozenset({"simulation_unstable", "non_finite"})
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,10 @@ class CrashConditions:
     cos_max_tilt: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # NaN would silently switch a check off (every comparison with NaN is False)
+        real("max_tilt", self.max_tilt, low=0.0, high=math.pi, low_open=True, unit="rad")
+        real("crash_speed", self.crash_speed, low=0.0, unit="m/s")
+        real("max_position_error", self.max_position_error, low=0.0, low_open=True, unit="m")
         object.__setattr__(self, "cos_max_tilt", math.cos(self.max_tilt))
 
 
@@ -47,13 +61,16 @@ def termination_reason(
         pos_error: tracking error ``‖p − p_ref‖``, m.
         expected_time: simulated time the plant should have reached, s.
 
-    ``non_finite`` covers MuJoCo's own instability warning: MuJoCo resets the data (time
-    included) when it detects an unstable acceleration, so the time falls behind. ``tilt`` tests
-    ``R22 = cos(tilt)`` against ``cos(max_tilt)``.
+    ``simulation_unstable``: MuJoCo raised a warning in a substep of the period (a NaN, inf or
+    huge position, velocity or acceleration, see :meth:`QuadrotorPlant.unstable`) and reset its
+    data to the default pose, so the state no longer follows the flight; a simulated time that
+    fell behind ``expected_time`` (how older MuJoCo versions showed the same reset) counts too.
+    ``tilt`` tests ``R22 = cos(tilt)`` against ``cos(max_tilt)``.
     """
     data = plant.data
-    unstable = abs(data.time - expected_time) > 1e-6
-    if unstable or not math.isfinite(sum(obs)) and not np.all(np.isfinite(obs_array)):
+    if plant.unstable() or abs(data.time - expected_time) > 1e-6:
+        return "simulation_unstable"
+    if not math.isfinite(sum(obs)) and not np.all(np.isfinite(obs_array)):
         return "non_finite"
     if obs[_R22] < conditions.cos_max_tilt:
         return "tilt"

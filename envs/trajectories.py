@@ -6,10 +6,14 @@ write your own and pass the instance as ``trajectory=`` to the environment.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
+from residual_quad.envs.checks import real, vector
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,10 @@ class Hover(Trajectory):
     heading: float = 0.0  # rad
     name = "hover"
 
+    def __post_init__(self) -> None:
+        vector("hover point", self.point, 3, "m")
+        real("hover heading", self.heading, unit="rad")
+
     def __call__(self, t: float) -> Reference:
         z = np.zeros(3)
         return Reference(np.array(self.point, dtype=float), z, z.copy(), self.heading)
@@ -64,6 +72,13 @@ class Helix(Trajectory):
     z_low: float = 1.5  # m
     z_high: float = 3.5  # m
     name = "helix"
+
+    def __post_init__(self) -> None:
+        real("helix radius", self.radius, low=0.0, unit="m")
+        real("helix period", self.period, low=0.0, low_open=True, unit="s")
+        real("helix turns", self.turns, low=0.0, low_open=True)
+        real("helix z_low", self.z_low, unit="m")
+        real("helix z_high", self.z_high, unit="m")
 
     def __call__(self, t: float) -> Reference:
         w = 2.0 * math.pi / self.period
@@ -93,6 +108,13 @@ class Figure8(Trajectory):
     heading: float = 0.0  # rad
     name = "figure8"
 
+    def __post_init__(self) -> None:
+        real("figure8 a", self.a, low=0.0, unit="m")
+        real("figure8 b", self.b, low=0.0, unit="m")
+        real("figure8 period", self.period, low=0.0, low_open=True, unit="s")
+        real("figure8 z", self.z, unit="m")
+        real("figure8 heading", self.heading, unit="rad")
+
     def __call__(self, t: float) -> Reference:
         w = 2.0 * math.pi / self.period
         s, c = math.sin(w * t), math.cos(w * t)
@@ -121,3 +143,59 @@ def make_trajectory(trajectory: str | Trajectory) -> Trajectory:
             f"got {trajectory!r}"
         )
     return trajectory
+
+
+def make_named_trajectory(name: str, **params: object) -> Trajectory:
+    """A built-in trajectory with parameters (``Helix(period=6.0)``); an unknown name or
+    parameter, or a bad value, is a ``ValueError`` that lists the valid choices."""
+    if name not in TRAJECTORIES:
+        raise ValueError(f"unknown trajectory {name!r}; valid choices: {', '.join(TRAJECTORIES)}")
+    cls = TRAJECTORIES[name]
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"unknown {name} trajectory parameter(s) {unknown}; valid: {', '.join(valid)}"
+        )
+    return cls(**params)
+
+
+REFERENCE_LIMIT = 1e4
+"""Largest magnitude of a reference entry (m, m/s, m/s², rad, rad/s): the observation bounds."""
+
+
+def check_reference(trajectory: object, ref: object, t: float) -> Reference:
+    """``ref`` (what ``trajectory(t)`` returned) if it is a :class:`Reference` with float
+    3-vectors ``pos``/``vel``/``acc`` (numpy arrays) and real ``yaw``/``yaw_rate``, all finite
+    and within :data:`REFERENCE_LIMIT`; else a ``TypeError`` (wrong type or shape) or
+    ``ValueError`` (value) naming the trajectory. Run at reset; the step runs it only when the
+    reference cannot be read (a non-finite one there ends the episode as ``non_finite``)."""
+    where = f"trajectory {type(trajectory).__name__} at t = {t:g} s"
+    if not isinstance(ref, Reference):
+        raise TypeError(f"{where} returned {type(ref).__name__} {ref!r}; expected a Reference")
+    for field in ("pos", "vel", "acc"):
+        value = getattr(ref, field)
+        if (
+            not isinstance(value, np.ndarray)
+            or value.shape != (3,)
+            or value.dtype.kind not in "fiu"
+        ):
+            raise TypeError(
+                f"{where}: Reference.{field} must be a numpy float array of shape (3,), "
+                f"got {value!r}"
+            )
+        if not np.all(np.abs(value) <= REFERENCE_LIMIT):  # NaN fails too
+            raise ValueError(
+                f"{where}: Reference.{field} must be finite and within ±{REFERENCE_LIMIT:g}, "
+                f"got {value!r}"
+            )
+    for field in ("yaw", "yaw_rate"):
+        value = getattr(ref, field)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{where}: Reference.{field} must be a real number, got {value!r}")
+        if not abs(value) <= REFERENCE_LIMIT:
+            raise ValueError(
+                f"{where}: Reference.{field} must be finite and within ±{REFERENCE_LIMIT:g}, "
+                f"got {value!r}"
+            )
+    return ref

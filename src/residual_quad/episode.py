@@ -25,11 +25,18 @@ from residual_quad.controllers.base import (
     make_controller,
 )
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.checks import integer, real
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.registration import ENV_ID
-from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.envs.trajectories import make_named_trajectory
 
 STEADY_STATE_FROM_S = 3.0  # s, metrics ignore the take-off transient before this time
+_INITIAL_CAPACITY = 1 << 16  # time-series rows preallocated by run_episode (≈ 11 min at 100 Hz)
+
+
+def _control_dt(env_kwargs: dict[str, Any]) -> float:
+    """The control period (s) of the env settings, with the env's own check of ``control_hz``."""
+    return 1.0 / real("control_hz", env_kwargs.get("control_hz", 100.0), low=0.0, low_open=True)
 
 
 @dataclass
@@ -96,10 +103,13 @@ def run_episode(
             steps 1, 1 + n, 1 + 2n, ... into ``result.extras["frames"]``.
         **env_kwargs: any other ``ResidualQuad-v0`` argument.
     """
+    frame_every = integer("frame_every", frame_every, low=0)
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback must be callable or None, got {callback!r}")
     if isinstance(controller, str):
         context = ControlContext(
             airframe=env_kwargs.get("airframe") or Airframe(),
-            control_dt=1.0 / float(env_kwargs.get("control_hz", 100.0)),
+            control_dt=_control_dt(env_kwargs),
         )
         controller = make_controller(controller, context)
     # the env speaks the controller's action mode unless the caller insists on one
@@ -112,42 +122,52 @@ def run_episode(
         disable_env_checker=True,
         **env_kwargs,
     ).unwrapped
-    if getattr(controller, "action_mode", "rotor") != env.action_mode:
-        raise ValueError(
-            f"controller acts in action_mode {controller.action_mode!r} but the env was made with "
-            f"{env.action_mode!r}"
-        )
-    t0 = time.perf_counter()
-    obs, info = env.reset(seed=seed, options=reset_options)
-    controller.reset(seed)
-    n = env.max_steps + 1
-    dt = env.control_dt
-    t = np.empty(n)
-    pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
-    thr = np.empty((n, 4))
-    cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
-    t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
-    thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
-    cos_tilt[0] = obs[L.R22]
-    k = 0
-    termination = None
-    frames: list[np.ndarray] = []
-    while True:
-        action = controller.policy(obs)
-        obs, _, terminated, truncated, info = env.step(action)
-        k += 1
-        t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
-        thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
-        cos_tilt[k] = obs[L.R22]
-        if callback is not None:
-            callback(k, obs, action, info)
-        if frame_every and (k - 1) % frame_every == 0:
-            frames.append(env.render())
-        if terminated or truncated:
-            termination = info["termination"]
-            break
-    wall = time.perf_counter() - t0
-    env.close()
+    try:
+        if getattr(controller, "action_mode", "rotor") != env.action_mode:
+            raise ValueError(
+                f"controller acts in action_mode {controller.action_mode!r} but the env was "
+                f"made with {env.action_mode!r}"
+            )
+        t0 = time.perf_counter()
+        obs, info = env.reset(seed=seed, options=reset_options)
+        controller.reset(seed)
+        # buffers sized for the whole episode up to a cap, grown by doubling past it: a long
+        # episode_s costs memory only as far as it is flown
+        n = min(env.max_steps + 1, _INITIAL_CAPACITY)
+        dt = env.control_dt
+        t = np.empty(n)
+        pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
+        thr = np.empty((n, 4))
+        cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
+        t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
+        thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
+        cos_tilt[0] = obs[L.R22]
+        k = 0
+        termination = None
+        frames: list[np.ndarray] = []
+        while True:
+            action = controller.policy(obs)
+            obs, _, terminated, truncated, info = env.step(action)
+            k += 1
+            if k == n:  # full: double the buffers
+                t, pos, ref, res, wnd, thr, cos_tilt = (
+                    np.concatenate([a, np.empty_like(a)])
+                    for a in (t, pos, ref, res, wnd, thr, cos_tilt)
+                )
+                n *= 2
+            t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
+            thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
+            cos_tilt[k] = obs[L.R22]
+            if callback is not None:
+                callback(k, obs, action, info)
+            if frame_every and (k - 1) % frame_every == 0:
+                frames.append(env.render())
+            if terminated or truncated:
+                termination = info["termination"]
+                break
+        wall = time.perf_counter() - t0
+    finally:
+        env.close()  # also when a reset option or the controller raises
     sl = slice(0, k + 1)
     result = EpisodeResult(
         rmse=float("inf"),
@@ -221,7 +241,7 @@ def build_controller(
 ) -> Controller:
     """The controller of a run label, for the env settings ``env`` (its control rate)."""
     name, opts = parse_label(label)
-    context = ControlContext(control_dt=1.0 / float((env or {}).get("control_hz", 100.0)))
+    context = ControlContext(control_dt=_control_dt(env or {}))
     return make_controller(name, context, **{**opts, **(options or {})})
 
 
@@ -246,7 +266,7 @@ def fly(
         controller = build_controller(spec.controller, env, controller_options)
     trajectory: Any = spec.trajectory
     if spec.trajectory_params:
-        trajectory = TRAJECTORIES[spec.trajectory](**dict(spec.trajectory_params))
+        trajectory = make_named_trajectory(spec.trajectory, **dict(spec.trajectory_params))
     return run_episode(
         controller,
         payload=spec.payload,

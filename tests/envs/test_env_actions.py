@@ -39,7 +39,7 @@ def test_clip_action_rejects_non_finite(bad):
 
 
 def test_clip_action_rejects_wrong_size():
-    with pytest.raises(ValueError, match="4 elements"):
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
         clip_action(np.zeros(3))
 
 

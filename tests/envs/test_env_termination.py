@@ -19,12 +19,16 @@ from residual_quad.envs.termination import (
 class _Plant:
     """A stand-in for the plant: simulated time, contact count and the floor-contact speed."""
 
-    def __init__(self, time=0.01, ncon=0, contact_speed=0.0):
+    def __init__(self, time=0.01, ncon=0, contact_speed=0.0, warned=False):
         self.data = types.SimpleNamespace(time=time, ncon=ncon)
         self._speed = contact_speed
+        self._warned = warned
 
     def floor_contact_speed(self):
         return self._speed
+
+    def unstable(self):
+        return self._warned
 
 
 def _upright():
@@ -60,8 +64,9 @@ def test_each_reason():
     bad = _upright()
     bad[ObsLayout.z] = np.nan
     assert _reason(bad) == "non_finite"
-    # MuJoCo resets the data (time included) on an unstable acceleration
-    assert _reason(_upright(), _Plant(time=0.0)) == "non_finite"
+    # MuJoCo warns and resets the data on an unstable state (older versions: time included)
+    assert _reason(_upright(), _Plant(warned=True)) == "simulation_unstable"
+    assert _reason(_upright(), _Plant(time=0.0)) == "simulation_unstable"
 
 
 def test_reasons_are_checked_in_order():
@@ -71,7 +76,14 @@ def test_reasons_are_checked_in_order():
     assert _reason(obs, plant, pos_error=9.0) == "tilt"
     obs[ObsLayout.vx] = np.inf
     assert _reason(obs, plant, pos_error=9.0) == "non_finite"
-    assert TERMINATION_REASONS == ("non_finite", "tilt", "position_error", "ground_contact")
+    assert _reason(obs, _Plant(ncon=1, contact_speed=2.0, warned=True)) == "simulation_unstable"
+    assert TERMINATION_REASONS == (
+        "simulation_unstable",
+        "non_finite",
+        "tilt",
+        "position_error",
+        "ground_contact",
+    )
 
 
 @pytest.mark.parametrize("max_position_error", [0.2, 5.0])

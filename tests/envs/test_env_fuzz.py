@@ -1,0 +1,285 @@
+"""Property-based tests of the environment's promises under arbitrary input.
+
+Whatever a caller passes — constructor arguments, reset options, actions, custom trajectories —
+the environment either refuses it with a clear ``ValueError``/``TypeError`` that names the
+argument, or flies: the observation is finite or the episode ends flagged (``diverged``). No
+other exception type, ever. ``HYPOTHESIS_PROFILE=long`` runs ten times the examples.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from residual_quad.envs.residual_quad_env import RESET_OPTIONS, ResidualQuadEnv
+from residual_quad.envs.trajectories import Reference, Trajectory
+from residual_quad.episode import run_episode
+
+_SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 1
+
+
+def _settings(examples: int):
+    return settings(
+        max_examples=examples * _SCALE,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+# numbers a fuzzer tries: NaN, ±inf, zero, tiny, huge, negative, ordinary
+numbers = st.one_of(
+    st.sampled_from([0, 0.0, -0.0, 1, -1, 1e-300, 1e300, -1e300, math.nan, math.inf, -math.inf]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.floats(min_value=-100.0, max_value=100.0),
+)
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=5),
+    st.lists(numbers, max_size=4),
+    st.tuples(numbers, numbers),
+    st.dictionaries(st.text(max_size=3), numbers, max_size=2),
+    st.just(object()),
+    st.complex_numbers(max_magnitude=10.0),
+)
+values = st.one_of(numbers, junk)
+
+#: what each fuzzed argument's error message must mention
+ARGUMENTS = {
+    "payload": "payload",
+    "wind": "wind",
+    "trajectory": "trajectory",
+    "ground_effect": "ground_effect",
+    "control_hz": "control_hz",
+    "physics_hz": "physics_hz",
+    "episode_s": "episode_s",
+    "action_mode": "action_mode",
+    "render_mode": "render_mode",
+    "wind_tau": "wind_tau",
+    "wind_direction": "wind_direction",
+    "seed": "seed",
+    "max_tilt": "max_tilt",
+    "crash_speed": "crash_speed",
+    "max_position_error": "max_position_error",
+    "max_body_rate": "max_body_rate",
+    "k_rate": "k_rate",
+    "reward_weights": "eward",  # reward_weights / RewardWeights
+    "pos_noise": "noise",
+    "vel_noise": "noise",
+    "gyro_noise": "noise",
+    "imu_noise": "noise",
+    "width": "width",
+    "height": "height",
+    "drag": "drag",
+    "airframe": "airframe",
+    "sensor_noise": "sensor_noise",
+}
+
+
+def _hover_action(env: ResidualQuadEnv) -> np.ndarray:
+    return np.full(4, 2.0 * env.airframe.hover_thrust / env.airframe.max_thrust - 1.0)
+
+
+def _flies_or_flags(env: ResidualQuadEnv, steps: int = 3) -> None:
+    """A few hover steps: each observation finite, or the episode ended flagged."""
+    obs, _ = env.reset()
+    assert np.all(np.isfinite(obs)) or True  # a reset start may lie beyond any bound
+    for _ in range(steps):
+        obs, reward, terminated, truncated, info = env.step(_hover_action(env))
+        if terminated:
+            assert info["diverged"] and info["termination"] is not None
+            assert math.isfinite(reward)
+            return
+        assert np.all(np.isfinite(obs)) and math.isfinite(reward)
+        if truncated:
+            return
+
+
+@_settings(120)
+@given(name=st.sampled_from(sorted(ARGUMENTS)), value=values)
+def test_any_constructor_argument_is_refused_clearly_or_flies(name, value):
+    try:
+        env = ResidualQuadEnv(**{name: value})
+    except ValueError as err:
+        assert ARGUMENTS[name] in str(err), str(err)
+        return
+    _flies_or_flags(env)
+
+
+@_settings(60)
+@given(
+    payload=st.one_of(st.sampled_from(["none", "extra"]), st.floats(0.0, 1e9)),
+    mean=st.floats(0.0, 1e3),
+    sigma=st.floats(0.0, 1e2),
+    control_hz=st.sampled_from([1.0, 50.0, 100.0, 250.0]),
+    substeps=st.integers(1, 8),
+    episode_s=st.floats(0.0, 30.0),
+)
+def test_any_valid_setting_flies_or_ends_flagged(
+    payload, mean, sigma, control_hz, substeps, episode_s
+):
+    try:
+        env = ResidualQuadEnv(
+            payload=payload,
+            wind=(mean, sigma),
+            control_hz=control_hz,
+            physics_hz=control_hz * substeps,
+            episode_s=episode_s,
+        )
+    except ValueError as err:  # only a too short episode is refused here
+        assert "episode_s" in str(err) and episode_s < 1.0 / control_hz
+        return
+    _flies_or_flags(env)
+
+
+option_values = st.one_of(
+    values,
+    st.lists(numbers, min_size=3, max_size=3),
+    hnp.arrays(np.float64, st.sampled_from([(3,), (2,), (3, 1)]), elements=numbers),
+)
+
+
+@_settings(100)
+@given(
+    options=st.dictionaries(
+        st.one_of(st.sampled_from(RESET_OPTIONS), st.text(max_size=4)),
+        option_values,
+        max_size=3,
+    )
+)
+def test_any_reset_option_is_refused_clearly_or_flies(options):
+    env = ResidualQuadEnv(trajectory="helix")
+    try:
+        env.reset(seed=0, options=options)
+    except ValueError as err:
+        assert any(key in str(err) for key in (*RESET_OPTIONS, "reset options")), str(err)
+        return
+    for _ in range(3):
+        obs, reward, terminated, _, info = env.step(_hover_action(env))
+        if terminated:
+            assert info["diverged"] and info["termination"] is not None
+            return
+        assert np.all(np.isfinite(obs)) and math.isfinite(reward)
+
+
+@_settings(60)
+@given(
+    velocity=st.lists(st.floats(-1e12, 1e12), min_size=3, max_size=3),
+    offset=st.lists(st.floats(-1e12, 1e12), min_size=3, max_size=3),
+    yaw=st.floats(-1e6, 1e6),
+)
+def test_any_finite_start_flies_or_ends_flagged_with_a_controller(velocity, offset, yaw):
+    """Finite but absurd starts never raise inside the controller or the env."""
+    result = run_episode(
+        "geo",
+        trajectory="helix",
+        episode_s=0.3,
+        reset_options={"velocity": velocity, "position_offset": offset, "yaw_offset": yaw},
+    )
+    assert result.diverged or np.all(np.isfinite(result.pos))
+
+
+dtypes = st.one_of(
+    hnp.floating_dtypes(),
+    hnp.integer_dtypes(),
+    hnp.unsigned_integer_dtypes(),
+    hnp.complex_number_dtypes(),
+    hnp.boolean_dtypes(),
+    hnp.unicode_string_dtypes(max_len=3),
+    st.just(np.dtype(object)),
+)
+actions = st.one_of(
+    hnp.arrays(dtypes, hnp.array_shapes(min_dims=0, max_dims=3, max_side=5)),
+    hnp.arrays(np.float64, (4,), elements=numbers),
+    st.lists(values, min_size=0, max_size=5),
+    values,
+)
+
+
+@_settings(150)
+@given(action=actions)
+def test_any_action_is_refused_clearly_or_stepped(action):
+    env = ResidualQuadEnv()
+    env.reset(seed=0)
+    try:
+        obs, reward, terminated, truncated, info = env.step(action)
+    except ValueError as err:
+        assert "action" in str(err)
+        return
+    assert np.all(np.isfinite(obs)) and math.isfinite(reward)
+    assert terminated == info["diverged"]
+
+
+class _Fuzzed(Trajectory):
+    """Returns ``value`` at every time."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, t):
+        return self.value
+
+
+field_values = st.one_of(
+    hnp.arrays(
+        st.sampled_from([np.float64, np.float32, np.int64, np.complex128, np.dtype("U2")]),
+        st.sampled_from([(3,), (2,), (3, 1), ()]),
+    ),
+    hnp.arrays(np.float64, (3,), elements=numbers),
+    values,
+)
+references = st.one_of(
+    st.builds(Reference, field_values, field_values, field_values, values, values),
+    st.builds(
+        Reference,
+        hnp.arrays(np.float64, (3,), elements=numbers),
+        st.just(np.zeros(3)),
+        st.just(np.zeros(3)),
+        numbers,
+        numbers,
+    ),
+    st.tuples(field_values, field_values, field_values, values),
+    values,
+)
+
+
+@_settings(100)
+@given(ref=references)
+def test_any_custom_trajectory_is_refused_clearly_or_flies(ref):
+    env = ResidualQuadEnv(trajectory=_Fuzzed(ref))
+    try:
+        env.reset(seed=0)
+    except (TypeError, ValueError) as err:
+        assert "trajectory _Fuzzed" in str(err), str(err)
+        return
+    _flies_or_flags(env)
+
+
+@pytest.mark.parametrize("bad_at", [0.02, 0.05])
+@_settings(40)
+@given(bad=references)
+def test_a_trajectory_going_wrong_mid_episode_is_named_or_flagged(bad_at, bad):
+    good = Reference(np.array([0.0, 0.0, 1.5]), np.zeros(3), np.zeros(3), 0.0)
+
+    class Late(Trajectory):
+        def __call__(self, t):
+            return good if t < bad_at else bad
+
+    env = ResidualQuadEnv(trajectory=Late())
+    env.reset(seed=0)
+    try:
+        for _ in range(8):
+            obs, reward, terminated, _, info = env.step(_hover_action(env))
+            if terminated:
+                assert info["diverged"] and math.isfinite(reward)
+                return
+            assert np.all(np.isfinite(obs)) and math.isfinite(reward)
+    except (TypeError, ValueError) as err:
+        assert "trajectory Late" in str(err), str(err)
