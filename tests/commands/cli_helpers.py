@@ -60,7 +60,10 @@ def assert_user_error(res: Outcome, command: str, *fragments: str) -> None:
 
 
 def assert_clean(res: Outcome, command: str) -> None:
-    """Success, or a user error in the one-line form: never a traceback."""
+    """Success, or a user error in the one-line form: never a traceback. Lines starting with
+    ``warning:`` (e.g. a skipped incomplete row) and progress bars may precede the error line."""
     assert "Traceback" not in res.err, res.err[-3000:]
     if res.rc != 0:
-        assert_user_error(res, command)
+        lines = [ln for ln in res.err.splitlines() if ln.strip() and "%|" not in ln]
+        assert all(line.startswith("warning: ") for line in lines[:-1]), res.err[-3000:]
+        assert_user_error(Outcome(res.rc, res.out, "\n".join(lines[-1:])), command)
