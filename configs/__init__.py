@@ -8,6 +8,7 @@ every output folder records exactly what produced it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from importlib import resources
@@ -42,73 +43,212 @@ def resolve(name_or_path: str | Path) -> Path:
 
 
 def from_dict(cls: type[T], data: Any, where: str = "config") -> T:
-    """Build dataclass ``cls`` from a mapping, recursively; unknown keys and wrong types raise
-    ``ValueError`` naming ``where`` (a file or section) and the valid keys."""
+    """Build dataclass ``cls`` from a mapping, recursively.
+
+    Unknown or missing keys, wrong types (including non-finite numbers where a ``float`` is
+    expected) and the dataclass's own validation errors raise ``ValueError`` naming ``where`` (a
+    file or section), the key path (``file.yaml: scenarios[0].trajectory.params``) and, for
+    keys, the valid ones.
+    """
+    return _build(cls, data, where, "")
+
+
+def _at(where: str, path: str) -> str:
+    """``where`` plus a key path, as error messages show it."""
+    return f"{where}: {path}" if path else where
+
+
+def _key(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _build(cls: type[T], data: Any, where: str, path: str) -> T:
     if isinstance(data, cls):
         return data
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(fields)}")
+        raise ValueError(
+            f"{_at(where, path)}: expected a mapping for {cls.__name__}, "
+            f"got {type(data).__name__} {_short(data)}"
+        )
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown or not all(isinstance(k, str) for k in data):
+        raise ValueError(
+            f"{_at(where, path)}: unknown key(s) {unknown}; valid keys: {sorted(fields)}"
+        )
+    required = [
+        n
+        for n, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ValueError(f"{_at(where, path)}: missing required key(s) {missing} of {cls.__name__}")
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
+    kwargs = {
+        name: _coerce(hints[name], value, where, _key(path, name)) for name, value in data.items()
+    }
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise ValueError(f"{_at(where, path)}: {exc}") from None
 
 
-def _coerce(tp: Any, value: Any, where: str) -> Any:
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr`` of a value, cut to ``limit`` characters (error messages stay one short line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind(tp: Any) -> type | None:
+    """The YAML node type a hint expects (``dict``, ``list``, ``str``, a number...), if simple."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp) or origin is dict or tp is dict:
+        return dict
+    if origin in (list, tuple) or tp in (list, tuple):
+        return list
+    if tp in (float, int):
+        return float
+    if tp in (str, bool):
+        return tp
+    return None
+
+
+def _value_kind(value: Any) -> type:
+    if isinstance(value, dict):
+        return dict
+    if isinstance(value, list | tuple):
+        return list
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, int | float):
+        return float
+    return type(value)
+
+
+def _coerce(tp: Any, value: Any, where: str, path: str) -> Any:
     """Check/convert one YAML value against a (simple) type hint."""
     origin = typing.get_origin(tp)
+    at = _at(where, path)
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where)
+        return _build(tp, value, where, path)  # type: ignore[arg-type]
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None and len(args) < len(typing.get_args(tp)):
             return None
         errors = []
         for arg in args:
-            if arg is type(None):
-                continue
             try:
-                return _coerce(arg, value, where)
+                return _coerce(arg, value, where, path)
             except ValueError as exc:
-                errors.append(str(exc))
-        raise ValueError(errors[0] if errors else f"{where}: invalid value {value!r}")
+                errors.append((arg, str(exc)))
+        # report the alternative of the value's own shape (a mapping's error for a mapping)
+        for arg, msg in errors:
+            if _kind(arg) is _value_kind(value):
+                raise ValueError(msg)
+        names = " or ".join(getattr(a, "__name__", None) or str(a) for a in args)
+        raise ValueError(f"{at}: expected {names}, got {_short(value)}")
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
-            raise ValueError(f"{where}: expected a list, got {value!r}")
-        (inner, *_) = typing.get_args(tp) or (Any,)
-        items = [_coerce(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+            raise ValueError(f"{at}: expected a list, got {_short(value)}")
+        args = typing.get_args(tp) or (Any,)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):  # a fixed-size tuple, e.g. a point (x, y, z)
+                raise ValueError(f"{at}: expected {len(args)} values, got {_short(value)}")
+            return tuple(
+                _coerce(a, v, where, f"{path}[{i}]")
+                for i, (a, v) in enumerate(zip(args, value, strict=True))
+            )
+        items = [_coerce(args[0], v, where, f"{path}[{i}]") for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{at}: expected a mapping, got {_short(value)}")
+        key_tp, val_tp = typing.get_args(tp) or (Any, Any)
+        out = {}
+        for k, v in value.items():
+            if key_tp is str and not isinstance(k, str):
+                raise ValueError(f"{at}: keys must be strings, got {_short(k)}")
+            out[k] = _coerce(val_tp, v, where, _key(path, k))
+        return out
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+            raise ValueError(f"{at}: expected a number, got {_short(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ValueError(f"{at}: expected a finite number, got {_short(value)}")
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: expected an integer, got {value!r}")
+            raise ValueError(f"{at}: expected an integer, got {_short(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{where}: expected true/false, got {value!r}")
+            raise ValueError(f"{at}: expected true/false, got {_short(value)}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ValueError(f"{where}: expected a string, got {value!r}")
+            raise ValueError(f"{at}: expected a string, got {_short(value)}")
         return value
     return value
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key repeated in one mapping is an error (PyYAML
+    silently keeps the last one, so a duplicated key would hide the first value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse one YAML file strictly (duplicate keys are errors); ``ValueError`` names the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a folder, not a YAML file") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        detail = " ".join(f"{exc.context or ''} {exc.problem or ''}".split())
+        raise ValueError(f"{path}: invalid YAML{line} ({detail})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: invalid YAML ({' '.join(str(exc).split())})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid YAML (nested too deeply)") from None
+
+
 def load(cls: type[T], source: str | Path | dict[str, Any] | None = None, **overrides: Any) -> T:
-    """Load ``cls`` from a YAML path, a shipped config name, a dict or defaults, then override."""
+    """Load ``cls`` from a YAML path, a shipped config name, a dict or defaults, then override.
+
+    A YAML file must hold a mapping at its top level: an empty file or a list/scalar document is
+    a ``ValueError`` naming the file (an empty file would otherwise silently mean "defaults").
+    """
     if source is None:
         data: dict[str, Any] = {}
         where = cls.__name__
@@ -116,11 +256,18 @@ def load(cls: type[T], source: str | Path | dict[str, Any] | None = None, **over
         data, where = dict(source), cls.__name__
     else:
         path = resolve(source)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: invalid YAML ({exc})") from None
         where = str(path)
+        parsed = read_yaml(path)
+        if parsed is None:
+            raise ValueError(
+                f"{where}: empty config file; expected a mapping of {cls.__name__} keys"
+            )
+        if not isinstance(parsed, dict):
+            raise ValueError(
+                f"{where}: the top level must be a mapping of {cls.__name__} keys, "
+                f"got {type(parsed).__name__} {_short(parsed)}"
+            )
+        data = parsed
     data.update({k: v for k, v in overrides.items() if v is not None})
     return from_dict(cls, data, where)
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad import configs
+from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import RunSpec, fly, parse_label
 from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand, run_one, run_rows
@@ -36,6 +38,18 @@ LOST = ("position_error",)  # terminations that are not a physical crash
 FLIP_TILT = math.pi / 2  # rad, a run whose tilt exceeded this was upside down
 
 
+def _finite_numbers(values: Any, n: int) -> bool:
+    """Whether ``values`` is a sequence of ``n`` finite real numbers (bools excluded)."""
+    return (
+        isinstance(values, list | tuple)
+        and len(values) == n
+        and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in values
+        )
+    )
+
+
 @dataclass
 class TrajectorySpec:
     """A shipped trajectory by name with constructor parameters (e.g. ``period`` in s)."""
@@ -44,16 +58,29 @@ class TrajectorySpec:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.name not in TRAJECTORIES:
+        if not isinstance(self.name, str) or self.name not in TRAJECTORIES:
             raise ValueError(f"unknown trajectory {self.name!r}; valid: {', '.join(TRAJECTORIES)}")
-        self.build()  # unknown parameters fail at load time
+        if not isinstance(self.params, dict):
+            raise ValueError(
+                f"trajectory {self.name}: params must be a mapping, got {self.params!r}"
+            )
+        traj = self.build()  # unknown parameters and wrong types fail at load time
+        for t in (0.0, 0.37, 1.0, 3.3, 10.0):  # s; a reference that is not finite cannot be flown
+            try:
+                ref = traj(t)
+                vals = np.concatenate([ref.pos, ref.vel, ref.acc, [ref.yaw, ref.yaw_rate]])
+                ok = bool(np.isfinite(vals).all())
+            except (ArithmeticError, TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"trajectory {self.name}: params {self.params} give no finite reference "
+                    f"at t = {t:g} s (periods and turns must be non-zero, lengths finite)"
+                )
 
     def build(self) -> Any:
-        """The trajectory object."""
-        try:
-            return TRAJECTORIES[self.name](**self.params)
-        except TypeError as exc:
-            raise ValueError(f"trajectory {self.name}: {exc}") from None
+        """The trajectory object (parameters type-checked against the trajectory's fields)."""
+        return configs.from_dict(TRAJECTORIES[self.name], self.params, f"trajectory {self.name}")
 
 
 @dataclass
@@ -71,14 +98,30 @@ class StressScenario:
     episode_s: float | None = None  # s, default: the config's
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"scenario name must be a non-empty string, got {self.name!r}")
         if self.group not in GROUPS:
             raise ValueError(f"scenario {self.name}: group must be one of {GROUPS}")
         if isinstance(self.trajectory, str):
             self.trajectory = TrajectorySpec(self.trajectory)
-        if len(self.position_offset) != 3:
-            raise ValueError(f"scenario {self.name}: position_offset needs 3 values (m)")
-        if not isinstance(self.wind, str) and len(self.wind) != 2:
-            raise ValueError(f"scenario {self.name}: wind is a level name or [mean, sigma]")
+        if not isinstance(self.trajectory, TrajectorySpec):
+            raise ValueError(f"scenario {self.name}: trajectory is a name or {{name, params}}")
+        resolve_payload(self.payload)  # a level name or a finite mass >= 0 kg
+        if not _finite_numbers(self.position_offset, 3):
+            raise ValueError(f"scenario {self.name}: position_offset needs 3 finite values (m)")
+        if isinstance(self.wind, str):
+            WindModel.from_spec(self.wind)  # a known level name
+        elif not _finite_numbers(self.wind, 2) or min(self.wind) < 0:
+            raise ValueError(
+                f"scenario {self.name}: wind is a level name or [mean, sigma] >= 0 m/s, "
+                f"got {self.wind!r}"
+            )
+        if not _finite_numbers([self.yaw_offset_deg], 1):
+            raise ValueError(f"scenario {self.name}: yaw_offset_deg must be finite (deg)")
+        if self.episode_s is not None and not (
+            _finite_numbers([self.episode_s], 1) and self.episode_s > 0
+        ):
+            raise ValueError(f"scenario {self.name}: episode_s must be a positive number (s)")
 
     def spec(self, controller: str, seed: int, episode_s: float) -> RunSpec:
         """The run of ``controller`` (a label) in this scenario."""

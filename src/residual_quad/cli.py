@@ -3,6 +3,12 @@
 Each subcommand lives in :mod:`residual_quad.commands` and exposes ``register(subparsers)``, which
 adds its parser and sets ``func`` (called with the parsed namespace, returns an exit code). Adding a
 command is one line in ``COMMAND_MODULES``.
+
+Errors: a user error (a bad argument, a bad value or file, a missing optional dependency, an
+unwritable output folder) ends with exit code 2 and exactly one line on stderr,
+``rquad <command>: error: <what>``; argparse's own errors take the same one-line form. Anything
+else is a bug and keeps its traceback. ``--debug`` (or ``RQUAD_DEBUG=1``) re-raises user errors
+too, with their traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +18,9 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+import yaml
 
 COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.commands.eval",  # demo, eval
@@ -30,11 +39,55 @@ def _headless_gl() -> None:
         os.environ["MUJOCO_GL"] = "egl"
 
 
+#: exceptions that report a user error (bad value, file, dependency or folder), not a bug
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    OSError,
+    ImportError,
+    yaml.YAMLError,
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """``ArgumentParser`` whose errors are one line, ``<prog>: error: <what>`` (exit code 2);
+    sub-parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: object) -> str:
+    """``text`` with its lines joined (an error message must stay on one line)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    if isinstance(exc, ImportError) and (exc.name or "").startswith("residual_quad"):
+        return False  # our own module failed to import: a bug, keep the traceback
+    gym_error = sys.modules.get("gymnasium.error")  # e.g. a negative seed given to the env
+    if gym_error is not None and isinstance(exc, gym_error.Error):
+        return True
+    return isinstance(exc, USER_ERRORS)
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("RQUAD_DEBUG", "") not in (
+        "",
+        "0",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``rquad`` parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rquad",
         description="residual-quad: quadrotor control under unmodelled disturbances",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of user errors too (also: RQUAD_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -52,8 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"rquad {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if _debug(args) or not _is_user_error(exc):
+            raise
+        command = " ".join(str(c) for c in (args.command, getattr(args, "target", None)) if c)
+        what = one_line(exc) or type(exc).__name__
+        print(f"rquad {command}: error: {what}", file=sys.stderr)
         return 2
 
 

@@ -31,6 +31,9 @@ from residual_quad.controllers.prioritized import (
 )
 from residual_quad.evaluation.studies.stick.robot import StickRobot
 
+HLSP_BACKENDS = ("daqp", "numpy")  # as the HLSP solver accepts them
+MAX_STEPS = 1_000_000  # simulation steps per method (duration / dt)
+MAX_GRID_POINTS = 20_000_000  # brute_grid ** links of the optimum search (memory)
 CONV_TOL = 1e-3  # convergence: |e_l| - e*_l below this for every level
 SETTLE_TIME = 0.25  # s, a converged run stays within CONV_TOL at least this long
 
@@ -81,10 +84,41 @@ class Scenario:
     description: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a scenario needs a non-empty name, got {self.name!r}")
+        if not isinstance(self.levels, list) or not all(
+            isinstance(lv, TaskSpec) or (isinstance(lv, list | tuple) and lv) for lv in self.levels
+        ):
+            raise ValueError("levels is a list of non-empty task lists (or single tasks)")
         self.levels = [[lv] if isinstance(lv, TaskSpec) else list(lv) for lv in self.levels]
         if isinstance(self.methods, str):
             self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
+        _check_numbers("links", self.links, positive=True)
+        _check_numbers("q0", self.q0)
+        if self.qdot0 is not None:
+            _check_numbers("qdot0", self.qdot0)
+        if self.masses is not None:
+            _check_numbers("masses", self.masses, positive=True)
+            if len(self.masses) != len(self.links):
+                raise ValueError("masses needs one entry per link")
+        if self.tau_max is not None:
+            tau = self.tau_max if isinstance(self.tau_max, list) else [self.tau_max]
+            _check_numbers("tau_max", tau, positive=True)
+            if len(tau) not in (1, len(self.links)):
+                raise ValueError("tau_max is one number or one per link (N m)")
+        for key in ("dt", "duration", "kp", "vmax", "lm_mu", "eps"):
+            _check_numbers(key, [getattr(self, key)], positive=True)
+        if self.kd is not None:
+            _check_numbers("kd", [self.kd], positive=True)
+        if self.duration / self.dt > MAX_STEPS:
+            raise ValueError(f"duration / dt must be at most {MAX_STEPS} steps")
         n = len(self.links)
+        if not isinstance(self.brute_grid, int) or not 2 <= self.brute_grid:
+            raise ValueError(f"brute_grid must be an integer >= 2, got {self.brute_grid!r}")
+        if self.brute_grid**n > MAX_GRID_POINTS:
+            raise ValueError(
+                f"brute_grid^links = {self.brute_grid}^{n} exceeds {MAX_GRID_POINTS} grid points"
+            )
         if len(self.q0) != n:
             raise ValueError(f"q0 has {len(self.q0)} entries for {n} links")
         if self.qdot0 is not None and len(self.qdot0) != n:
@@ -96,7 +130,9 @@ class Scenario:
             raise ValueError(f"unknown methods {bad}; valid: {list(METHODS)}")
         for lv in self.levels:
             for t in lv:
+                _check_numbers("target", t.target)
                 if t.task == "point":
+                    _check_numbers("frac", [t.frac])
                     if t.link is None or not 1 <= t.link <= n:
                         raise ValueError(f"point task needs link in 1..{n}, got {t.link}")
                     if len(t.target) != 2:
@@ -108,12 +144,45 @@ class Scenario:
                         raise ValueError("joint task: one target per joint")
                 else:
                     raise ValueError(f"unknown task type {t.task!r}; use point or joint")
-        if self.dt <= 0 or self.duration <= 0:
-            raise ValueError("dt and duration must be positive")
+        # the controller's settings (switch, switch_reading, lambda_scale, ...) checked now
+        HNewtonParams(
+            dt=self.dt,
+            kp=self.kp,
+            kd=self.kd,
+            vmax=self.vmax,
+            lm_mu=self.lm_mu,
+            eps=self.eps,
+            switch=self.switch,
+            switch_reading=self.switch_reading,
+            lambda_scale=self.lambda_scale,
+            multipliers_from=self.multipliers_from,
+            adaptive_tr=self.adaptive_tr,
+            backend=self.backend,
+        )
+        if self.backend not in HLSP_BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid: {list(HLSP_BACKENDS)}")
 
     def robot(self) -> StickRobot:
         """The arm."""
         return StickRobot(np.array(self.links), None if self.masses is None else self.masses)
+
+
+def _check_numbers(key: str, values: Any, positive: bool = False) -> None:
+    """``ValueError`` unless ``values`` is a non-empty list of finite (positive) real numbers."""
+    ok = (
+        isinstance(values, list | tuple)
+        and len(values) > 0
+        and all(
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and (v > 0 or not positive)
+            for v in values
+        )
+    )
+    if not ok:
+        what = "positive finite" if positive else "finite"
+        raise ValueError(f"{key} must be {what} number(s), got {values!r}")
 
 
 def scenario_from_dict(data: dict[str, Any]) -> Scenario:
@@ -130,9 +199,10 @@ def scenario_path(spec: str | Path) -> Path:
         return p
     d = Path(str(resources.files(__package__).joinpath("scenarios")))
     name = str(spec)
-    for cand in (d / name, d / f"{name}.yaml", *sorted(d.glob(f"{name}_*.yaml"))):
-        if cand.is_file():
-            return cand
+    if Path(name).name == name and not any(c in name for c in "*?["):  # a plain shipped name
+        for cand in (d / name, d / f"{name}.yaml", *sorted(d.glob(f"{name}_*.yaml"))):
+            if cand.is_file():
+                return cand
     shipped = sorted(x.stem for x in d.glob("*.yaml"))
     raise FileNotFoundError(f"no scenario file {name!r} (shipped: {shipped})")
 

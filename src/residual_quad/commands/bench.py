@@ -6,12 +6,12 @@ import argparse
 import json
 from dataclasses import asdict
 
+from residual_quad.commands.argtypes import name_list
 from residual_quad.evaluation.bench import SECTIONS, format_rows, run_bench
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    sections = args.sections.split(",") if args.sections else None
-    rows = run_bench(sections, quick=args.quick)
+    rows = run_bench(args.sections, quick=args.quick)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:
@@ -21,7 +21,12 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="micro-benchmarks (medians and ratios, one run)")
-    p.add_argument("--sections", default="", help=f"comma list of {sorted(SECTIONS)}")
+    p.add_argument(
+        "--sections",
+        type=name_list(SECTIONS),
+        default=None,
+        help=f"comma list of {sorted(SECTIONS)}",
+    )
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
     p.set_defaults(func=_cmd)

@@ -8,21 +8,28 @@ import math
 from pathlib import Path
 from typing import Any
 
+from residual_quad.commands.argtypes import episode_seconds, finite_float, nonneg_int
 from residual_quad.controllers.base import SOURCE_TRACKERS, available_controllers
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.episode import EpisodeResult, run_episode
+from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
+
+#: printed for a metric that is not defined (no sample after the metric window, or a crash)
+UNDEFINED = "–"
 
 
 def _payload(text: str) -> str | float:
     if text in PAYLOAD_LEVELS:
         return text
     try:
-        return float(text)
+        mass = float(text)
     except ValueError:
+        mass = math.nan
+    if not (math.isfinite(mass) and mass >= 0):
         raise argparse.ArgumentTypeError(
-            f"unknown payload {text!r}; valid: {', '.join(PAYLOAD_LEVELS)} or a mass in kg"
-        ) from None
+            f"unknown payload {text!r}; valid: {', '.join(PAYLOAD_LEVELS)} or a mass >= 0 in kg"
+        )
+    return mass
 
 
 def _wind(text: str) -> str | tuple[float, float]:
@@ -30,11 +37,13 @@ def _wind(text: str) -> str | tuple[float, float]:
         return text
     try:
         mean, sigma = (float(v) for v in text.split(","))
-        return mean, sigma
     except ValueError:
+        mean = sigma = math.nan
+    if not (math.isfinite(mean) and math.isfinite(sigma) and mean >= 0 and sigma >= 0):
         raise argparse.ArgumentTypeError(
-            f"unknown wind {text!r}; valid: {', '.join(WIND_LEVELS)} or MEAN,SIGMA in m/s"
-        ) from None
+            f"unknown wind {text!r}; valid: {', '.join(WIND_LEVELS)} or MEAN,SIGMA >= 0 in m/s"
+        )
+    return mean, sigma
 
 
 def _finite(x: float) -> float | None:
@@ -51,10 +60,25 @@ def format_table(rows: list[tuple[str, EpisodeResult]]) -> str:
     for name, r in rows:
         div = r.termination if r.diverged else "no"
         lines.append(
-            f"{name:<12} {r.rmse:12.4f} {r.max_error:12.4f} {r.control_cost:11.1f} "
-            f"{div:>9} {r.wall_time:9.2f}"
+            f"{name:<12} {_metric(r.rmse, 12)} {_metric(r.max_error, 12)} "
+            f"{r.control_cost:11.1f} {div:>9} {r.wall_time:9.2f}"
         )
     return "\n".join(lines)
+
+
+def _metric(x: float, width: int) -> str:
+    """A metric in m, or :data:`UNDEFINED` when it has no sample (not finite)."""
+    return f"{x:{width}.4f}" if math.isfinite(x) else f"{UNDEFINED:>{width}}"
+
+
+def metrics_note(episode_s: float) -> str | None:
+    """Why the RMSE and max error are undefined for an episode this short, else ``None``."""
+    if episode_s > STEADY_STATE_FROM_S:
+        return None
+    return (
+        f"note: RMSE and max error are measured after {STEADY_STATE_FROM_S:g} s; this "
+        f"{episode_s:g} s episode has no sample there ({UNDEFINED}; null in --json)"
+    )
 
 
 def _scenario_line(args: argparse.Namespace) -> str:
@@ -116,6 +140,9 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
     else:
         print(_scenario_line(args))
         print(format_table(rows))
+        note = metrics_note(args.episode_s)
+        if note:
+            print(note)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -148,9 +175,14 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         help=f"{'/'.join(WIND_LEVELS)} or MEAN,SIGMA m/s (default {wind})",
     )
     p.add_argument("--trajectory", choices=list(TRAJECTORIES), default=traj)
-    p.add_argument("--seed", type=int, default=0, help="wind realization")
-    p.add_argument("--episode-s", type=float, default=20.0, help="episode length, s")
-    p.add_argument("--yaw-offset", type=float, default=0.0, help="start heading offset, deg")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="wind realization (>= 0)")
+    p.add_argument(
+        "--episode-s",
+        type=episode_seconds,
+        default=20.0,
+        help=f"episode length, s (metrics after {STEADY_STATE_FROM_S:g} s)",
+    )
+    p.add_argument("--yaw-offset", type=finite_float, default=0.0, help="start heading offset, deg")
     p.add_argument("--no-ground-effect", action="store_true")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from residual_quad import configs
+from residual_quad.commands.argtypes import nonneg_int
 from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
 
 
@@ -26,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="outputs/pipeline", help="output folder")
     p.add_argument("--quick", action="store_true", help="smoke profile (a couple of minutes)")
     p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
+    p.add_argument(
+        "--workers", type=nonneg_int, default=None, help="processes (default 0: every core)"
+    )
     p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
     p.set_defaults(func=_cmd)

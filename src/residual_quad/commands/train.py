@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from residual_quad import configs
+from residual_quad.commands.argtypes import episode_seconds, nonneg_int, positive_int, seed_list
 
 #: train target → "module:function(subparsers)" adding its parser
 TRAIN_TARGETS: dict[str, str] = {
@@ -33,7 +34,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     overrides = {}
     if args.seeds:
-        overrides["seeds"] = [int(s) for s in args.seeds.split(",")]
+        overrides["seeds"] = args.seeds
     if args.episode_s is not None:
         overrides["episode_s"] = args.episode_s
     if args.workers is not None:
@@ -86,8 +87,8 @@ def register_train_residual(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS_OUT, help="weights .npz to write")
     p.add_argument("--logdir", type=Path, default=DEFAULT_LOGDIR, help="TensorBoard run dir")
     p.add_argument("--no-tensorboard", action="store_true")
-    p.add_argument("--epochs", type=int, default=None, help="override the config")
-    p.add_argument("--seed", type=int, default=None, help="override the config")
+    p.add_argument("--epochs", type=positive_int, default=None, help="override the config")
+    p.add_argument("--seed", type=nonneg_int, default=None, help="override the config")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_train_residual)
@@ -97,9 +98,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help="fly geo with excitation and save a residual dataset")
     p.add_argument("--config", type=Path, default=None, help="YAML (default: packaged)")
     p.add_argument("--out", type=Path, default=DEFAULT_DATASET, help="dataset .npz to write")
-    p.add_argument("--workers", type=int, default=None, help="processes (config default: 2)")
-    p.add_argument("--seeds", default="", help="comma list of env seeds (override)")
-    p.add_argument("--episode-s", type=float, default=None, help="seconds per run (override)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="processes (config default: 2)"
+    )
+    p.add_argument("--seeds", type=seed_list, default=None, help="comma list of env seeds")
+    p.add_argument("--episode-s", type=episode_seconds, default=None, help="s per run (override)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_collect)
@@ -120,22 +123,18 @@ def argv_is_train() -> bool:
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
     from residual_quad.training.ppo import PPOTrainConfig, export_policy, train
 
-    try:
-        cfg = configs.load(
-            PPOTrainConfig,
-            args.config,
-            total_steps=args.steps,
-            seed=args.seed,
-            action_mode=args.action_mode,
-            n_envs=args.n_envs,
-        )
-        s = train(cfg, args.out, progress=not args.no_progress)
-        if args.export is not None:
-            command = shlex.join(["rquad", *sys.argv[1:]]) if argv_is_train() else None
-            export_policy(args.out, args.export, command=command)
-    except ImportError as exc:
-        print(f"rquad train ppo: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = configs.load(
+        PPOTrainConfig,
+        args.config,
+        total_steps=args.steps,
+        seed=args.seed,
+        action_mode=args.action_mode,
+        n_envs=args.n_envs,
+    )
+    s = train(cfg, args.out, progress=not args.no_progress)  # no rl extra: ImportError, the hint
+    if args.export is not None:
+        command = shlex.join(["rquad", *sys.argv[1:]]) if argv_is_train() else None
+        export_policy(args.out, args.export, command=command)
     if args.json:
         print(json.dumps(s, indent=1))
         return 0
@@ -166,10 +165,12 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, default=DEFAULT_PPO_OUT, help="run folder (default: runs/ppo)"
     )
-    p.add_argument("--steps", type=int, default=None, help="total env steps (override)")
-    p.add_argument("--seed", type=int, default=None, help="seed (override)")
+    p.add_argument("--steps", type=positive_int, default=None, help="total env steps (override)")
+    p.add_argument("--seed", type=nonneg_int, default=None, help="seed (override)")
     p.add_argument("--action-mode", choices=("ctbr", "rotor"), default=None, help="override")
-    p.add_argument("--n-envs", type=int, default=None, help="env worker processes (override)")
+    p.add_argument(
+        "--n-envs", type=positive_int, default=None, help="env worker processes (override)"
+    )
     p.add_argument(
         "--export",
         type=Path,

@@ -1,0 +1,102 @@
+"""Argument types shared by the subcommands: argparse ``type=`` functions that refuse bad values
+at parse time (one ``rquad <command>: error: ...`` line, exit code 2) instead of deep in a run."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Iterable
+
+#: shortest episode the CLI flies, s: one control period at the default 100 Hz
+MIN_EPISODE_S = 0.01
+#: longest episode the CLI flies, s (an episode preallocates its time series)
+MAX_EPISODE_S = 3600.0
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A finite float (``nan``/``inf`` refused)."""
+    return _number(text)
+
+
+def nonneg_float(text: str) -> float:
+    """A finite float >= 0."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def episode_seconds(text: str) -> float:
+    """An episode length in s, between :data:`MIN_EPISODE_S` and :data:`MAX_EPISODE_S`."""
+    value = _number(text)
+    if not MIN_EPISODE_S <= value <= MAX_EPISODE_S:
+        raise argparse.ArgumentTypeError(
+            f"episode length must be between {MIN_EPISODE_S:g} s (one control period) and "
+            f"{MAX_EPISODE_S:g} s, got {text!r}"
+        )
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def nonneg_int(text: str) -> int:
+    """An integer >= 0 (seeds; ``--workers 0`` = every core)."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (epochs, steps, processes)."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def seed_list(text: str) -> list[int]:
+    """A comma list of distinct seeds >= 0 (``0,1,2``); a repeated seed would fly a run twice."""
+    items = [s.strip() for s in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected a comma list of seeds, got {text!r}")
+    seeds = [nonneg_int(s) for s in items]
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise argparse.ArgumentTypeError(f"duplicate seed(s) {dup} in {text!r}")
+    return seeds
+
+
+def name_list(valid: Iterable[str]) -> Callable[[str], list[str]]:
+    """A ``type=`` function for a comma list of distinct names from ``valid``."""
+    choices = list(valid)
+
+    def parse(text: str) -> list[str]:
+        names = [s.strip() for s in text.split(",")]
+        if not all(names):
+            raise argparse.ArgumentTypeError(f"expected a comma list, got {text!r}")
+        bad = [n for n in names if n not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"unknown name(s) {bad}; valid choices: {', '.join(choices)}"
+            )
+        if len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(f"a name is repeated in {text!r}")
+        return names
+
+    return parse
