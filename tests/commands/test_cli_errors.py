@@ -91,8 +91,8 @@ scenarios:
 @pytest.mark.parametrize(
     ("trajectory", "fragment"),
     [
-        ("{name: figure8, params: {period: 0}}", "no finite reference"),
-        ("{name: helix, params: {turns: 0}}", "no finite reference"),
+        ("{name: figure8, params: {period: 0}}", "period must be a finite real number > 0"),
+        ("{name: helix, params: {turns: 0}}", "turns must be a finite real number > 0"),
         ("{name: helix, params: {radius: fast}}", "radius: expected a number"),
         ("{name: helix, params: {radius: .nan}}", "radius: expected a finite number"),
         ("{name: helix, params: [1]}", "params: expected a mapping"),
