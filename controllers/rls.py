@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
 
-
 #: smallest accepted forgetting factor: a memory of ``1/(1 − λ)`` = 2 steps
 MIN_FORGETTING = 0.5
 #: largest accepted trace cap (and prior covariance per parameter)

@@ -85,9 +85,9 @@ class EpisodeLogger:
     ``rls/P_trace``, ``rls/prediction_error`` (‖true − estimate‖, m/s²), ``rls/innovation``
     (‖measured − estimate‖ as the controller saw it, one step later), ``rls/applied`` (0 during
     warm-up, 1 after), ``rls/rejected`` (RLS updates skipped so far for an implausible or
-    non-finite measurement), ``rls/warmup_end`` (one point at the step the warm-up ended, value = t in s)
-    and ``tracking/position_error`` (m). Controllers without a residual estimate log zeros for it
-    and no ``rls/`` RLS tags.
+    non-finite measurement), ``rls/warmup_end`` (one point at the step the warm-up ended,
+    value = t in s) and ``tracking/position_error`` (m). Controllers without a residual estimate
+    log zeros for it and no ``rls/`` RLS tags.
     """
 
     def __init__(self, logdir: str | Path, controller: Any):
