@@ -185,7 +185,7 @@ def records(draw) -> Any:
         stats = dict(meta["obs_norm"])
         field = draw(st.sampled_from(["mean", "var", "epsilon", "clip"]))
         special = st.sampled_from([float("nan"), float("inf"), -1.0, 0.0, 1e308, "x", None])
-        if isinstance(stats[field], list):
+        if isinstance(stats.get(field), list):
             values = list(stats[field])
             values[draw(st.integers(0, len(values) - 1))] = draw(special)
             stats[field] = values

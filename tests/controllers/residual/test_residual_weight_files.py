@@ -191,7 +191,8 @@ def test_entries_replaced_removed_or_random_metadata(workdir, env, valid, edits,
             arrays.pop(key, None)
         elif isinstance(value, str):
             like = arrays.get(key, valid["W0"])
-            arrays[key] = data.draw(random_array(like) if like.dtype.kind != "U" else st.text())
+            text = st.text().map(np.array)
+            arrays[key] = data.draw(random_array(like) if like.dtype.kind != "U" else text)
     if metadata is not None:
         arrays["metadata"] = np.array(json.dumps(metadata))
     buffer = io.BytesIO()
