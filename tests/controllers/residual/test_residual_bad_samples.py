@@ -55,6 +55,7 @@ def _fly_with_fault(
         env.close()
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf · 0
 @pytest.mark.parametrize("name", ["geo_rls", "hnewton_rls"])
 @pytest.mark.parametrize(
     ("where", "value"),
