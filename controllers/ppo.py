@@ -9,6 +9,11 @@ unchanged, and one file is all a user has to carry.
 The policy sees :func:`ppo_features` of the raw observation — the same function the training
 wrapper uses — so training and deployment can never disagree on the input.
 
+Every inconsistency of a policy file (unreadable archive, a record that is not a JSON object, a
+missing or invalid ``action_mode``, ``action_repeat``, ``env_kwargs`` or ``obs_norm``, a network
+of the wrong shape or with non-finite parameters) raises :class:`PolicyFileError` (a
+``ValueError``) naming the file, at load time — never at the first ``policy`` call.
+
 stable-baselines3 and torch are imported lazily (:func:`import_sb3`): the rest of the package
 works without them, and asking for ``ppo`` without them raises an ``ImportError`` carrying the
 install hint :data:`INSTALL_HINT`.
@@ -17,8 +22,10 @@ install hint :data:`INSTALL_HINT`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
+import numbers
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -27,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext
+from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import ObsLayout as L
 
 INSTALL_HINT = "pip install 'residual-quad[rl]'"
@@ -34,6 +42,18 @@ META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
 META_FORMAT = 1
 FEATURE_VERSION = 1
 DEFAULT_POLICY_NAME = "ppo_default.zip"
+MAX_ACTION_REPEAT = 1000  # control periods an action may be held
+MAX_META_BYTES = 16 * 2**20  # the record is a few kB
+#: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
+RESERVED_ENV_KWARGS = frozenset(
+    {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
+    | {"reward_weights", "max_position_error"}
+)
+
+
+class PolicyFileError(ValueError):
+    """A PPO policy file is unreadable or inconsistent (the message names the file)."""
+
 
 # fixed feature scales (independent of the airframe the policy is flown on, so that the
 # function is the same in training and deployment)
@@ -118,26 +138,74 @@ def default_policy_path() -> Path:
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
-    """The ``residual_quad.json`` record of a saved policy; clear errors for bad files."""
+    """The ``residual_quad.json`` record of a saved policy, checked (:func:`check_meta`);
+    :class:`PolicyFileError` naming the file for anything unreadable or inconsistent."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"PPO policy file not found: {path}")
     try:
         with zipfile.ZipFile(path) as archive:
             if META_ENTRY not in archive.namelist():
-                raise ValueError(
+                raise PolicyFileError(
                     f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} "
                     "entry; save policies with residual_quad.training.ppo)"
                 )
+            if archive.getinfo(META_ENTRY).file_size > MAX_META_BYTES:
+                raise PolicyFileError(f"{path}: {META_ENTRY} is larger than {MAX_META_BYTES} B")
             meta = json.loads(archive.read(META_ENTRY).decode())
-    except (zipfile.BadZipFile, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"corrupt or unreadable PPO policy file {path}: {exc}") from None
+    except PolicyFileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
+        raise PolicyFileError(
+            f"corrupt or unreadable PPO policy file {path}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(meta, dict):
+        raise PolicyFileError(
+            f"{path}: {META_ENTRY} must hold a JSON object, got {type(meta).__name__}"
+        )
     if meta.get("format") != META_FORMAT or meta.get("feature_version") != FEATURE_VERSION:
-        raise ValueError(
+        raise PolicyFileError(
             f"{path}: policy format {meta.get('format')}/features {meta.get('feature_version')} "
             f"not supported (this version reads {META_FORMAT}/{FEATURE_VERSION}); retrain it"
         )
+    check_meta(meta, path)
     return meta
+
+
+def check_meta(meta: dict[str, Any], path: str | Path) -> None:
+    """Check the fields :class:`PPOController` uses: ``action_mode`` (one of
+    :data:`~residual_quad.envs.actions.ACTION_MODES`), ``action_repeat`` (an integer in
+    [1, :data:`MAX_ACTION_REPEAT`], default 1), ``env_kwargs`` (an object of
+    ``ResidualQuad-v0`` arguments other than :data:`RESERVED_ENV_KWARGS`, default ``{}``) and
+    ``obs_norm`` (``null`` or :func:`ObsNormalizer.from_meta`'s statistics); raises
+    :class:`PolicyFileError` naming ``path`` and the field."""
+
+    def fail(what: str) -> PolicyFileError:
+        return PolicyFileError(f"PPO policy file {str(path)!r}: {what}")
+
+    mode = meta.get("action_mode")
+    if not isinstance(mode, str) or mode not in ACTION_MODES:
+        raise fail(f"action_mode {mode!r}; valid choices: {', '.join(ACTION_MODES)}")
+    repeat = meta.get("action_repeat", 1)
+    if (
+        isinstance(repeat, bool)
+        or not isinstance(repeat, int)
+        or not 1 <= repeat <= MAX_ACTION_REPEAT
+    ):
+        raise fail(f"action_repeat must be an integer in [1, {MAX_ACTION_REPEAT}], got {repeat!r}")
+    env_kwargs = meta.get("env_kwargs", {})
+    if not isinstance(env_kwargs, dict):
+        raise fail(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
+    from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+    valid = set(inspect.signature(ResidualQuadEnv).parameters) - RESERVED_ENV_KWARGS
+    unknown = sorted(set(env_kwargs) - valid)
+    if unknown:
+        raise fail(f"env_kwargs keys {unknown} are not allowed; valid: {sorted(valid)}")
+    try:
+        ObsNormalizer.from_meta(meta.get("obs_norm"))
+    except ValueError as exc:
+        raise fail(f"obs_norm: {exc}") from None
 
 
 def write_meta(path: str | Path, meta: dict[str, Any]) -> None:
@@ -167,9 +235,40 @@ class ObsNormalizer:
 
     @classmethod
     def from_meta(cls, stats: dict[str, Any] | None) -> ObsNormalizer | None:
+        """The normalizer of a policy record's ``obs_norm`` (``None`` for ``None``); a
+        ``ValueError`` unless ``mean`` and ``var`` are :data:`FEATURE_DIM` finite numbers with
+        ``var ≥ 0``, ``epsilon`` a finite number ≥ 0 with ``var + epsilon > 0`` and ``clip`` a
+        finite number > 0."""
         if stats is None:
             return None
-        return cls(stats["mean"], stats["var"], stats["epsilon"], stats["clip"])
+        if not isinstance(stats, dict):
+            raise ValueError(f"must be null or an object, got {type(stats).__name__}")
+        missing = sorted({"mean", "var", "epsilon", "clip"} - set(stats))
+        if missing:
+            raise ValueError(f"missing keys {missing}")
+        vectors = {}
+        for key in ("mean", "var"):
+            v = stats[key]
+            if not (
+                isinstance(v, list)
+                and len(v) == FEATURE_DIM
+                and all(_is_number(x) and math.isfinite(x) for x in v)
+            ):
+                raise ValueError(f"{key} must be a list of {FEATURE_DIM} finite numbers")
+            vectors[key] = np.array(v, dtype=np.float64)
+        eps, clip = stats["epsilon"], stats["clip"]
+        if not (_is_number(eps) and math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"epsilon must be a finite number >= 0, got {eps!r}")
+        if not (_is_number(clip) and math.isfinite(clip) and clip > 0):
+            raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
+        if not np.all(vectors["var"] >= 0) or not np.all(vectors["var"] + eps > 0):
+            raise ValueError("var must be >= 0 and var + epsilon > 0")
+        return cls(vectors["mean"], vectors["var"], float(eps), float(clip))
+
+
+def _is_number(x: Any) -> bool:
+    """A JSON number (not a boolean), as Python reads it."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 class PPOController:
@@ -200,16 +299,23 @@ class PPOController:
         try:
             self.model = sb3.PPO.load(self.path, device=device)
         except Exception as exc:  # SB3 raises many exception types for a broken archive
-            raise ValueError(f"cannot load PPO policy {self.path}: {exc}") from None
+            raise PolicyFileError(
+                f"cannot load PPO policy {self.path}: {type(exc).__name__}: {exc}"
+            ) from None
         self.action_mode: str = self.meta["action_mode"]
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.normalizer = ObsNormalizer.from_meta(self.meta.get("obs_norm"))
-        shape = self.model.observation_space.shape
+        shape = getattr(self.model.observation_space, "shape", None)
         if shape != (FEATURE_DIM,):
-            raise ValueError(
+            raise PolicyFileError(
                 f"{self.path}: policy expects {shape} inputs, features have {FEATURE_DIM}"
             )
+        shape = getattr(self.model.action_space, "shape", None)
+        if shape != (4,):
+            raise PolicyFileError(f"{self.path}: policy acts with shape {shape}, expected (4,)")
+        if not all(bool(p.isfinite().all()) for p in self.model.policy.parameters()):
+            raise PolicyFileError(f"{self.path}: the policy network has non-finite parameters")
         self.context = context or ControlContext()
         self._k, self._held = 0, np.zeros(4)
 

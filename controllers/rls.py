@@ -12,6 +12,10 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
   single-direction excitation P grows like λ⁻ᵏ in the unexcited directions, and a reset would
   claim total ignorance — the next update would jump just the same);
 * **forgetting factor** λ: memory of about ``1/(1 − λ)`` steps;
+* **rejection of non-finite samples**: an update whose regressor or target is NaN/inf (seen as a
+  non-finite ``φᵀPφ`` or innovation, values the update computes anyway) is skipped whole — θ and
+  P stay as they were and :attr:`LastLayerRLS.rejected` counts it. Without this one NaN sample
+  makes θ and P NaN for good (``tr P > cap`` is False for NaN, so the cap never acts);
 * optional **leak** ``θ ← θ − leak·(θ − θ₀)`` toward the offline layer;
 * **symmetry**: P is stored as one triangle and updated with the BLAS symmetric rank-1 routines
   (``dsymv``/``dsyr``), so it is symmetric by construction — the exact form of the usual
@@ -22,10 +26,16 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
+
+#: smallest accepted forgetting factor: a memory of ``1/(1 − λ)`` = 2 steps
+MIN_FORGETTING = 0.5
+#: largest accepted trace cap (and prior covariance per parameter)
+MAX_TRACE_CAP = 1e100
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,17 @@ class RLSConfig:
 
     ``p0`` and ``trace_cap`` are in the units of the last layer, i.e. of the normalized target
     ``(Δa − y_mean)/output_scale`` (dimensionless).
+
+    Accepted ranges, chosen so that no setting can overflow: ``0 < p0 ≤ trace_cap``,
+    ``0 < trace_cap ≤ 1e100`` (finite), ``0.5 ≤ forgetting ≤ 1``, ``0 ≤ leak < 1``. Why they
+    suffice: one update gives ``P⁺ = (P − k·φᵀP)/λ ⪯ P/λ``, so ``tr P⁺ ≤ tr P/λ ≤ cap/λ``
+    before the cap scales it back to at most ``cap``; :class:`LastLayerRLS` stores
+    ``P = s·P̃`` with ``s`` folded back into ``P̃`` when it leaves ``(1e-6, 1e6)``, so every
+    stored number is at most ``1e6·cap/λ ≤ 2e106``, far from the float64 limit (1.8e308). The
+    prior trace ``n·p0`` is at most ``n·cap`` for the same reason. ``λ < 0.5`` (a memory under
+    two samples) is not least squares any more but a one-sample fit; ``trace_cap = inf`` (or
+    no cap) with ``λ < 1`` grows ``tr P`` like ``λ⁻ᵏ`` until it overflows (``λ = 0.5``: 1024
+    steps).
     """
 
     p0: float = 1e-2  # prior covariance per parameter
@@ -43,14 +64,29 @@ class RLSConfig:
     leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
 
     def __post_init__(self) -> None:
-        if not (self.p0 > 0 and math.isfinite(self.p0)):
-            raise ValueError(f"rls.p0 must be positive and finite, got {self.p0}")
-        if not (0.0 < self.forgetting <= 1.0):
-            raise ValueError(f"rls.forgetting must be in (0, 1], got {self.forgetting}")
-        if not (self.trace_cap > 0):
-            raise ValueError(f"rls.trace_cap must be positive, got {self.trace_cap}")
-        if int(self.warmup_steps) != self.warmup_steps or self.warmup_steps < 0:
-            raise ValueError(f"rls.warmup_steps must be an integer >= 0, got {self.warmup_steps}")
+        for name in ("p0", "forgetting", "trace_cap", "leak"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"rls.{name} must be a number, got {value!r}")
+        if not (0 < self.trace_cap <= MAX_TRACE_CAP):  # False for NaN and inf
+            raise ValueError(
+                f"rls.trace_cap must be finite, > 0 and <= {MAX_TRACE_CAP:g}, got {self.trace_cap}"
+            )
+        if not (0 < self.p0 <= self.trace_cap):
+            raise ValueError(
+                f"rls.p0 must be positive, finite and <= rls.trace_cap ({self.trace_cap}), "
+                f"got {self.p0}"
+            )
+        if not (MIN_FORGETTING <= self.forgetting <= 1.0):
+            raise ValueError(
+                f"rls.forgetting must be in [{MIN_FORGETTING}, 1] (memory 1/(1 − λ) of at least "
+                f"2 steps), got {self.forgetting}"
+            )
+        w = self.warmup_steps
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w):
+            raise ValueError(f"rls.warmup_steps must be an integer >= 0, got {w!r}")
+        if int(w) != w or w < 0:
+            raise ValueError(f"rls.warmup_steps must be an integer >= 0, got {w}")
         if not (0.0 <= self.leak < 1.0):
             raise ValueError(f"rls.leak must be in [0, 1), got {self.leak}")
 
@@ -90,6 +126,7 @@ class LastLayerRLS:
         self._s = c.p0  # P = s·P̃
         self.steps = 0  # updates done
         self.cap_hits = 0  # times the trace cap scaled P
+        self.rejected = 0  # updates skipped for a non-finite regressor or target
         self.last_innovation = np.zeros(self.m)  # y − θᵀφ before the last update
 
     @property
@@ -123,7 +160,9 @@ class LastLayerRLS:
         ``y − θᵀφ`` before the update.
 
         ``k = Pφ/(λ + φᵀPφ)``, ``θ ← θ + k·eᵀ``, ``P ← (P − k·φᵀP)/λ``, then the leak and the
-        trace cap.
+        trace cap. A sample whose ``φᵀPφ`` or innovation is not finite (NaN/inf in ``phi`` or
+        ``y``, or an overflow) changes nothing: it is counted in :attr:`rejected` and its
+        innovation returned.
         """
         c = self.config
         s = self._s
@@ -132,6 +171,9 @@ class LastLayerRLS:
         g = dsymv(1.0, Pt, phi)  # P̃φ  (Pφ = s·g)
         denom = c.forgetting + s * ddot(phi, g)
         e = y - dgemv(1.0, theta, phi, trans=1)  # y − θᵀφ
+        if not math.isfinite(denom + ddot(e, e)):  # NaN/inf sample: no update at all
+            self.rejected += 1
+            return e
         self.last_innovation = e
         dger(s / denom, g, e, a=theta, overwrite_a=1)  # θ += (s/denom)·g·eᵀ
         if c.leak > 0.0:

@@ -84,9 +84,10 @@ class EpisodeLogger:
     ``residual/x|y|z`` (world, m/s²) so TensorBoard overlays them on one chart; ``rls/`` holds
     ``rls/P_trace``, ``rls/prediction_error`` (‖true − estimate‖, m/s²), ``rls/innovation``
     (‖measured − estimate‖ as the controller saw it, one step later), ``rls/applied`` (0 during
-    warm-up, 1 after), ``rls/warmup_end`` (one point at the step the warm-up ended, value = t in s)
-    and ``tracking/position_error`` (m). Controllers without a residual estimate log zeros for it
-    and no ``rls/`` RLS tags.
+    warm-up, 1 after), ``rls/rejected`` (RLS updates skipped so far for an implausible or
+    non-finite measurement), ``rls/warmup_end`` (one point at the step the warm-up ended,
+    value = t in s) and ``tracking/position_error`` (m). Controllers without a residual estimate
+    log zeros for it and no ``rls/`` RLS tags.
     """
 
     def __init__(self, logdir: str | Path, controller: Any):
@@ -114,6 +115,7 @@ class EpisodeLogger:
             values["rls/P_trace"] = rls.trace
             values["rls/innovation"] = float(np.linalg.norm(c.last_prediction_error))
             values["rls/applied"] = float(rls.warmup_done)
+            values["rls/rejected"] = float(getattr(c, "rejected_updates", rls.rejected))
             if not self._warmup_logged and c.warmup_end_step is not None:
                 values["rls/warmup_end"] = float(info["t"])
                 self._warmup_logged = True

@@ -18,6 +18,9 @@ from residual_quad import configs
 from residual_quad.controllers.rls import RLSConfig
 
 MEASUREMENT_SOURCES = ("velocity", "imu")
+#: m/s², default plausibility bound on a measured residual: the offline training data reject
+#: samples above the same norm (``CollectConfig.reject_accel``)
+MAX_RESIDUAL = 25.0
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class MeasurementConfig:
 
     source: str = "imu"  # "imu" (accelerometer sample) or "velocity" (period average)
     lowpass_tau: float = 0.0  # s, same first-order low-pass on RLS target and regressor; 0 = off
+    # m/s², a measured residual of larger norm (or non-finite) is rejected, not learned from
+    max_residual: float = MAX_RESIDUAL
 
     def __post_init__(self) -> None:
         if self.source not in MEASUREMENT_SOURCES:
@@ -35,6 +40,11 @@ class MeasurementConfig:
             )
         if not (self.lowpass_tau >= 0.0 and math.isfinite(self.lowpass_tau)):
             raise ValueError(f"measurement.lowpass_tau must be >= 0 s, got {self.lowpass_tau}")
+        if not (self.max_residual > 0.0 and math.isfinite(self.max_residual)):
+            raise ValueError(
+                f"measurement.max_residual must be a finite number of m/s² > 0, "
+                f"got {self.max_residual}"
+            )
 
 
 @dataclass(frozen=True)

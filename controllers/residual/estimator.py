@@ -10,6 +10,15 @@ expresses it in the body frame of the previous observation, and updates the RLS 
 last layer with the previous regressor [RES §5]; then it predicts with the layer the RLS exposes
 (:attr:`LastLayerRLS.applied`: the offline one during warm-up).
 
+Bad samples are rejected, never learned from: an update is skipped (the RLS state and the previous
+estimate stay) when the measured residual is non-finite or its norm exceeds
+``measurement.max_residual`` (25 m/s² by default, the offline data's rejection threshold), or
+when the previous step's regressor was non-finite; :attr:`ResidualEstimator.rejected_updates`
+counts them. A non-finite estimate (NaN/inf in the observation's velocity, rates or thrusts) is
+never handed to the controller: it falls back to zero residual for that step and
+:attr:`ResidualEstimator.nonfinite_estimates` counts it. On clean data neither check fires and
+the estimates are bit for bit those without them.
+
 The estimator holds a private :class:`FastMLP` built from a deep copy of the network; ``reset()``
 restores its last layer and the RLS from that private copy, so no run can contaminate another
 (the private copy is one of the safeguards of [RES §5.1]).
@@ -17,6 +26,7 @@ restores its last layer and the RLS from that private copy, so no run can contam
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -48,7 +58,8 @@ class ResidualEstimator:
     :attr:`last_a_eff` (``a_cmd − Δâ``), :attr:`last_measured` and :attr:`last_prediction_error`
     (measured − applied estimate); :attr:`steps` (calls since reset), :attr:`warmup_end_step`
     (index of the first call that applied the RLS layer) and :attr:`rls` (``None`` without
-    learning).
+    learning); :attr:`rejected_updates` and :attr:`nonfinite_estimates` count the bad samples
+    (see the module docstring).
     """
 
     def __init__(
@@ -74,6 +85,7 @@ class ResidualEstimator:
         self._prev_phi = np.zeros(n)
         self._phi_f = np.zeros(n)  # low-pass filtered regressor and target
         self._y_f = np.zeros(3)
+        self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -82,6 +94,9 @@ class ResidualEstimator:
         self.last_estimate = np.zeros(3)  # m/s², world, Δâ applied at the last step
         self.last_a_eff = np.zeros(3)  # m/s², world, a_cmd − Δâ sent to the inner loop
         self.steps = 0
+        self.nonfinite_estimates = 0  # estimates replaced by zero (non-finite input)
+        self._rejected = 0  # measurements rejected here (the RLS counts its own in rls.rejected)
+        self._est_ok = True  # the last estimate (hence its regressor and rotation) was finite
         self._have_prev = False
         self._prev_obs[...] = 0.0
         self._prev_R[...] = np.eye(3)
@@ -130,10 +145,32 @@ class ResidualEstimator:
         x = features_from_obs(obs, R, self.last_a_eff, self.mass, out=self._x)
         return self.net.hidden(x)
 
+    @property
+    def rejected_updates(self) -> int:
+        """RLS updates skipped since the last reset: implausible or non-finite measurements and
+        non-finite regressors (0 without learning)."""
+        return 0 if self.rls is None else self._rejected + self.rls.rejected
+
     def _applied(self, est: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        """Record the estimate and the effective command of this step; return the estimate."""
+        """Record the estimate and the effective command of this step; return the estimate.
+
+        A non-finite estimate becomes zero (counted in :attr:`nonfinite_estimates`); a
+        non-finite effective command (from a non-finite ``a_cmd``) is stored as zero so that it
+        cannot feed the next step's features. One float sum checks both on the clean path.
+        """
+        a_eff = a_cmd - est
+        x, y, z = a_eff.tolist()
+        self._est_ok = True
+        if not math.isfinite(x + y + z):  # rare: NaN/inf somewhere
+            if not np.all(np.isfinite(est)):
+                self.nonfinite_estimates += 1
+                self._est_ok = False
+                est = np.zeros(3)
+                a_eff = np.array(a_cmd, dtype=float)
+            if not np.all(np.isfinite(a_eff)):
+                a_eff = np.zeros(3)
         self.last_estimate = est
-        self.last_a_eff = a_cmd - est
+        self.last_a_eff = a_eff
         self.steps += 1
         return est
 
@@ -151,6 +188,11 @@ class ResidualEstimator:
             meas_w = measured_residual(self._prev_obs, obs, self.dt, self.mass, self.gravity)
         else:
             meas_w = R @ imu_residual(obs, self.mass)
+        mx, my, mz = meas_w.tolist()
+        # NaN fails the comparison; a non-finite previous estimate means a non-finite regressor
+        if not (mx * mx + my * my + mz * mz <= self._max_residual_sq and self._est_ok):
+            self._rejected += 1  # no update: θ, P, the filters and the diagnostics stay
+            return
         meas_b = meas_w @ self._prev_R  # R₀ᵀ Δa
         phi = self._prev_phi
         self.last_measured = meas_w

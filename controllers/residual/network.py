@@ -25,6 +25,10 @@ import numpy as np
 from residual_quad.controllers.residual.features import FEATURE_NAMES, N_FEATURES, N_OUTPUTS
 
 FORMAT_VERSION = 1
+#: largest layer width a weights file may declare (the default network is 64 wide)
+MAX_LAYER_WIDTH = 4096
+#: largest uncompressed size of a weights file's arrays, bytes (the default is ~40 kB)
+MAX_FILE_BYTES = 256 * 2**20
 DEFAULT_SIZES: tuple[int, ...] = (N_FEATURES, 64, 64, N_OUTPUTS)
 #: the packaged default weights (``controllers/weights/``)
 DEFAULT_WEIGHTS = Path(__file__).resolve().parents[1] / "weights" / "residual_default.npz"
@@ -211,7 +215,13 @@ class ResidualMLP:
     @classmethod
     def load(cls, path: str | Path) -> ResidualMLP:
         """Read a file written by :meth:`save`; any inconsistency raises
-        :class:`ResidualWeightsError` naming the file and the problem."""
+        :class:`ResidualWeightsError` naming the file and the problem.
+
+        Everything is checked before anything is allocated from it: the archive's declared
+        sizes (at most :data:`MAX_FILE_BYTES` uncompressed), every entry a real numeric array,
+        the layer sizes (each at most :data:`MAX_LAYER_WIDTH`) against the stored arrays'
+        shapes, finite values and a JSON-object metadata record.
+        """
         path = Path(path)
         if not path.is_file():
             raise ResidualWeightsError(f"residual weights file {str(path)!r} does not exist")
@@ -219,57 +229,107 @@ class ResidualMLP:
         def fail(what: str) -> ResidualWeightsError:
             return ResidualWeightsError(f"residual weights file {str(path)!r}: {what}")
 
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, KeyError) as exc:
-            raise fail(f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+        arrays = _read_npz(path, fail)
         required = ("format_version", "sizes", "x_mean", "x_std", "y_mean", "output_scale")
         missing = [k for k in required if k not in arrays]
         if missing:
             raise fail(f"missing entries {missing} (not a residual-network file?)")
-        try:
-            version = int(arrays["format_version"])
-            sizes = tuple(int(s) for s in np.atleast_1d(arrays["sizes"]))
-            scale = float(arrays["output_scale"])
-            clip = float(arrays.get("output_clip", 10.0))
-        except (TypeError, ValueError):
-            raise fail("format_version, sizes, output_scale or output_clip malformed") from None
+        text = {"feature_names", "metadata"}
+        _check_real(arrays, (*required, "output_clip"), fail)
+        odd = [k for k in sorted(text & set(arrays)) if arrays[k].dtype.kind != "U"]
+        if odd or any(arrays[k].shape != () for k in text & set(arrays)):
+            raise fail("feature_names and metadata must be single strings")
+        scalars = ("format_version", "output_scale", "output_clip")
+        odd = [k for k in scalars if k in arrays and arrays[k].size != 1]
+        if odd:
+            raise fail(f"entries {odd} must be single numbers")
+        if arrays["sizes"].ndim != 1:
+            raise fail(f"sizes must be a list of layer widths, got shape {arrays['sizes'].shape}")
+        version = float(arrays["format_version"].reshape(()))
         if version != FORMAT_VERSION:
-            raise fail(f"format version {version}, this code reads version {FORMAT_VERSION}")
-        if len(sizes) < 3 or sizes[0] != N_FEATURES or sizes[-1] != N_OUTPUTS or min(sizes) < 1:
+            raise fail(f"format version {version:g}, this code reads version {FORMAT_VERSION}")
+        raw_sizes = arrays["sizes"].astype(float)
+        if not (np.all(np.isfinite(raw_sizes)) and np.all(raw_sizes == np.round(raw_sizes))):
+            raise fail(f"layer sizes {arrays['sizes'].tolist()} must be integers")
+        if np.any(raw_sizes < 1) or np.any(raw_sizes > MAX_LAYER_WIDTH) or raw_sizes.size > 64:
+            raise fail(
+                f"layer sizes {arrays['sizes'].tolist()} must be between 1 and "
+                f"{MAX_LAYER_WIDTH} (at most 64 layers)"
+            )
+        sizes = tuple(int(v) for v in raw_sizes)
+        if len(sizes) < 3 or sizes[0] != N_FEATURES or sizes[-1] != N_OUTPUTS:
             raise fail(
                 f"layer sizes {sizes} do not map {N_FEATURES} features through at least one "
                 f"hidden layer to {N_OUTPUTS} outputs"
             )
-        names = str(arrays.get("feature_names", ",".join(FEATURE_NAMES)))
-        if names != ",".join(FEATURE_NAMES):
-            raise fail(f"feature names {names!r} differ from this code's {FEATURE_NAMES}")
-        if not (scale > 0 and clip > 0):
-            raise fail(f"output_scale {scale} and output_clip {clip} must be positive")
-        net = cls(sizes, output_scale=scale, output_clip=clip)
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
             for key, shape in ((f"W{i}", (n_in, n_out)), (f"b{i}", (n_out,))):
                 if key not in arrays:
                     raise fail(f"missing layer array {key!r}")
                 if arrays[key].shape != shape:
                     raise fail(f"{key} has shape {arrays[key].shape}, expected {shape}")
-            net.W[i][...] = arrays[f"W{i}"]
-            net.b[i][...] = arrays[f"b{i}"]
         for key, n in (("x_mean", sizes[0]), ("x_std", sizes[0]), ("y_mean", sizes[-1])):
             if arrays[key].shape != (n,):
                 raise fail(f"{key} has shape {arrays[key].shape}, expected {(n,)}")
-        values = [net.flat, arrays["x_mean"], arrays["x_std"], arrays["y_mean"]]
-        if not all(np.all(np.isfinite(v)) for v in values):
-            raise fail("contains non-finite values")
-        if np.any(arrays["x_std"] <= 0):
+        layers = [f"{wb}{i}" for i in range(len(sizes) - 1) for wb in "Wb"]
+        _check_real(arrays, layers, fail)
+        numeric = [k for k in (*required, "output_clip", *layers) if k in arrays]
+        numbers = {k: arrays[k].astype(np.float64) for k in numeric}
+        if not all(np.all(np.isfinite(v)) for v in numbers.values()):
+            bad = sorted(k for k, v in numbers.items() if not np.all(np.isfinite(v)))
+            raise fail(f"contains non-finite values (in {', '.join(bad)})")
+        scale = float(numbers["output_scale"].reshape(()))
+        clip = float(numbers["output_clip"].reshape(())) if "output_clip" in numbers else 10.0
+        if not (scale > 0 and clip > 0):
+            raise fail(f"output_scale {scale} and output_clip {clip} must be positive")
+        if np.any(numbers["x_std"] <= 0):
             raise fail("x_std must be positive")
-        net.set_standardization(arrays["x_mean"], arrays["x_std"], arrays["y_mean"])
+        names = str(arrays["feature_names"]) if "feature_names" in arrays else None
+        if names is not None and names != ",".join(FEATURE_NAMES):
+            raise fail(f"feature names {names!r} differ from this code's {FEATURE_NAMES}")
         try:
-            net.metadata = json.loads(str(arrays.get("metadata", "{}")))
-        except json.JSONDecodeError:
+            metadata = json.loads(str(arrays["metadata"])) if "metadata" in arrays else {}
+        except (json.JSONDecodeError, RecursionError):
             raise fail("metadata is not valid JSON") from None
+        if not isinstance(metadata, dict):
+            raise fail(f"metadata must be a JSON object, got {type(metadata).__name__}")
+        net = cls(sizes, output_scale=scale, output_clip=clip)
+        for i in range(len(sizes) - 1):
+            net.W[i][...] = numbers[f"W{i}"]
+            net.b[i][...] = numbers[f"b{i}"]
+        net.set_standardization(numbers["x_mean"], numbers["x_std"], numbers["y_mean"])
+        net.metadata = metadata
         return net
+
+
+def _check_real(arrays: dict[str, np.ndarray], keys: Any, fail: Any) -> None:
+    """``fail`` unless every present entry of ``keys`` holds real numbers (float or integer)."""
+    odd = [k for k in keys if k in arrays and arrays[k].dtype.kind not in "fiu"]
+    if odd:
+        kinds = ", ".join(f"{k}: {arrays[k].dtype}" for k in odd)
+        raise fail(f"entries must hold real numbers, got {kinds}")
+
+
+def _read_npz(path: Path, fail: Any) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` at ``path`` (no pickles, bounded size); ``fail(what)`` builds
+    the error for anything else: not a zip/``.npz`` (e.g. a ``.npy``), a member that is not an
+    array, a corrupt or truncated archive (zlib, CRC, header errors of any type)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+    except Exception as exc:  # noqa: BLE001 - zipfile raises many types for a broken archive
+        raise fail(f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+    if declared > MAX_FILE_BYTES:
+        raise fail(f"archive declares {declared} bytes, more than a residual network needs")
+    try:
+        with np.load(path, allow_pickle=False) as data:  # a zip, hence an NpzFile
+            arrays = {k: data[k] for k in data.files}
+    except Exception as exc:  # noqa: BLE001 - numpy/zipfile/zlib errors of many types
+        raise fail(f"not a readable .npz archive ({type(exc).__name__}: {exc})") from None
+    odd = sorted(k for k, v in arrays.items() if not isinstance(v, np.ndarray))
+    if odd:
+        raise fail(f"entries {odd} are not arrays")
+    return arrays
 
 
 class FastMLP:

@@ -104,6 +104,16 @@ class ResidualGeoTracker(GeoTracker):
         return self.estimator.last_prediction_error
 
     @property
+    def rejected_updates(self) -> int:
+        """RLS updates skipped since the last reset for an implausible or non-finite sample."""
+        return self.estimator.rejected_updates
+
+    @property
+    def nonfinite_estimates(self) -> int:
+        """Steps since the last reset whose non-finite estimate was replaced by zero."""
+        return self.estimator.nonfinite_estimates
+
+    @property
     def steps(self) -> int:
         """Policy calls since the last reset."""
         return self.estimator.steps

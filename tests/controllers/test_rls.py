@@ -111,14 +111,65 @@ def test_reset_and_private_offline_copy():
     "kwargs",
     [
         {"p0": 0.0},
+        {"p0": float("nan")},
+        {"p0": float("inf")},
+        {"p0": 2000.0},  # above the trace cap: the first update would only scale it down
         {"forgetting": 0.0},
+        {"forgetting": 0.4},  # below 0.5: a memory under two samples
         {"forgetting": 1.01},
+        {"forgetting": float("nan")},
         {"trace_cap": -1.0},
+        {"trace_cap": float("inf")},  # tr P could grow like λ⁻ᵏ until it overflows
+        {"trace_cap": float("nan")},
+        {"trace_cap": 1e101},
         {"warmup_steps": -1},
         {"warmup_steps": 2.5},
+        {"warmup_steps": float("nan")},
+        {"warmup_steps": "10"},
         {"leak": 1.0},
+        {"leak": float("nan")},
+        {"leak": "0.1"},
+        {"p0": True},
     ],
 )
 def test_config_validation(kwargs):
-    with pytest.raises(ValueError):
+    (name,) = kwargs
+    with pytest.raises(ValueError, match=f"rls.{name}"):
         RLSConfig(**kwargs)
+
+
+def test_the_accepted_extremes_cannot_overflow():
+    """λ = 0.5 with the largest cap: single-direction excitation grows the unexcited directions
+    by 1/λ per step (without a cap tr P overflows after 1024 steps); the cap holds it."""
+    cfg = RLSConfig(p0=1e100, forgetting=0.5, trace_cap=1e100, warmup_steps=0)
+    rls = LastLayerRLS(np.zeros((65, 3)), cfg)
+    phi = _regressor(np.random.default_rng(5))
+    for _ in range(2000):
+        rls.update(phi, np.array([0.1, -0.2, 0.3]))
+    assert np.isfinite(rls.trace) and rls.trace <= cfg.trace_cap * (1 + 1e-12)
+    assert np.all(np.isfinite(rls.P)) and np.all(np.isfinite(rls.theta))
+    assert rls.rejected == 0
+
+
+@pytest.mark.parametrize("where", ["phi", "y"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e300])
+def test_a_non_finite_sample_changes_nothing_and_is_counted(where, bad):
+    """One NaN/inf (or overflowing) sample used to make θ and P NaN for good (``tr P > cap`` is
+    False for NaN, so the cap never acted); now it is skipped whole."""
+    rng = np.random.default_rng(6)
+    rls = LastLayerRLS(rng.standard_normal((65, 3)), RLSConfig(warmup_steps=0))
+    twin = LastLayerRLS(rls.theta0, RLSConfig(warmup_steps=0))
+    for k in range(200):
+        phi, y = _regressor(rng), rng.standard_normal(3)
+        twin.update(phi, y)
+        rls.update(phi, y)
+        if k == 100:
+            phi, y = phi.copy(), y.copy()
+            (phi if where == "phi" else y)[7 % (65 if where == "phi" else 3)] = bad
+            rls.update(phi, y)
+    assert rls.rejected == 1 and twin.rejected == 0
+    assert rls.steps == twin.steps == 200
+    np.testing.assert_array_equal(rls.theta, twin.theta)
+    np.testing.assert_array_equal(rls.P, twin.P)
+    rls.reset()
+    assert rls.rejected == 0
