@@ -35,8 +35,9 @@ import numpy as np
 import yaml
 
 from residual_quad import configs
-from residual_quad.envs.disturbances import resolve_payload
+from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payload
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import (
     STEADY_STATE_FROM_S,
     RunSpec,
@@ -106,6 +107,16 @@ class SweepConfig:
             resolve_payload(p)
         for label in self.controllers:
             parse_label(label)
+        for w in self.winds:
+            _check_wind(w)
+        for t in self.trajectories:
+            if t not in TRAJECTORIES:
+                raise ValueError(
+                    f"unknown trajectory {t!r}; valid choices: {', '.join(TRAJECTORIES)}"
+                )
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ValueError(f"seeds: {seed!r} is not an integer >= 0")
         for name in ("controllers", "payloads", "winds", "trajectories", "seeds"):
             values = getattr(self, name)
             if not values:
@@ -120,6 +131,22 @@ class SweepConfig:
         _check_series(self.series)
         ids = [s.run_id for s in expand(self)]
         _check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+
+
+def _check_wind(wind: Any) -> None:
+    """A wind level name or a ``[mean, sigma]`` pair of finite speeds >= 0 (m/s)."""
+    if isinstance(wind, str):
+        WindModel.from_spec(wind)  # unknown names list the valid ones
+        return
+    ok = isinstance(wind, list | tuple) and len(wind) == 2
+    ok = ok and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf for v in wind
+    )
+    if not ok:
+        raise ValueError(
+            f"winds: {wind!r} is neither a level name ({', '.join(WIND_LEVELS)}) nor a "
+            "[mean, sigma] pair of finite speeds >= 0 in m/s"
+        )
 
 
 def _check_unique(name: str, values: list[Any]) -> None:

@@ -7,7 +7,9 @@ completion order.
 
 Nothing outlives the process that started it: local pool workers end themselves when their parent
 dies, even by ``SIGKILL`` (:func:`_die_with_parent`), and a local Ray instance started here is shut
-down on every exit path (a Ray cluster the caller connected to is left alone).
+down on every exit path (a Ray cluster the caller connected to is left alone). Ray's own processes
+mostly follow a killed driver by themselves, but its agents wait about a minute on the dead GCS
+first; on Linux a small watchdog process (:func:`_reap_ray_orphans`) ends them at once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -86,6 +90,73 @@ def _local(jobs: list[Job], workers: int) -> Iterator[Any]:
             raise
 
 
+# ------------------------------------------------------------------ Ray watchdog (Linux /proc)
+def _proc_stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time in clock ticks) of a live process, None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[1]), fields[19].decode()
+
+
+def _children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := _proc_stat(int(name))) is not None:
+            kids.setdefault(st[0], []).append(int(name))
+    return kids
+
+
+def _reap_ray_orphans(driver_pid: int, roots: list[str], poll_s: float = PARENT_POLL_S) -> None:
+    """Watchdog body: while ``driver_pid`` (our parent) lives, note every process of the Ray
+    instance it started (``roots``: ``"pid:start_time"`` of the processes ``ray.init`` spawned,
+    and all their descendants); once the driver is gone, ``SIGKILL`` those still alive (same pid
+    *and* start time, so a reused pid is never hit)."""
+    known = {int(r.split(":")[0]): r.split(":")[1] for r in roots}
+    seen: dict[int, str] = {}
+    while os.getppid() == driver_pid:
+        kids = _children_map()
+        stack = [pid for pid, start in known.items() if (_proc_stat(pid) or (0, ""))[1] == start]
+        while stack:
+            pid = stack.pop()
+            if (st := _proc_stat(pid)) is not None:
+                seen[pid] = st[1]
+                stack.extend(kids.get(pid, []))
+        time.sleep(poll_s)
+    for pid, start in seen.items():
+        st = _proc_stat(pid)
+        if st is not None and st[1] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _start_ray_watchdog(before: set[int]) -> subprocess.Popen | None:
+    """Watch the processes this driver spawned since ``before`` (its children then); Linux only."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    me = os.getpid()
+    roots = [
+        f"{pid}:{st[1]}"
+        for pid in set(_children_map().get(me, [])) - before
+        if (st := _proc_stat(pid)) is not None
+    ]
+    code = "import sys; from residual_quad.parallel import _reap_ray_orphans as r; "
+    code += "r(int(sys.argv[1]), sys.argv[2:])"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(me), *roots],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C to the sweep's terminal does not stop it first
+    )
+
+
 def _ray(jobs: list[Job], address: str | None, workers: int) -> Iterator[Any]:
     try:
         import ray
@@ -94,16 +165,21 @@ def _ray(jobs: list[Job], address: str | None, workers: int) -> Iterator[Any]:
             "the ray backend needs Ray: pip install 'residual-quad[cluster]'"
         ) from None
     started_here = False
+    watchdog = None
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if address:
             kwargs["address"] = address
         elif workers > 0:
             kwargs["num_cpus"] = workers
+        local = os.path.isdir("/proc/self") and not address
+        before = set(_children_map().get(os.getpid(), [])) if local else set()
         ray.init(**kwargs)
         # ours to end: ray.shutdown stops a local instance and only disconnects from a cluster
         started_here = True
         atexit.register(ray.shutdown)
+        if local:
+            watchdog = _start_ray_watchdog(before)
     try:
         remote = ray.remote(num_cpus=1)(_run_job)
         pending = [remote.remote(job) for job in jobs]
@@ -119,6 +195,9 @@ def _ray(jobs: list[Job], address: str | None, workers: int) -> Iterator[Any]:
     finally:
         if started_here:
             ray.shutdown()
+        if watchdog is not None:  # Ray ended cleanly: nothing left to reap
+            watchdog.terminate()
+            watchdog.wait(timeout=10)
 
 
 def map_jobs(
