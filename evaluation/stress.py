@@ -164,11 +164,20 @@ class StressConfig:
     scenarios: list[StressScenario] = field(default_factory=list)  # the study's data: YAML only
 
     def __post_init__(self) -> None:
+        """Unknown labels and duplicates (a controller, seed or scenario name listed twice would
+        fly the same ``run_id`` twice) are errors naming the culprit."""
         for label in self.controllers:
             parse_label(label)
-        names = [s.name for s in self.scenarios]
-        if len(set(names)) != len(names):
-            raise ValueError("scenario names must be unique")
+        for what, values in (
+            ("controllers", self.controllers),
+            ("seeds", self.seeds),
+            ("scenario names", [s.name for s in self.scenarios]),
+        ):
+            seen: set[Any] = set()
+            for v in values:
+                if v in seen:
+                    raise ValueError(f"{what}: {v!r} is listed twice; every entry must be unique")
+                seen.add(v)
 
 
 def stress_row(
@@ -219,10 +228,15 @@ def run_stress(
     back in the config's order; the second value holds the tilt series (t, rad) of the first seed
     per (scenario, controller), saved under ``out_dir/series`` (empty without ``out_dir``).
     """
+    if not cfg.scenarios:
+        raise ValueError("the stress config lists no scenarios; see the shipped config 'stress'")
     series_dir = None
     if out_dir is not None:
         series_dir = Path(out_dir) / SERIES_DIR
-        series_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            series_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create the series folder {series_dir}: {exc}") from exc
     jobs: dict[str, Job] = {}
     for scn in cfg.scenarios:
         for label in cfg.controllers:

@@ -6,12 +6,19 @@ loses no finished run, and ``resume=True`` skips every run already in the file. 
 functions of their spec (seeded env, controllers reset with the seed), so the local process pool and
 the Ray backend produce the same rows bit for bit (``wall_time`` aside).
 
+An output folder has one writer at a time: the engine holds an exclusive lock on
+``out_dir/.lock`` (``flock``, with the holder's pid in the file) for the sweep's whole life, so a
+second sweep, ``--resume`` or stress run on the same folder refuses at once instead of writing
+duplicate rows. Readers keep the first complete row of every ``run_id`` all the same.
+
 Tables and figures never fly anything: they only read these rows (and the time series saved for
 the showcase runs listed in the config).
 """
 
 from __future__ import annotations
 
+import errno
+import inspect
 import json
 import math
 import os
@@ -25,9 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from residual_quad import configs
-from residual_quad.envs.disturbances import resolve_payload
+from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payload
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import (
     STEADY_STATE_FROM_S,
     RunSpec,
@@ -37,9 +47,28 @@ from residual_quad.episode import (
 )
 from residual_quad.parallel import BACKENDS, Job, map_jobs
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: folders are not locked
+    fcntl = None  # type: ignore[assignment]
+
 ROWS_FILE = "rows.jsonl"
 CONFIG_FILE = "sweep_config.yaml"
 SERIES_DIR = "series"
+LOCK_FILE = ".lock"
+#: the keys of a ``series`` filter (fields of a matrix run)
+SERIES_KEYS = ("payload", "wind", "trajectory", "seed", "controller")
+#: env arguments set per run (by the matrix, or by the controller: ``action_mode``), so ``env:``
+#: cannot set them
+MATRIX_ENV_KEYS = (
+    "payload",
+    "wind",
+    "trajectory",
+    "episode_s",
+    "seed",
+    "action_mode",
+    "disable_env_checker",
+)
 
 
 @dataclass
@@ -67,10 +96,146 @@ class SweepConfig:
     workers: int = 0  # 0: one per CPU core
 
     def __post_init__(self) -> None:
+        """Check everything a sweep would otherwise only trip over mid-flight.
+
+        Duplicate entries in a matrix list are errors (naming the duplicate) rather than silently
+        de-duplicated: they would fly the same ``run_id`` twice, and a config that lists a seed
+        twice is more likely a typo than a wish. ``env`` is checked by building the env once,
+        ``controller_options`` by building each optioned controller once.
+        """
         for p in self.payloads:
             resolve_payload(p)
         for label in self.controllers:
             parse_label(label)
+        for w in self.winds:
+            _check_wind(w)
+        for t in self.trajectories:
+            if t not in TRAJECTORIES:
+                raise ValueError(
+                    f"unknown trajectory {t!r}; valid choices: {', '.join(TRAJECTORIES)}"
+                )
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+                raise ValueError(f"seeds: {seed!r} is not an integer >= 0")
+        for name in ("controllers", "payloads", "winds", "trajectories", "seeds"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name}: the list is empty; a sweep needs at least one entry")
+            _check_unique(name, values)
+        if not (isinstance(self.episode_s, int | float) and 0 < self.episode_s < math.inf):
+            raise ValueError(f"episode_s must be a finite number > 0 (s), got {self.episode_s!r}")
+        if not isinstance(self.workers, int) or self.workers < 0:
+            raise ValueError(f"workers must be an integer >= 0 (0: every core), got {self.workers}")
+        _check_env(self.env, self.episode_s)
+        _check_controller_options(self.controller_options, self.env)
+        _check_series(self.series)
+        ids = [s.run_id for s in expand(self)]
+        _check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+
+
+def _check_wind(wind: Any) -> None:
+    """A wind level name or a ``[mean, sigma]`` pair of finite speeds >= 0 (m/s)."""
+    if isinstance(wind, str):
+        WindModel.from_spec(wind)  # unknown names list the valid ones
+        return
+    ok = isinstance(wind, list | tuple) and len(wind) == 2
+    ok = ok and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf for v in wind
+    )
+    if not ok:
+        raise ValueError(
+            f"winds: {wind!r} is neither a level name ({', '.join(WIND_LEVELS)}) nor a "
+            "[mean, sigma] pair of finite speeds >= 0 in m/s"
+        )
+
+
+def _check_unique(name: str, values: list[Any]) -> None:
+    seen: set[Any] = set()
+    for v in values:
+        key = tuple(v) if isinstance(v, list) else v
+        if key in seen:
+            raise ValueError(
+                f"{name}: {v!r} is listed twice; every entry must be unique (it would fly the "
+                "same run twice)"
+            )
+        seen.add(key)
+
+
+def _check_env(env: Any, episode_s: float) -> None:
+    """``env`` must be ``ResidualQuad-v0`` keyword arguments that build an env."""
+    if not isinstance(env, dict):
+        raise ValueError(f"env: expected a mapping of ResidualQuad-v0 arguments, got {env!r}")
+    params = [
+        p
+        for p in inspect.signature(ResidualQuadEnv.__init__).parameters
+        if p != "self" and p not in MATRIX_ENV_KEYS
+    ]
+    unknown = sorted(set(env) - set(params), key=str)
+    if unknown:
+        set_by_matrix = [k for k in unknown if k in MATRIX_ENV_KEYS]
+        why = f" ({', '.join(set_by_matrix)}: set per run)" if set_by_matrix else ""
+        raise ValueError(f"env: unknown key(s) {unknown}{why}; valid keys: {params}")
+    try:
+        ResidualQuadEnv(**env, episode_s=episode_s).close()
+    except Exception as exc:  # any failure here is a bad value in the config
+        raise ValueError(f"env: invalid settings {env!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _check_controller_options(options: Any, env: dict[str, Any]) -> None:
+    """Every ``controller_options`` entry names a controller label and builds it."""
+    if not isinstance(options, dict):
+        raise ValueError(f"controller_options: expected a mapping label → options, got {options!r}")
+    for label, opts in options.items():
+        if not isinstance(opts, dict):
+            raise ValueError(f"controller_options[{label}]: expected a mapping, got {opts!r}")
+        parse_label(str(label))
+        try:
+            build_controller(str(label), env, opts)
+        except Exception as exc:  # unknown option, wrong type, missing weights file, ...
+            raise ValueError(
+                f"controller_options[{label}]: invalid options {opts!r}: {exc}"
+            ) from None
+
+
+def _check_series(series: Any) -> None:
+    if not isinstance(series, list):
+        raise ValueError(f"series: expected a list of filters, got {series!r}")
+    for i, flt in enumerate(series):
+        if not isinstance(flt, dict):
+            raise ValueError(f"series[{i}]: expected a mapping, got {flt!r}")
+        unknown = sorted(set(flt) - set(SERIES_KEYS), key=str)
+        if unknown:
+            raise ValueError(
+                f"series[{i}]: unknown key(s) {unknown}; valid keys: {list(SERIES_KEYS)}"
+            )
+
+
+def load_config(source: str | Path | dict[str, Any] | None, **overrides: Any) -> SweepConfig:
+    """A :class:`SweepConfig` from a YAML path, a shipped name or a dict (``configs.load``).
+
+    An empty YAML file is an error rather than the full default matrix (648 runs flown by
+    accident); pass the shipped name ``sweep`` for that. A top level that is not a mapping is
+    an error too.
+    """
+    if isinstance(source, str | Path):
+        path = configs.resolve(source)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: invalid YAML ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read the sweep config ({exc})") from None
+        if data is None or data == {}:
+            raise ValueError(
+                f"{path}: the sweep config is empty; list the matrix (controllers, payloads, "
+                "winds, trajectories, seeds) or use the shipped config 'sweep' for the default"
+            )
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"{path}: expected a mapping of SweepConfig keys at the top level, got "
+                f"{type(data).__name__}"
+            )
+    return configs.load(SweepConfig, source, **overrides)
 
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:
@@ -150,48 +315,157 @@ def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> d
 
 
 # ---------------------------------------------------------------------------------- rows file
+def _parse_row(line: str) -> dict[str, Any] | None:
+    """The row of one complete line, or None if it is not a complete JSON object."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``rows.jsonl``; an incomplete last line (a killed writer) is ignored."""
+    """Rows of a ``rows.jsonl`` (or of the folder holding it), in file order.
+
+    An incomplete line (a killed writer) is skipped with a warning; a complete last line without
+    its newline counts. A ``run_id`` is never counted twice: the first complete row of each is
+    kept and the duplicates are dropped with one warning.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / ROWS_FILE
-    rows = []
+    rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    with path.open() as f:
+    seen: set[Any] = set()
+    duplicates = 0
+    with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+            row = _parse_row(line)
+            if row is None:
                 print(f"warning: skipping an incomplete row in {path}", file=sys.stderr)
+                continue
+            run_id = row.get("run_id")
+            if run_id is not None:
+                key = json.dumps(run_id)
+                if key in seen:
+                    duplicates += 1
+                    continue
+                seen.add(key)
+            rows.append(row)
+    if duplicates:
+        print(
+            f"warning: {path} holds {duplicates} duplicate row(s) of run ids already seen; "
+            "kept the first row of each",
+            file=sys.stderr,
+        )
     return rows
 
 
 class RowWriter:
-    """Appends complete JSON lines, each flushed and fsynced before the next run is reported."""
+    """Appends complete JSON lines, each written and fsynced before the next run is reported.
+
+    Opening repairs a killed writer's tail: a complete last row that only lacks its newline is
+    kept (the newline is added); a truly partial last line is cut off. A failed append (disk full)
+    is cut back too, so the file always ends with a complete row.
+    """
 
     def __init__(self, path: Path):
         self.path = path
-        self._truncate_partial_tail()
-        self._f = path.open("a")
+        self._repair_tail()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size  # bytes of complete rows
 
-    def _truncate_partial_tail(self) -> None:
+    def _repair_tail(self) -> None:
         if not self.path.exists() or self.path.stat().st_size == 0:
             return
         data = self.path.read_bytes()
-        if not data.endswith(b"\n"):
-            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:].decode("utf-8", errors="replace").strip()
+        with self.path.open("r+b") as f:
+            if tail and _parse_row(tail) is not None:
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")  # a complete row: keep it
+            else:
+                f.truncate(cut)  # a partial line: the run is flown again
+            f.flush()
+            os.fsync(f.fileno())
 
     def write(self, row: dict[str, Any]) -> None:
-        self._f.write(json.dumps(row) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        """Append ``row`` as one line; on ``OSError`` the file is cut back to its last row."""
+        data = (json.dumps(row) + "\n").encode("utf-8")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass  # the reader and the next writer skip or cut a partial line anyway
+            raise
+        self._size += len(data)
 
     def close(self) -> None:
-        self._f.close()
+        os.close(self._fd)
+
+
+class FolderLock:
+    """An exclusive lock on an output folder: ``flock`` on ``folder/.lock``.
+
+    The lock file holds the holder's pid; the kernel releases the lock when the holder's file is
+    closed or the process dies (even by ``SIGKILL``), so a killed sweep never leaves a stale lock.
+    A second holder — another process, or the same one — gets a ``ValueError`` at once.
+    """
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise ``ValueError`` naming the folder and the holder's pid."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip() or "?"
+                os.close(fd)
+                raise ValueError(
+                    f"{self.folder} is in use by another sweep (pid {holder}); wait for it to "
+                    "finish (then --resume) or choose another output folder"
+                ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (the file stays: removing it would race with a new holder)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the last descriptor releases the flock
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def _output_error(what: str, path: Path, exc: OSError) -> ValueError:
+    reason = exc.strerror or str(exc)
+    return ValueError(f"cannot {what} {path}: {reason}")
 
 
 def run_rows(
@@ -218,12 +492,19 @@ def run_rows(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
-    rows: list[dict[str, Any]] = []
-    writer = None
-    rows_path = None
-    if out_dir is not None:
-        out = Path(out_dir)
+    if out_dir is None:
+        return _fly_rows(jobs, [], None, backend, address, workers, progress, desc, on_row)
+    out = Path(out_dir)
+    try:
         out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _output_error("create the output folder", out, exc) from exc
+    lock = FolderLock(out)
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise _output_error("write to the output folder", out, exc) from exc
+    try:
         rows_path = out / ROWS_FILE
         rows = read_rows(rows_path)
         if rows and not resume:
@@ -231,11 +512,35 @@ def run_rows(
                 f"{rows_path} already holds {len(rows)} rows; pass resume=True (--resume) to "
                 "continue it or choose another output folder"
             )
-        if config is not None:
-            configs.dump(config, out / config_file)
-        writer = RowWriter(rows_path)
-    done_ids = {r["run_id"] for r in rows}
+        try:
+            if config is not None:
+                configs.dump(config, out / config_file)
+            writer = RowWriter(rows_path)
+        except OSError as exc:
+            raise _output_error("write to", Path(exc.filename or rows_path), exc) from exc
+        try:
+            return _fly_rows(jobs, rows, writer, backend, address, workers, progress, desc, on_row)
+        finally:
+            writer.close()
+    finally:
+        lock.release()
+
+
+def _fly_rows(
+    jobs: dict[str, Job],
+    rows: list[dict[str, Any]],
+    writer: RowWriter | None,
+    backend: str,
+    address: str | None,
+    workers: int | None,
+    progress: bool,
+    desc: str,
+    on_row: Callable[[dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
+    """Fly the jobs whose run id is not in ``rows`` yet, appending each new row to ``writer``."""
+    done_ids = {r.get("run_id") for r in rows}
     todo = [job for run_id, job in jobs.items() if run_id not in done_ids]
+    where = writer.path if writer is not None else None
     stream = map_jobs(todo, backend=backend, address=address, workers=workers)
     bar = None
     if progress and todo:
@@ -245,7 +550,14 @@ def run_rows(
     try:
         for row in stream:
             if writer is not None:
-                writer.write(row)
+                try:
+                    writer.write(row)
+                except OSError as exc:
+                    raise ValueError(
+                        f"cannot append a row to {where}: {exc.strerror or exc}; the "
+                        f"{len(rows)} rows written before are kept there; free the space (or "
+                        "fix the folder) and rerun with --resume to fly the rest"
+                    ) from exc
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -255,16 +567,15 @@ def run_rows(
                     bar.write(f"diverged: {row['run_id']} ({row['termination']})")
     except BrokenProcessPool:
         raise RuntimeError(
-            f"a worker process died; the {len(rows)} finished rows are safe in {rows_path}; "
+            f"a worker process died; the {len(rows)} finished rows are safe in {where}; "
             "rerun with --resume to fly the rest"
         ) from None
     finally:
-        if writer is not None:
-            writer.close()
+        stream.close()  # release the workers (and a Ray instance started for this) at once
         if bar is not None:
             bar.close()
     order = {run_id: i for i, run_id in enumerate(jobs)}
-    rows.sort(key=lambda r: order.get(r["run_id"], len(order)))  # stable: unknown ids keep theirs
+    rows.sort(key=lambda r: order.get(r.get("run_id"), len(order)))  # stable: unknown ids last
     return rows
 
 
@@ -292,7 +603,10 @@ def run_sweep(
     """
     series_dir = Path(out_dir) / SERIES_DIR
     if cfg.series:
-        series_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            series_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _output_error("create the series folder", series_dir, exc) from exc
     jobs: dict[str, Job] = {
         s.run_id: (run_one, (s, cfg, str(series_dir) if _wants_series(cfg, s) else None))
         for s in expand(cfg)

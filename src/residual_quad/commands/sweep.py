@@ -6,9 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from residual_quad import configs
 from residual_quad.evaluation.report import report_from_rows
-from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
+from residual_quad.evaluation.sweep import load_config, read_rows, run_sweep
 from residual_quad.evaluation.tables import focus_tables
 from residual_quad.parallel import BACKENDS
 
@@ -19,7 +18,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         overrides["controllers"] = args.controllers.split(",")
     if args.seeds:
         overrides["seeds"] = [int(s) for s in args.seeds.split(",")]
-    cfg = configs.load(SweepConfig, args.config, **overrides)
+    cfg = load_config(args.config, **overrides)
     t0 = time.perf_counter()
     rows = run_sweep(
         cfg,
