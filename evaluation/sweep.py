@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from residual_quad import configs
 from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payload
@@ -208,34 +207,6 @@ def _check_series(series: Any) -> None:
             raise ValueError(
                 f"series[{i}]: unknown key(s) {unknown}; valid keys: {list(SERIES_KEYS)}"
             )
-
-
-def load_config(source: str | Path | dict[str, Any] | None, **overrides: Any) -> SweepConfig:
-    """A :class:`SweepConfig` from a YAML path, a shipped name or a dict (``configs.load``).
-
-    An empty YAML file is an error rather than the full default matrix (648 runs flown by
-    accident); pass the shipped name ``sweep`` for that. A top level that is not a mapping is
-    an error too.
-    """
-    if isinstance(source, str | Path):
-        path = configs.resolve(source)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: invalid YAML ({exc})") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path}: cannot read the sweep config ({exc})") from None
-        if data is None or data == {}:
-            raise ValueError(
-                f"{path}: the sweep config is empty; list the matrix (controllers, payloads, "
-                "winds, trajectories, seeds) or use the shipped config 'sweep' for the default"
-            )
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"{path}: expected a mapping of SweepConfig keys at the top level, got "
-                f"{type(data).__name__}"
-            )
-    return configs.load(SweepConfig, source, **overrides)
 
 
 def expand(cfg: SweepConfig) -> list[RunSpec]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
+from residual_quad.commands.argtypes import episode_seconds, positive_int, seed_list
 from residual_quad.evaluation.stress import (
     StressConfig,
     format_nominal,
@@ -26,7 +27,7 @@ def _cmd(args: Any) -> int:
     if args.controllers:
         cfg.controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
     if args.seeds:
-        cfg.seeds = [int(s) for s in args.seeds.split(",")]
+        cfg.seeds = args.seeds
     if args.scenarios:
         wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
         known = [s.name for s in cfg.scenarios]
@@ -34,8 +35,8 @@ def _cmd(args: Any) -> int:
         if bad:
             raise ValueError(f"unknown scenario(s) {bad}; valid: {', '.join(known)}")
         cfg.scenarios = [s for s in cfg.scenarios if s.name in wanted]
-    if args.episode_s:
-        cfg.episode_s = float(args.episode_s)
+    if args.episode_s is not None:
+        cfg.episode_s = args.episode_s
     cfg = StressConfig(
         cfg.controllers, cfg.seeds, cfg.episode_s, cfg.controller_options, cfg.scenarios
     )  # re-validate the overridden labels
@@ -67,7 +68,7 @@ def _cmd_nominal(args: Any) -> int:
     ]
     if len(labels) != 2:
         raise ValueError("--nominal compares exactly two controllers (reference first)")
-    seeds = tuple(int(s) for s in args.seeds.split(",")) if args.seeds else (0, 1, 2)
+    seeds = tuple(args.seeds) if args.seeds else (0, 1, 2)
     options = {lb: {"weights": args.weights} for lb in labels if "rls" in lb or "res" in lb}
     pair = (labels[0], labels[1])
     cells = nominal_comparison(
@@ -93,13 +94,23 @@ def register(sub: Any) -> None:
     p.add_argument("config", nargs="?", default="stress", help="YAML path or shipped name")
     p.add_argument("--controllers", default="", help="comma list, e.g. geo,hnewton,hnewton:gn")
     p.add_argument("--scenarios", default="", help="comma list of scenario names (default: all)")
-    p.add_argument("--seeds", default="", help="comma list of seeds (default: the config's)")
-    p.add_argument("--episode-s", dest="episode_s", default="", help="episode length, s")
+    p.add_argument(
+        "--seeds", type=seed_list, default=None, help="comma list of seeds (default: the config's)"
+    )
+    p.add_argument(
+        "--episode-s",
+        dest="episode_s",
+        type=episode_seconds,
+        default=None,
+        help="episode length, s",
+    )
     p.add_argument("--out", default="runs/stress", help="output folder (rows, table, figures)")
     p.add_argument("--no-plot", action="store_true", help="skip the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="processes (default: all cores)"
+    )
     p.add_argument(
         "--nominal",
         action="store_true",

@@ -6,8 +6,10 @@ import argparse
 import time
 from pathlib import Path
 
+from residual_quad import configs
+from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.evaluation.report import report_from_rows
-from residual_quad.evaluation.sweep import load_config, read_rows, run_sweep
+from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
 from residual_quad.evaluation.tables import focus_tables
 from residual_quad.parallel import BACKENDS
 
@@ -17,8 +19,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.controllers:
         overrides["controllers"] = args.controllers.split(",")
     if args.seeds:
-        overrides["seeds"] = [int(s) for s in args.seeds.split(",")]
-    cfg = load_config(args.config, **overrides)
+        overrides["seeds"] = args.seeds
+    cfg = configs.load(SweepConfig, args.config, **overrides)
     t0 = time.perf_counter()
     rows = run_sweep(
         cfg,
@@ -67,9 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
     p.add_argument("--backend", choices=BACKENDS, default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (ray backend)")
-    p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    p.add_argument(
+        "--workers", type=positive_int, default=None, help="processes (default: all cores)"
+    )
     p.add_argument("--controllers", default="", help="comma list overriding the config's")
-    p.add_argument("--seeds", default="", help="comma list overriding the config's")
+    p.add_argument(
+        "--seeds", type=seed_list, default=None, help="comma list overriding the config's"
+    )
     p.add_argument("--no-report", action="store_true", help="skip tables/figures/report.md")
     p.set_defaults(func=_cmd_sweep)
 
