@@ -27,7 +27,7 @@ import numpy as np
 
 from residual_quad import configs
 from residual_quad.envs.disturbances import WindModel, resolve_payload
-from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
 from residual_quad.episode import RunSpec, fly, parse_label
 from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand, run_one, run_rows
 from residual_quad.parallel import Job
@@ -67,16 +67,11 @@ class TrajectorySpec:
         traj = self.build()  # unknown parameters and wrong types fail at load time
         for t in (0.0, 0.37, 1.0, 3.3, 10.0):  # s; a reference that is not finite cannot be flown
             try:
-                ref = traj(t)
-                vals = np.concatenate([ref.pos, ref.vel, ref.acc, [ref.yaw, ref.yaw_rate]])
-                ok = bool(np.isfinite(vals).all())
-            except (ArithmeticError, TypeError, ValueError):
-                ok = False
-            if not ok:
+                check_reference(traj, traj(t), t)
+            except (ArithmeticError, TypeError, ValueError) as exc:
                 raise ValueError(
-                    f"trajectory {self.name}: params {self.params} give no finite reference "
-                    f"at t = {t:g} s (periods and turns must be non-zero, lengths finite)"
-                )
+                    f"trajectory {self.name}: params {self.params} give no finite reference ({exc})"
+                ) from None
 
     def build(self) -> Any:
         """The trajectory object (parameters type-checked against the trajectory's fields)."""
