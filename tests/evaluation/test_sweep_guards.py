@@ -48,7 +48,11 @@ def _cli_error(capsys, argv) -> str:
     """Run the CLI in process; it must exit 2 with one error line on stderr and no traceback
     (a progress bar may precede it)."""
     capsys.readouterr()
-    assert main(argv) == 2
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's own errors (checked at parse time) exit 2 too
+        rc = exc.code
+    assert rc == 2
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip() and "run/s]" not in line]
     assert len(lines) == 1 and lines[0].startswith("rquad ") and "Traceback" not in err, err
@@ -88,12 +92,12 @@ def test_duplicate_matrix_entries_are_errors_at_load(tmp_path, capsys, extra, na
 def test_duplicate_cli_overrides_are_errors(tmp_path, capsys):
     cfg, out = _tiny_yaml(tmp_path, "{}"), str(tmp_path / "o")
     sweep = ["sweep", cfg, "--out", out, "--no-report", "--workers", "1"]
-    assert "0 is listed twice" in _cli_error(capsys, [*sweep, "--seeds", "0,0"])
+    assert "duplicate seed(s) [0]" in _cli_error(capsys, [*sweep, "--seeds", "0,0"])
     assert "'geo' is listed twice" in _cli_error(capsys, [*sweep, "--controllers", "geo,geo"])
     stress = ["stress", "--scenarios", "yaw90_fig8fast_extra", "--seeds", "0", "--episode-s", "1"]
     stress += ["--out", out, "--quiet", "--no-plot", "--workers", "1"]
     assert "'geo' is listed twice" in _cli_error(capsys, [*stress, "--controllers", "geo,geo"])
-    assert "1 is listed twice" in _cli_error(capsys, [*stress[:4], "1,1", *stress[5:]])
+    assert "duplicate seed(s) [1]" in _cli_error(capsys, [*stress[:4], "1,1", *stress[5:]])
 
 
 def test_stress_config_duplicates_are_errors():
