@@ -59,7 +59,12 @@ class QuadrotorPlant:
     ):
         self.airframe = airframe or Airframe()
         physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
-        control_hz = real("control_hz", control_hz, low=0.0, high=physics_hz, low_open=True)
+        control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
+        if control_hz > physics_hz:
+            raise ValueError(
+                f"control_hz ({control_hz:g} Hz) must not exceed physics_hz ({physics_hz:g} Hz): "
+                "physics_hz must be a positive integer multiple of control_hz"
+            )
         ratio = physics_hz / control_hz
         if abs(ratio - round(ratio)) > 1e-9:
             raise ValueError(

@@ -373,3 +373,9 @@ def test_ground_effect_at_a_tiny_height_is_the_max_gain_without_overflow():
         warnings.simplefilter("error")
         assert GroundEffect().gain(1e-300) == 1.5
     assert GroundEffect().gain(1.0) == 1.0 / (1.0 - (0.127 / 4.0) ** 2)
+
+
+def test_physics_rate_below_the_control_rate_names_both_rates():
+    # found by the long fuzz profile: the message named only control_hz
+    with pytest.raises(ValueError, match=r"control_hz .* must not exceed physics_hz"):
+        gym.make("ResidualQuad-v0", physics_hz=1.0)
