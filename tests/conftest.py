@@ -43,3 +43,20 @@ def random_net():
         return net
 
     return _make
+
+
+def damaged(data: bytes, cut: int | None, flips: list[tuple[int, int]]) -> bytes:
+    """``data`` with the bytes at ``offset % len`` XOR-ed by ``mask`` for each ``(offset, mask)``
+    in ``flips``, then truncated at ``cut % len`` (if given): a file damaged on disk."""
+    out = bytearray(data)
+    for offset, mask in flips:
+        out[offset % len(out)] ^= mask
+    if cut is not None:
+        out = out[: cut % len(out)]
+    return bytes(out)
+
+
+@pytest.fixture(scope="session")
+def damage():
+    """The :func:`damaged` function, for the file-mutation property tests."""
+    return damaged
