@@ -80,7 +80,11 @@ def user_module(tmp_path, monkeypatch):
         ("hnewton_rls:gn,kp=12", "hnewton_rls", {"method": "gn", "kp": 12}),
         ("geo:kp=15", "geo", {"kp": 15}),
         ("geo:kp=15.5,kd=8", "geo", {"kp": 15.5, "kd": 8}),
-        ("pid:weights=a/b.json,flag=true,x=null", "pid", {"weights": "a/b.json", "flag": True, "x": None}),
+        (
+            "pid:weights=a/b.json,flag=true,x=null",
+            "pid",
+            {"weights": "a/b.json", "flag": True, "x": None},
+        ),
         ("my_pkg.ctrl:Make", "my_pkg.ctrl:Make", {}),
         ("my_pkg.ctrl:Make:gain=2", "my_pkg.ctrl:Make", {"gain": 2}),
         ("my_ctrl:Outer.make", "my_ctrl:Outer.make", {}),  # no dot before ':', not a name
@@ -105,7 +109,11 @@ def test_the_sb3_form_maps_to_path_vecnormalize_and_algo():
     try:
         spec = parse_spec("sb3:runs/sac.zip,vecnormalize=runs/vn.pkl,algo=SAC")
         assert spec.target == "sb3"
-        assert spec.options == {"path": "runs/sac.zip", "vecnormalize": "runs/vn.pkl", "algo": "SAC"}
+        assert spec.options == {
+            "path": "runs/sac.zip",
+            "vecnormalize": "runs/vn.pkl",
+            "algo": "SAC",
+        }
         assert split_specs("sb3:m.zip,algo=SAC,geo") == ["sb3:m.zip,algo=SAC", "geo"]
     finally:
         if _REGISTRY.get("sb3") == fake:
