@@ -102,7 +102,8 @@ def test_tables_put_built_ins_first_then_user_labels_in_config_order(tmp_path):
     assert "`alpha_user`" in focus and "| `alpha_user` | `pid` | `geo` | `zeta_user` |" in focus
     # the report reorders completion-order rows by the saved config's labels
     (tmp_path / CONFIG_FILE).write_text(
-        "controllers: [geo, {spec: 'x.y:Z', label: alpha_user}, {spec: 'x.y:W', label: zeta_user}]\n"
+        "controllers: [geo, {spec: 'x.y:Z', label: alpha_user},"
+        " {spec: 'x.y:W', label: zeta_user}]\n"
     )
     assert controller_order(order_rows(rows, tmp_path)) == ["pid", "geo", "alpha_user", "zeta_user"]
 
