@@ -64,43 +64,116 @@ _REGISTRY: dict[str, str | Factory] = {
 }
 
 
+#: the entry-point group through which an installed package registers controllers (plugins)
+ENTRY_POINT_GROUP = "residual_quad.controllers"
+
+
 def register_controller(name: str, factory: str | Factory, *, overwrite: bool = False) -> None:
-    """Add a controller factory ``factory(context: ControlContext, **overrides)`` under ``name``."""
+    """Add a controller factory ``factory(context: ControlContext, **overrides)`` under ``name``.
+
+    Registration lives in this process only; for ``rquad sweep``/``eval`` (other processes) use an
+    import-path spec (``my_pkg.ctrl:Factory``) or a plugin entry point (``docs/controllers.md``).
+    """
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"controller {name!r} is already registered")
     _REGISTRY[name] = factory
 
 
+def plugin_entry_points() -> dict[str, Any]:
+    """Name → entry point of every installed plugin controller (group :data:`ENTRY_POINT_GROUP`)
+    whose name is not registered already (the registry wins); nothing is imported here."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, Any] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _REGISTRY and ep.name not in found:
+            found[ep.name] = ep
+    return found
+
+
 def available_controllers() -> list[str]:
-    """Names accepted by :func:`make_controller`, in registration order (tables use it)."""
-    return list(_REGISTRY)
+    """Names accepted by :func:`make_controller`: the registry in registration order (tables use
+    it), then installed plugins in discovery order."""
+    return list(_REGISTRY) + list(plugin_entry_points())
+
+
+def _import_attr(target: str, spec: str) -> Any:
+    module, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as exc:
+        if not module.startswith("residual_quad") or exc.name == module:
+            raise ValueError(
+                f"controller {spec!r}: cannot import module {module!r} ({exc}); the module must "
+                "be importable from every worker process (on PYTHONPATH or installed)"
+            ) from None
+        raise
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(
+                f"controller {spec!r}: module {module!r} has no attribute {attr!r}"
+            ) from None
+    if not callable(obj):
+        raise ValueError(
+            f"controller {spec!r}: {target} is a {type(obj).__name__}, not a factory or class"
+        )
+    return obj
+
+
+def resolve_factory(target: str) -> Factory:
+    """The factory of a registered name, a plugin name or an import path ``module:attr``."""
+    if target in _REGISTRY:
+        factory = _REGISTRY[target]
+        if isinstance(factory, str):
+            factory = _import_attr(factory, target)
+            _REGISTRY[target] = factory
+        return factory
+    if ":" in target:
+        return _import_attr(target, target)
+    ep = plugin_entry_points().get(target)
+    if ep is None:
+        raise ValueError(
+            f"unknown controller {target!r}; valid choices: {', '.join(available_controllers())}"
+        )
+    dist = getattr(getattr(ep, "dist", None), "name", None) or "an unknown distribution"
+    try:
+        factory = ep.load()
+    except Exception as exc:  # any failure inside a plugin is the plugin's
+        raise ValueError(
+            f"controller plugin {target!r} of distribution {dist!r} failed to load "
+            f"({ep.value}): {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(factory):
+        raise ValueError(
+            f"controller plugin {target!r} of distribution {dist!r}: {ep.value} is not callable"
+        )
+    return factory
+
+
+def _context(env_or_context: Any) -> ControlContext:
+    if env_or_context is None:
+        return ControlContext()
+    if isinstance(env_or_context, ControlContext):
+        return env_or_context
+    return ControlContext.from_env(env_or_context)
 
 
 def make_controller(name: str, env_or_context: Any = None, **overrides: Any) -> Controller:
-    """Build a registered controller.
+    """Build a controller from a name or a spec.
 
     Args:
-        name: one of :func:`available_controllers`.
+        name: one of :func:`available_controllers`, or a spec (``hnewton:lm``, ``geo:kp=15``,
+            ``my_pkg.ctrl:Factory``; grammar in ``docs/controllers.md``).
         env_or_context: a ``ResidualQuad-v0`` env (its nominal airframe and control period are
             used), a :class:`ControlContext`, or ``None`` for the defaults.
-        **overrides: controller-specific settings (gains, weight files, ...).
+        **overrides: controller-specific settings (gains, weight files, ...); they win over the
+            spec's options.
     """
-    if name not in _REGISTRY:
-        raise ValueError(
-            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
-        )
-    if env_or_context is None:
-        context = ControlContext()
-    elif isinstance(env_or_context, ControlContext):
-        context = env_or_context
-    else:
-        context = ControlContext.from_env(env_or_context)
-    factory = _REGISTRY[name]
-    if isinstance(factory, str):
-        module, attr = factory.split(":")
-        factory = getattr(importlib.import_module(module), attr)
-        _REGISTRY[name] = factory
-    return factory(context, **overrides)
+    from residual_quad.controllers.specs import parse_spec
+
+    return parse_spec(name).build(_context(env_or_context), **overrides)
 
 
 def to_rotor_action(thrusts: np.ndarray, airframe: Airframe) -> np.ndarray:

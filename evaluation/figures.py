@@ -7,6 +7,7 @@ that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL
 from __future__ import annotations
 
 import re
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,11 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindModel,
     WindProcess,
 )
-from residual_quad.evaluation.tables import CONTROLLER_ORDER, PAYLOAD_ORDER, WIND_ORDER  # noqa: E402
+from residual_quad.evaluation.tables import (  # noqa: E402
+    PAYLOAD_ORDER,
+    WIND_ORDER,
+    controller_order,
+)
 
 COLORS = {
     "pid": "#7f7f7f",
@@ -37,6 +42,18 @@ COLORS = {
     "hnewton_rls": "#8c564b",
     "ppo": "#ff7f0e",
 }
+
+
+#: colours of user labels (not in :data:`COLORS`), picked by a stable hash of the label
+USER_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#393b79", "#637939", "#843c39", "#7b4173")
+
+
+def color_of(label: str) -> str:
+    """The colour of a controller label: the built-ins' own, else a stable one from
+    :data:`USER_COLORS` (the same label gets the same colour in every figure and run)."""
+    if label in COLORS:
+        return COLORS[label]
+    return USER_COLORS[zlib.crc32(str(label).encode("utf-8")) % len(USER_COLORS)]
 
 
 def _series_path(series_dir: Path, run_id: str) -> Path:
@@ -52,10 +69,7 @@ def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
 
 
 def _controllers(rows: list[dict[str, Any]]) -> list[str]:
-    present = list(dict.fromkeys(r["controller"] for r in rows))
-    return [c for c in CONTROLLER_ORDER if c in present] + [
-        c for c in present if c not in CONTROLLER_ORDER
-    ]
+    return controller_order(rows)
 
 
 def disturbance_models(out: Path) -> Path:
@@ -117,7 +131,7 @@ def tracking_comparison(
     ref = next(iter(series.values()))
     ax[0, 0].plot(ref["ref"][:, 0], ref["ref"][:, 1], "k--", lw=1, label="reference")
     for c, s in series.items():
-        col = COLORS.get(c)
+        col = color_of(c)
         ax[0, 0].plot(s["pos"][:, 0], s["pos"][:, 1], color=col, lw=1, label=c)
         ax[0, 1].plot(s["t"], s["pos"][:, 2], color=col, lw=1, label=c)
         err = np.linalg.norm(s["pos"] - s["ref"], axis=1)
@@ -146,13 +160,13 @@ def tracking_comparison(
     ax[1, 1].bar(
         names,
         [np.mean([r["control_cost"] for r in by[c]]) for c in names],
-        color=[COLORS.get(c) for c in names],
+        color=[color_of(c) for c in names],
     )
     ax[1, 1].set(ylabel="∫ΣT² dt (N²·s)", title="(e) control cost")
     ax[1, 2].bar(
         names,
         [np.mean([r["rmse"] for r in by[c]]) for c in names],
-        color=[COLORS.get(c) for c in names],
+        color=[color_of(c) for c in names],
     )
     ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
     for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
@@ -188,7 +202,7 @@ def _sweep_plot(
             np.mean([r["rmse"] for r in sel if r["controller"] == c and r[key] == x] or [np.nan])
             for x in xs
         ]
-        axes[0].plot(xs, ys, "o-", color=COLORS.get(c), label=c)
+        axes[0].plot(xs, ys, "o-", color=color_of(c), label=c)
         if bias:
             b = [
                 np.mean(
@@ -204,7 +218,7 @@ def _sweep_plot(
                 for x in xs
             ]
             if np.isfinite(b).any() and c not in ("pid",):
-                axes[1].plot(xs, b, "o-", color=COLORS.get(c), label=c)
+                axes[1].plot(xs, b, "o-", color=color_of(c), label=c)
     if "extra" in xs:
         i = xs.index("extra")
         for a in axes:

@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
+from residual_quad.controllers.specs import entry_label
 from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
@@ -189,6 +191,27 @@ def write_report(
     return report
 
 
+def order_rows(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]]:
+    """``rows`` (file order = completion order) put in the config's controller order, so tables
+    list user labels in config order; the labels come from the saved ``sweep_config.yaml``
+    without importing any user code. Rows of labels it does not list keep their place last."""
+    from residual_quad.evaluation.sweep import CONFIG_FILE
+
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        return rows
+    try:
+        saved = configs.read_yaml(path)
+    except ValueError:
+        return rows
+    entries = saved.get("controllers") if isinstance(saved, dict) else None
+    if not isinstance(entries, list):
+        return rows
+    labels = [entry_label(e) for e in entries]
+    rank = {lb: i for i, lb in enumerate(labels) if lb is not None}
+    return sorted(rows, key=lambda r: rank.get(r.get("controller"), len(rank)))
+
+
 def report_from_rows(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
     """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone."""
     from residual_quad.evaluation.figures import make_figures
@@ -197,6 +220,7 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
     rows = read_rows(run_dir)
     if not rows:
         raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
+    rows = order_rows(rows, Path(run_dir))
     figs = make_figures(rows, run_dir, run_dir / "figures", training, animation=animation)
     path = write_report(rows, run_dir, figs)
     print(f"report: {path}")

@@ -26,9 +26,16 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.specs import (
+    ControllerEntry,
+    ControllerSpec,
+    normalized_entries,
+    parse_spec,
+    resolve_entries,
+)
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
-from residual_quad.episode import RunSpec, fly, parse_label
+from residual_quad.episode import RunSpec, build_controller, fly, parse_label  # noqa: F401 (re-exported)
 from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand, run_one, run_rows
 from residual_quad.parallel import Job
 
@@ -142,7 +149,8 @@ class StressScenario:
 class StressConfig:
     """The stress set: controllers × scenarios × seeds."""
 
-    controllers: list[str] = field(
+    #: compact specs or ``{spec, options, label}`` mappings, as in a sweep config
+    controllers: list[str | ControllerEntry] = field(
         default_factory=lambda: [
             "geo",
             "geo_rls",
@@ -161,10 +169,17 @@ class StressConfig:
     def __post_init__(self) -> None:
         """Unknown labels and duplicates (a controller, seed or scenario name listed twice would
         fly the same ``run_id`` twice) are errors naming the culprit."""
-        for label in self.controllers:
-            parse_label(label)
+        if not isinstance(self.controllers, list) or not self.controllers:
+            raise ValueError(
+                f"controllers: expected a non-empty list of specs, got {self.controllers!r}"
+            )
+        specs = resolve_entries(self.controllers)  # labels unique, user modules importable
+        self.controllers = normalized_entries(self.controllers, specs)
+        self._specs = {s.label: s for s in specs}
+        for spec in specs:  # a user factory or a bad option is named now, not mid-study
+            if (spec.is_import_path or spec.options) and spec.label not in self.controller_options:
+                build_controller(spec)
         for what, values in (
-            ("controllers", self.controllers),
             ("seeds", self.seeds),
             ("scenario names", [s.name for s in self.scenarios]),
         ):
@@ -174,12 +189,26 @@ class StressConfig:
                     raise ValueError(f"{what}: {v!r} is listed twice; every entry must be unique")
                 seen.add(v)
 
+    @property
+    def labels(self) -> list[str]:
+        """The run label of every controller entry, in config order."""
+        return list(self._specs)
+
+    def controller_spec(self, label: str) -> ControllerSpec:
+        """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
+        spec = self.__dict__.get("_specs", {}).get(label)
+        return spec if spec is not None else parse_spec(label)
+
 
 def stress_row(
-    spec: RunSpec, options: dict[str, Any] | None = None, series_dir: str | None = None
+    spec: RunSpec,
+    options: dict[str, Any] | None = None,
+    series_dir: str | None = None,
+    controller: ControllerSpec | None = None,
 ) -> dict[str, Any]:
-    """Fly one stress run and return its row; the tilt series goes to ``series_dir`` if given."""
-    res = fly(spec, controller_options=options)
+    """Fly one stress run and return its row; the tilt series goes to ``series_dir`` if given.
+    ``controller`` is the resolved spec of the run's label (default: the label parsed)."""
+    res = fly(spec, controller_options=options, controller=controller)
 
     def fin(x: float) -> float | None:
         return float(x) if math.isfinite(x) else None
@@ -234,11 +263,13 @@ def run_stress(
             raise ValueError(f"cannot create the series folder {series_dir}: {exc}") from exc
     jobs: dict[str, Job] = {}
     for scn in cfg.scenarios:
-        for label in cfg.controllers:
+        for label in cfg.labels:
+            ctrl = cfg.controller_spec(label)
+            opts = cfg.controller_options.get(label)
             for i, seed in enumerate(cfg.seeds):
                 spec = scn.spec(label, seed, cfg.episode_s)
                 keep = str(series_dir) if series_dir is not None and i == 0 else None
-                jobs[spec.run_id] = (stress_row, (spec, cfg.controller_options.get(label), keep))
+                jobs[spec.run_id] = (stress_row, (spec, opts, keep, ctrl))
     rows = run_rows(
         jobs,
         out_dir,
@@ -252,7 +283,7 @@ def run_stress(
     series: dict[tuple[str, str], np.ndarray] = {}
     if series_dir is not None:
         for scn in cfg.scenarios:
-            for label in cfg.controllers:
+            for label in cfg.labels:
                 path = series_dir / f"{_safe(scn.spec(label, cfg.seeds[0], 0).run_id)}.npy"
                 if path.exists():
                     series[(scn.name, label)] = np.load(path)

@@ -34,16 +34,17 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.specs import (
+    ControllerEntry,
+    ControllerSpec,
+    normalized_entries,
+    parse_spec,
+    resolve_entries,
+)
 from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payload
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.episode import (
-    STEADY_STATE_FROM_S,
-    RunSpec,
-    build_controller,
-    fly,
-    parse_label,
-)
+from residual_quad.episode import STEADY_STATE_FROM_S, RunSpec, build_controller, fly
 from residual_quad.parallel import BACKENDS, Job, map_jobs
 
 try:
@@ -75,7 +76,9 @@ class SweepConfig:
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
     four source trackers [RES §8] plus ``hnewton_rls`` and ``ppo`` (648 runs)."""
 
-    controllers: list[str] = field(
+    #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
+    #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
+    controllers: list[str | ControllerEntry] = field(
         default_factory=lambda: ["pid", "geo", "geo_res", "geo_rls", "hnewton_rls", "ppo"]
     )
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy", "extra"])
@@ -104,8 +107,13 @@ class SweepConfig:
         """
         for p in self.payloads:
             resolve_payload(p)
-        for label in self.controllers:
-            parse_label(label)
+        if not isinstance(self.controllers, list) or not self.controllers:
+            raise ValueError(
+                f"controllers: expected a non-empty list of specs, got {self.controllers!r}"
+            )
+        specs = resolve_entries(self.controllers)  # labels unique, user modules importable
+        self.controllers = normalized_entries(self.controllers, specs)
+        self._specs = {s.label: s for s in specs}
         for w in self.winds:
             _check_wind(w)
         for t in self.trajectories:
@@ -116,7 +124,7 @@ class SweepConfig:
         for seed in self.seeds:
             if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                 raise ValueError(f"seeds: {seed!r} is not an integer >= 0")
-        for name in ("controllers", "payloads", "winds", "trajectories", "seeds"):
+        for name in ("payloads", "winds", "trajectories", "seeds"):
             values = getattr(self, name)
             if not values:
                 raise ValueError(f"{name}: the list is empty; a sweep needs at least one entry")
@@ -126,10 +134,21 @@ class SweepConfig:
         if not isinstance(self.workers, int) or self.workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0: every core), got {self.workers}")
         _check_env(self.env, self.episode_s)
-        _check_controller_options(self.controller_options, self.env)
+        _check_controller_options(self.controller_options, self.env, self._specs)
+        _check_user_controllers(specs, self.controller_options, self.env)
         _check_series(self.series)
         ids = [s.run_id for s in expand(self)]
         _check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+
+    @property
+    def labels(self) -> list[str]:
+        """The run label of every controller entry, in config order."""
+        return list(self._specs)
+
+    def controller_spec(self, label: str) -> ControllerSpec:
+        """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
+        spec = self.__dict__.get("_specs", {}).get(label)
+        return spec if spec is not None else parse_spec(label)
 
 
 def _check_wind(wind: Any) -> None:
@@ -180,16 +199,28 @@ def _check_env(env: Any, episode_s: float) -> None:
         raise ValueError(f"env: invalid settings {env!r}: {type(exc).__name__}: {exc}") from None
 
 
-def _check_controller_options(options: Any, env: dict[str, Any]) -> None:
+def _check_user_controllers(
+    specs: list[ControllerSpec], options: dict[str, dict[str, Any]], env: dict[str, Any]
+) -> None:
+    """Build every spec that is not a plain built-in name once: a factory that fails, an object
+    that is not a Controller or a bad option is named now, not in the middle of the sweep."""
+    for spec in specs:
+        if (spec.is_import_path or spec.options) and spec.label not in options:
+            build_controller(spec, env)
+
+
+def _check_controller_options(
+    options: Any, env: dict[str, Any], specs: dict[str, ControllerSpec]
+) -> None:
     """Every ``controller_options`` entry names a controller label and builds it."""
     if not isinstance(options, dict):
         raise ValueError(f"controller_options: expected a mapping label → options, got {options!r}")
     for label, opts in options.items():
         if not isinstance(opts, dict):
             raise ValueError(f"controller_options[{label}]: expected a mapping, got {opts!r}")
-        parse_label(str(label))
+        spec = specs.get(str(label)) or parse_spec(str(label))
         try:
-            build_controller(str(label), env, opts)
+            build_controller(spec, env, opts)
         except Exception as exc:  # unknown option, wrong type, missing weights file, ...
             raise ValueError(
                 f"controller_options[{label}]: invalid options {opts!r}: {exc}"
@@ -214,7 +245,7 @@ def expand(cfg: SweepConfig) -> list[RunSpec]:
     return [
         RunSpec(c, p, w if isinstance(w, str) else tuple(w), t, int(s), episode_s=cfg.episode_s)
         for c, p, w, t, s in product(
-            cfg.controllers, cfg.payloads, cfg.winds, cfg.trajectories, cfg.seeds
+            cfg.labels, cfg.payloads, cfg.winds, cfg.trajectories, cfg.seeds
         )
     ]
 
@@ -234,7 +265,11 @@ def _finite(x: float) -> float | None:
 
 def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> dict[str, Any]:
     """Fly one matrix spec and return its row (JSON-ready)."""
-    ctrl = build_controller(spec.controller, cfg.env, cfg.controller_options.get(spec.controller))
+    ctrl = build_controller(
+        cfg.controller_spec(spec.controller),
+        cfg.env,
+        cfg.controller_options.get(spec.controller),
+    )
     estimates: list[np.ndarray] = []
 
     def record(step: int, obs: np.ndarray, action: np.ndarray, info: dict[str, Any]) -> None:

@@ -68,6 +68,15 @@ def _order(values: Iterable[Any], preferred: list[Any]) -> list[Any]:
     return known + sorted((v for v in vals if v not in preferred), key=str)
 
 
+def controller_order(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Controller labels as tables show them: the registered controllers in registry order, then
+    every other label (``hnewton:lm``, user controllers) in the order of the rows (the report
+    puts rows in config order first: :func:`residual_quad.evaluation.report.order_rows`)."""
+    labels = list(dict.fromkeys(r["controller"] for r in rows))
+    registered = available_controllers()  # built-ins, then installed plugins
+    return [c for c in registered if c in labels] + [c for c in labels if c not in registered]
+
+
 def _key(v: Any) -> Any:
     return tuple(v) if isinstance(v, list) else v
 
@@ -110,7 +119,7 @@ def _grid(
 
 def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     """Every table that the rows allow (a table whose slice is absent is omitted)."""
-    controllers = _order((r["controller"] for r in rows), CONTROLLER_ORDER)
+    controllers = controller_order(rows)
     tracking = {"helix", "figure8"}
     tables: dict[str, Table] = {}
 
@@ -237,7 +246,7 @@ def focus_tables(rows: list[dict[str, Any]], focus: str) -> str:
         by[(r["controller"], r["payload"], _key(r["wind"]), r["trajectory"])].append(r)
     if not any(r["controller"] == focus for r in rows):
         raise ValueError(f"no rows of controller {focus!r} in these rows")
-    others = _order((r["controller"] for r in rows), CONTROLLER_ORDER)
+    others = controller_order(rows)
     controllers = [focus] + [c for c in others if c != focus]
     payloads = _order((r["payload"] for r in rows), PAYLOAD_ORDER)
     winds = _order((_key(r["wind"]) for r in rows), WIND_ORDER)

@@ -18,12 +18,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from residual_quad.controllers.base import (
-    ControlContext,
-    Controller,
-    available_controllers,
-    make_controller,
-)
+from residual_quad.controllers.base import ControlContext, Controller
+from residual_quad.controllers.specs import ControllerSpec, parse_spec
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import integer, real
 from residual_quad.envs.observation import ObsLayout as L
@@ -94,7 +90,8 @@ def run_episode(
     """Fly ``controller`` (an object or a registered name) for one episode.
 
     Args:
-        controller: a :class:`Controller` or a name for :func:`make_controller`.
+        controller: a :class:`Controller` or a spec for :func:`make_controller` (``geo``,
+            ``hnewton:lm``, ``geo:kp=15``, ``my_pkg.ctrl:Factory``).
         payload, wind, trajectory: scenario (see ``ResidualQuad-v0``).
         seed: env seed (wind realization); the controller is reset with the same seed.
         reset_options: passed to ``env.reset`` (``yaw_offset``, ``position_offset``, ...).
@@ -111,7 +108,7 @@ def run_episode(
             airframe=env_kwargs.get("airframe") or Airframe(),
             control_dt=_control_dt(env_kwargs),
         )
-        controller = make_controller(controller, context)
+        controller = parse_spec(controller).build(context)
     # the env speaks the controller's action mode unless the caller insists on one
     env_kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
     env = gym.make(
@@ -201,8 +198,9 @@ class RunSpec:
     """One closed-loop run: a controller label, a scenario and a seed.
 
     The matrix needs only the first five fields; named scenarios (the stress study) add trajectory
-    parameters, reset options, their own episode length and a scenario label. ``controller`` is a
-    registered name, optionally with a method suffix for the hnewton family (``"hnewton:lm"``).
+    parameters, reset options, their own episode length and a scenario label. ``controller`` is the
+    run's label: for a compact spec (``"geo"``, ``"hnewton:lm"``) the spec itself; a sweep with
+    user specs maps its labels to specs (``SweepConfig.controller_spec``).
     """
 
     controller: str
@@ -225,24 +223,23 @@ class RunSpec:
 
 
 def parse_label(label: str) -> tuple[str, dict[str, Any]]:
-    """``"hnewton:lm"`` → (``"hnewton"``, ``{"method": "lm"}``); a plain name has no options."""
-    name, _, method = label.partition(":")
-    if name not in available_controllers():
-        raise ValueError(
-            f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
-        )
-    if method and not name.startswith("hnewton"):
-        raise ValueError(f"{label!r}: only the hnewton controllers take a ':method' suffix")
-    return name, ({"method": method} if method else {})
+    """A compact spec → (factory target, options): ``"hnewton:lm"`` → (``"hnewton"``,
+    ``{"method": "lm"}``), ``"geo:kp=15"`` → (``"geo"``, ``{"kp": 15}``), ``"pkg.mod:Make"`` →
+    (``"pkg.mod:Make"``, ``{}``); a plain name has no options (grammar: ``docs/controllers.md``)."""
+    spec = parse_spec(label)
+    return spec.target, dict(spec.options)
 
 
 def build_controller(
-    label: str, env: dict[str, Any] | None = None, options: dict[str, Any] | None = None
+    label: str | ControllerSpec,
+    env: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Controller:
-    """The controller of a run label, for the env settings ``env`` (its control rate)."""
-    name, opts = parse_label(label)
+    """The controller of a spec (a compact string or a resolved :class:`ControllerSpec`), for the
+    env settings ``env`` (its control rate); ``options`` win over the spec's own."""
+    spec = label if isinstance(label, ControllerSpec) else parse_spec(label)
     context = ControlContext(control_dt=_control_dt(env or {}))
-    return make_controller(name, context, **{**opts, **(options or {})})
+    return spec.build(context, **(options or {}))
 
 
 def fly(
@@ -250,7 +247,7 @@ def fly(
     env: dict[str, Any] | None = None,
     controller_options: dict[str, Any] | None = None,
     callback: Callable[..., None] | None = None,
-    controller: Controller | None = None,
+    controller: Controller | ControllerSpec | None = None,
 ) -> EpisodeResult:
     """Fly one spec with :func:`run_episode` (the one episode loop every study uses).
 
@@ -259,11 +256,12 @@ def fly(
         env: extra ``ResidualQuad-v0`` keyword arguments.
         controller_options: overrides for the controller's factory.
         callback: ``run_episode`` callback.
-        controller: an already built controller (``spec.controller`` is then only a label).
+        controller: an already built controller, or the resolved spec of a user label
+            (``spec.controller`` is then only a label).
     """
     env = env or {}
-    if controller is None:
-        controller = build_controller(spec.controller, env, controller_options)
+    if controller is None or isinstance(controller, ControllerSpec):
+        controller = build_controller(controller or spec.controller, env, controller_options)
     trajectory: Any = spec.trajectory
     if spec.trajectory_params:
         trajectory = make_named_trajectory(spec.trajectory, **dict(spec.trajectory_params))

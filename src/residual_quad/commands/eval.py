@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 from residual_quad.commands.argtypes import episode_seconds, finite_float, nonneg_int
-from residual_quad.controllers.base import SOURCE_TRACKERS, available_controllers
+from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.controllers.base import SOURCE_TRACKERS, ControlContext
+from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
@@ -52,15 +55,16 @@ def _finite(x: float) -> float | None:
 
 def format_table(rows: list[tuple[str, EpisodeResult]]) -> str:
     """Metrics of several controllers as an aligned text table."""
+    w = max([12, *(len(name) for name, _ in rows)])
     head = (
-        f"{'controller':<12} {'RMSE>3s [m]':>12} {'max err [m]':>12} {'cost [N²s]':>11} "
+        f"{'controller':<{w}} {'RMSE>3s [m]':>12} {'max err [m]':>12} {'cost [N²s]':>11} "
         f"{'diverged':>9} {'wall [s]':>9}"
     )
     lines = [head, "-" * len(head)]
     for name, r in rows:
         div = r.termination if r.diverged else "no"
         lines.append(
-            f"{name:<12} {_metric(r.rmse, 12)} {_metric(r.max_error, 12)} "
+            f"{name:<{w}} {_metric(r.rmse, 12)} {_metric(r.max_error, 12)} "
             f"{r.control_cost:11.1f} {div:>9} {r.wall_time:9.2f}"
         )
     return "\n".join(lines)
@@ -89,19 +93,21 @@ def _scenario_line(args: argparse.Namespace) -> str:
 
 
 def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeResult]]:
+    """Fly every spec in ``names``; the rows carry each spec's label."""
     options: dict[str, Any] = {}
     if args.yaw_offset:
         options["yaw_offset"] = math.radians(args.yaw_offset)
+    specs = resolve_entries(names)  # every spec checked (and labels unique) before flying
     rows = []
-    for name in names:
-        controller: Any = name
+    for spec in specs:
+        name = spec.label
+        controller: Any = spec.build(ControlContext())
         logger = None
         if args.tensorboard:  # per-step residual/RLS curves, one run directory per controller
-            from residual_quad.controllers.base import make_controller
             from residual_quad.training.tb_logging import EpisodeLogger
 
-            controller = make_controller(name)
-            run = f"{name}_{args.payload}_{args.wind}_{args.trajectory}_s{args.seed}"
+            safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)
+            run = f"{safe}_{args.payload}_{args.wind}_{args.trajectory}_s{args.seed}"
             logger = EpisodeLogger(Path(args.tensorboard) / run, controller)
         result = run_episode(
             controller,
@@ -146,13 +152,7 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    names = args.controller.split(",")
-    for name in names:
-        if name not in available_controllers():
-            raise ValueError(
-                f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
-            )
-    _print(args, _fly(args, names))
+    _print(args, _fly(args, args.controller))
     return 0
 
 
@@ -197,9 +197,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="fly controllers on one scenario and print metrics")
     p.add_argument(
         "--controller",
+        "--controllers",
+        dest="controller",
+        type=spec_list,
         default="geo",
-        help=f"name or comma list of {', '.join(available_controllers())}",
+        help="comma list of controller specs: a name (geo, hnewton:lm), options (geo:kp=15,kd=8) "
+        "or an import path (my_pkg.ctrl:Make); see --list-controllers and docs/controllers.md",
     )
+    add_list_controllers(p)
     _scenario_args(p, "none", "calm", "hover")
     p.set_defaults(func=_cmd_eval)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import episode_seconds, positive_int, seed_list
+from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.evaluation.stress import (
     StressConfig,
     format_nominal,
@@ -25,7 +26,7 @@ def _cmd(args: Any) -> int:
         return _cmd_nominal(args)
     cfg = configs.load(StressConfig, args.config)
     if args.controllers:
-        cfg.controllers = [c.strip() for c in args.controllers.split(",") if c.strip()]
+        cfg.controllers = list(args.controllers)
     if args.seeds:
         cfg.seeds = args.seeds
     if args.scenarios:
@@ -62,7 +63,7 @@ def _cmd(args: Any) -> int:
 
 
 def _cmd_nominal(args: Any) -> int:
-    labels = [c.strip() for c in args.controllers.split(",") if c.strip()] or [
+    labels = list(args.controllers or []) or [
         "geo_rls",
         "hnewton_rls",
     ]
@@ -92,7 +93,13 @@ def register(sub: Any) -> None:
     """Add the ``stress`` subcommand."""
     p = sub.add_parser("stress", help="stress scenarios: 90° yaw start, beyond-envelope, gusts")
     p.add_argument("config", nargs="?", default="stress", help="YAML path or shipped name")
-    p.add_argument("--controllers", default="", help="comma list, e.g. geo,hnewton,hnewton:gn")
+    p.add_argument(
+        "--controllers",
+        type=spec_list,
+        default=None,
+        help="comma list of controller specs, e.g. geo,hnewton,hnewton:gn (see --list-controllers)",
+    )
+    add_list_controllers(p)
     p.add_argument("--scenarios", default="", help="comma list of scenario names (default: all)")
     p.add_argument(
         "--seeds", type=seed_list, default=None, help="comma list of seeds (default: the config's)"

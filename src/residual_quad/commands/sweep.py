@@ -8,7 +8,8 @@ from pathlib import Path
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
-from residual_quad.evaluation.report import report_from_rows
+from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.evaluation.report import order_rows, report_from_rows
 from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
 from residual_quad.evaluation.tables import focus_tables
 from residual_quad.parallel import BACKENDS
@@ -17,7 +18,7 @@ from residual_quad.parallel import BACKENDS
 def _cmd_sweep(args: argparse.Namespace) -> int:
     overrides = {}
     if args.controllers:
-        overrides["controllers"] = args.controllers.split(",")
+        overrides["controllers"] = args.controllers
     if args.seeds:
         overrides["seeds"] = args.seeds
     cfg = configs.load(SweepConfig, args.config, **overrides)
@@ -42,7 +43,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     if args.focus:
-        print(focus_tables(read_rows(args.run_dir), args.focus))
+        rows = order_rows(read_rows(args.run_dir), Path(args.run_dir))
+        print(focus_tables(rows, args.focus))
         return 0
     training = {
         k: Path(v)
@@ -72,7 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: all cores)"
     )
-    p.add_argument("--controllers", default="", help="comma list overriding the config's")
+    p.add_argument(
+        "--controllers",
+        type=spec_list,
+        default=None,
+        help="comma list of controller specs overriding the config's (see --list-controllers)",
+    )
+    add_list_controllers(p)
     p.add_argument(
         "--seeds", type=seed_list, default=None, help="comma list overriding the config's"
     )
