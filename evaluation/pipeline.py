@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.controllers.base import make_controller
 from residual_quad.evaluation.sweep import SweepConfig, run_sweep
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
@@ -86,13 +85,13 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     s_cfg = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides)
     notes: list[str] = []
     usable = []
-    for name in s_cfg.controllers:
+    for entry, label in zip(s_cfg.controllers, s_cfg.labels, strict=True):
         try:
-            make_controller(name)
-            usable.append(name)
+            s_cfg.controller_spec(label).build()
+            usable.append(entry)
         except ImportError as exc:  # an optional extra is missing: say so, fly the rest
-            print(f"      {name} left out: {exc}")
-            notes.append(f"`{name}` was not evaluated: {exc}")
+            print(f"      {label} left out: {exc}")
+            notes.append(f"`{label}` was not evaluated: {exc}")
     s_cfg = dataclasses.replace(s_cfg, controllers=usable)
     options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
     for name in RESIDUAL_CONTROLLERS:
