@@ -79,6 +79,27 @@ class DragModel:
         )
 
 
+def drag_world_force(rot, ax, ay, az, k_h: float, k_v: float, c_lin: float, sqrt=math.sqrt):
+    """Drag force (N, world) of :class:`DragModel` on the air-relative velocity ``(ax, ay, az)``
+    (m/s, world) of a frame with the row-major body → world rotation ``rot`` (9 entries).
+
+    The one implementation of the drag of the single and the vector environment: operators,
+    ``abs`` and ``sqrt`` only, so Python floats (``math.sqrt``) and equal-shaped float64 arrays
+    (``sqrt=np.sqrt``) give the same bits per element.
+    """
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = rot
+    bx = r00 * ax + r10 * ay + r20 * az  # air-relative velocity, body frame
+    by = r01 * ax + r11 * ay + r21 * az
+    bz = r02 * ax + r12 * ay + r22 * az
+    kh = k_h * sqrt(bx * bx + by * by) + c_lin
+    gx, gy, gz = -kh * bx, -kh * by, -(k_v * abs(bz) + c_lin) * bz
+    return (
+        r00 * gx + r01 * gy + r02 * gz,
+        r10 * gx + r11 * gy + r12 * gz,
+        r20 * gx + r21 * gy + r22 * gz,
+    )
+
+
 @dataclass(frozen=True)
 class WindModel:
     """Mean wind plus Ornstein–Uhlenbeck gusts, world frame.
@@ -214,6 +235,14 @@ class GroundEffect:
     max_gain: float = 1.5
 
     def gain(self, z: float) -> float:
+        """The gain at rotor-plane height ``z`` (m); an array of heights gives an array (the same
+        formula and clipping, element by element)."""
+        if isinstance(z, np.ndarray):
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                r = self.rotor_radius / (4.0 * z)
+                r2 = r * r
+                clipped = (z <= 0.0) | (r >= 1.0) | (r2 >= 1.0 - 1.0 / self.max_gain)
+                return np.where(clipped, self.max_gain, 1.0 / (1.0 - r2))
         if z <= 0.0:
             return self.max_gain
         r = self.rotor_radius / (4.0 * z)

@@ -15,7 +15,13 @@ import numpy as np
 
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import real
-from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel, WindProcess
+from residual_quad.envs.disturbances import (
+    DragModel,
+    GroundEffect,
+    WindModel,
+    WindProcess,
+    drag_world_force,
+)
 from residual_quad.envs.model import BODY, build_model
 
 DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
@@ -25,13 +31,32 @@ MAX_PHYSICS_HZ = 100_000.0
 """Highest physics rate accepted, Hz (a 10 µs step; beyond it float time stamps lose meaning)."""
 
 
-def quat_to_rot(qw: float, qx: float, qy: float, qz: float) -> list[float]:
-    """Row-major body → world rotation matrix (9 floats) of a unit quaternion (w, x, y, z)."""
+def quat_to_rot(qw, qx, qy, qz):
+    """Row-major body → world rotation matrix (9 entries) of a unit quaternion (w, x, y, z).
+
+    Operators only: Python floats give floats, equal-shaped arrays give arrays (the vector env
+    calls it on a batch), with the same bits per element."""
     return [
         1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw),
         2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw),
         2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy),
     ]  # fmt: skip
+
+
+def specific_force(acc, rot, gravity: float):
+    """Accelerometer specific force ``R^T (a + g·e_z)`` (m/s², body frame) of the world
+    acceleration ``acc = (a_x, a_y, a_z)`` (m/s²) and the row-major rotation ``rot`` (9 entries).
+
+    Operators only (floats or equal-shaped arrays alike): the one formula of the single and the
+    vector environment."""
+    ax, ay, az = acc
+    az = az + gravity
+    r = rot
+    return [
+        r[0] * ax + r[3] * ay + r[6] * az,
+        r[1] * ax + r[4] * ay + r[7] * az,
+        r[2] * ax + r[5] * ay + r[8] * az,
+    ]
 
 
 class QuadrotorPlant:
@@ -185,16 +210,9 @@ class QuadrotorPlant:
         for wx, wy, wz in winds.tolist():
             pz, qw, qx, qy, qz = qpos[2:7].tolist()
             vx, vy, vz = qvel[0:3].tolist()
-            r00, r01, r02, r10, r11, r12, r20, r21, r22 = quat_to_rot(qw, qx, qy, qz)
-            ax, ay, az = vx - wx, vy - wy, vz - wz  # air-relative velocity, world
-            bx = r00 * ax + r10 * ay + r20 * az  # ... in the body frame
-            by = r01 * ax + r11 * ay + r21 * az
-            bz = r02 * ax + r12 * ay + r22 * az
-            kh = k_h * math.sqrt(bx * bx + by * by) + c_lin
-            gx, gy, gz = -kh * bx, -kh * by, -(k_v * abs(bz) + c_lin) * bz
-            fx = r00 * gx + r01 * gy + r02 * gz  # drag, world
-            fy = r10 * gx + r11 * gy + r12 * gz
-            fz = r20 * gx + r21 * gy + r22 * gz
+            fx, fy, fz = drag_world_force(
+                quat_to_rot(qw, qx, qy, qz), vx - wx, vy - wy, vz - wz, k_h, k_v, c_lin
+            )  # N, world, on the air-relative velocity
             xf[0], xf[1], xf[2] = fx, fy, fz
             if ge is not None:
                 gain[:] = ge.gain(pz)
@@ -210,11 +228,6 @@ class QuadrotorPlant:
         measures it; both are those MuJoCo computed for the last substep (pre-integration state).
         """
         d = self.data
-        ax, ay, az = d.qacc[0:3].tolist()
-        az += self.airframe.gravity
-        r = d.xmat[self.body_id].tolist()
-        return [
-            r[0] * ax + r[3] * ay + r[6] * az,
-            r[1] * ax + r[4] * ay + r[7] * az,
-            r[2] * ax + r[5] * ay + r[8] * az,
-        ]
+        return specific_force(
+            d.qacc[0:3].tolist(), d.xmat[self.body_id].tolist(), self.airframe.gravity
+        )

@@ -1,0 +1,168 @@
+"""The vector env against the single env: same seeds and scenarios, same observations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.envs.vector_env import SCENARIO_KEYS, ResidualQuadVectorEnv
+
+MIXED = [
+    {"payload": "none", "wind": "windy", "trajectory": "helix"},
+    {"payload": "extra", "wind": "breezy", "trajectory": "figure8"},
+    # starts in the contact band and sinks onto the floor: the per-env plant path, a crash
+    {
+        "payload": "heavy",
+        "trajectory": "hover",
+        "options": {"position_offset": [0, 0, -1.1], "velocity": [0, 0, -3.0]},
+    },
+    {"payload": 0.3, "wind": (2.0, 1.0), "trajectory": "hover"},
+    # a start at 1e6 m/s: MuJoCo's instability, flagged as simulation_unstable
+    {"payload": "light", "options": {"velocity": [1e6, 0.0, 0.0]}},
+]
+
+
+def _single(scenario, **kwargs):
+    return ResidualQuadEnv(**{k: v for k, v in scenario.items() if k != "options"}, **kwargs)
+
+
+def _fly_both(scenarios, seed, steps, actions, **kwargs):
+    """Step the vector env and one single env per scenario with the same actions; yields the
+    vector results and the single envs' results per step (NEXT_STEP autoreset mirrored)."""
+    n = len(scenarios)
+    vec = ResidualQuadVectorEnv(n, scenarios=scenarios, nthread=1, **kwargs)
+    singles = [_single(s, **kwargs) for s in scenarios]
+    obs, _ = vec.reset(seed=seed)
+    ref = [
+        e.reset(seed=seed + i, options=scenarios[i].get("options"))[0]
+        for i, e in enumerate(singles)
+    ]
+    yield obs, None, None, None, None, np.array(ref), None
+    done = [False] * n
+    for t in range(steps):
+        out = vec.step(actions[t])
+        expect = []
+        for i, env in enumerate(singles):
+            if done[i]:
+                o, _ = env.reset(options=scenarios[i].get("options"))
+                expect.append((o, 0.0, False, False, None))
+                done[i] = False
+            else:
+                o, r, te, tr, info = env.step(actions[t][i])
+                done[i] = te or tr
+                expect.append((o, r, te, tr, info["termination"]))
+        yield (*out, expect, None)
+
+
+def test_vector_env_equals_single_envs_across_autoreset():
+    """Mixed payloads, winds, trajectories, a ground crash, a diverging start and truncations:
+    observations equal to 1e-9, rewards to 1e-12, flags and reasons exactly."""
+    rng = np.random.default_rng(3)
+    steps = 90
+    actions = rng.uniform(-0.45, -0.15, (steps, len(MIXED), 4))
+    actions[:, 2] = -1.0  # rotors off: env 2 drops onto the floor
+    reasons = set()
+    for k, res in enumerate(_fly_both(MIXED, 11, steps, actions, episode_s=0.4)):
+        if k == 0:
+            obs, ref = res[0], res[5]
+            np.testing.assert_allclose(obs, ref, rtol=0, atol=1e-9)
+            continue
+        obs, rew, term, trunc, info, expect = res[:6]
+        for i, (o, r, te, tr, why) in enumerate(expect):
+            np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-9, err_msg=f"step {k} env {i}")
+            assert abs(rew[i] - r) <= 1e-12
+            assert (term[i], trunc[i]) == (te, tr), (k, i)
+            if why is not None or te:
+                assert info["termination"][i] == why
+                reasons.add(why)
+    assert {"ground_contact", "simulation_unstable"} <= reasons
+
+
+def test_vector_env_is_deterministic_and_seeds_each_env():
+    kwargs = {"scenarios": MIXED[:2], "nthread": 1}
+    a = ResidualQuadVectorEnv(2, **kwargs)
+    b = ResidualQuadVectorEnv(2, **kwargs)
+    act = np.full((2, 4), -0.2)
+    oa, _ = a.reset(seed=5)
+    ob, _ = b.reset(seed=5)
+    for _ in range(20):
+        oa = a.step(act)[0]
+        ob = b.step(act)[0]
+    assert np.array_equal(oa, ob)
+    oc, _ = b.reset(seed=6)
+    od, _ = a.reset(seed=5)
+    assert not np.array_equal(oc[:, :3], od[:, :3]) or not np.array_equal(
+        a.step(act)[0], b.step(act)[0]
+    )
+
+
+def test_vector_env_info_has_arrays_and_masks():
+    env = ResidualQuadVectorEnv(3, payload="heavy", nthread=1)
+    _, info = env.reset(seed=0)
+    assert info["payload_kg"].tolist() == [0.5] * 3 and info["_payload_kg"].all()
+    _, _, _, _, info = env.step(np.zeros((3, 4)))
+    assert info["residual_accel"].shape == (3, 3) and info["_residual_accel"].all()
+    assert info["reward_terms"]["pos"].shape == (3,) and info["_reward_terms"].all()
+    assert env.metadata["autoreset_mode"].value == "NextStep"
+
+
+def test_vector_env_rejects_bad_actions_naming_the_env():
+    env = ResidualQuadVectorEnv(3, nthread=1)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
+        env.step(np.zeros((2, 4)))
+    for bad in (np.nan, np.inf, -np.inf):
+        act = np.zeros((3, 4))
+        act[2, 1] = bad
+        with pytest.raises(ValueError, match="env 2"):
+            env.step(act)
+    with pytest.raises(ValueError, match="real numbers"):
+        env.step(np.full((3, 4), "a"))
+
+
+def test_vector_env_rejects_bad_scenarios_listing_choices():
+    with pytest.raises(ValueError, match="one per env"):
+        ResidualQuadVectorEnv(3, scenarios=[{}, {}])
+    with pytest.raises(ValueError, match="env 1.*" + ", ".join(SCENARIO_KEYS)):
+        ResidualQuadVectorEnv(2, scenarios=[{}, {"paylod": "none"}])
+    with pytest.raises(ValueError, match="env 1: unknown payload 'huge'; valid choices: none"):
+        ResidualQuadVectorEnv(2, scenarios=[{}, {"payload": "huge"}])
+    with pytest.raises(ValueError, match="env 0: unknown wind"):
+        ResidualQuadVectorEnv(2, scenarios={"wind": "storm"})
+
+
+def test_vector_env_diverging_env_autoresets_alone():
+    """A diverging env ends with the flag, resets next step; the others fly on unchanged."""
+    scen = [{}, {"options": {"velocity": [1e6, 0.0, 0.0]}}, {"wind": "windy"}]
+    env = ResidualQuadVectorEnv(3, scenarios=scen, nthread=1)
+    calm = ResidualQuadVectorEnv(3, scenarios=[scen[0], {}, scen[2]], nthread=1)
+    env.reset(seed=1)
+    calm.reset(seed=1)
+    act = np.zeros((3, 4))
+    o, _, term, _, info = env.step(act)
+    oc = calm.step(act)[0]
+    assert term.tolist() == [False, True, False]
+    assert info["diverged"][1] and info["termination"][1] == "simulation_unstable"
+    o2, r2, term2, _, info2 = env.step(act)
+    assert r2[1] == 0.0 and not term2[1] and info2["t"][1] == 0.0  # reset observation
+    oc2 = calm.step(act)[0]
+    np.testing.assert_array_equal(o[[0, 2]], oc[[0, 2]])
+    np.testing.assert_array_equal(o2[[0, 2]], oc2[[0, 2]])
+
+
+def test_vector_env_sampler_draws_scenarios_at_autoreset():
+    def sampler(rng):
+        return {"payload": float(rng.choice([0.0, 0.25, 0.5])), "wind": "breezy"}
+
+    def run():
+        env = ResidualQuadVectorEnv(2, sampler=sampler, nthread=1, episode_s=0.02)
+        env.reset(seed=4)
+        masses = []
+        for _ in range(6):
+            masses.append(env.step(np.zeros((2, 4)))[4]["payload_kg"].tolist())
+        return masses
+
+    first = run()
+    assert first == run()
+    assert len({m for row in first[1:] for m in row}) > 1
