@@ -488,9 +488,7 @@ def make_batch_controller(
         return factory(context, n_envs, **overrides)
     if name == "ppo":
         return BatchedPPO(make_controller(name, env_or_context, **overrides), n_envs)
-    loop = BatchedLoop(
-        [make_controller(name, env_or_context, **overrides) for _ in range(n_envs)]
-    )
+    loop = BatchedLoop([make_controller(name, env_or_context, **overrides) for _ in range(n_envs)])
     loop.reset_batch()
     return loop
 

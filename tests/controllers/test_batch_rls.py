@@ -50,8 +50,9 @@ def assert_same(batch, singles):
     seed=st.integers(0, 2**16),
 )
 def test_batched_rls_equals_single_rls(p0, forgetting, trace_cap, leak, warmup, seed):
-    cfg = RLSConfig(p0=p0, forgetting=forgetting, trace_cap=trace_cap, leak=leak,
-                    warmup_steps=warmup)
+    cfg = RLSConfig(
+        p0=p0, forgetting=forgetting, trace_cap=trace_cap, leak=leak, warmup_steps=warmup
+    )
     rng = np.random.default_rng(seed)
     steps = 30
     phis = rng.normal(size=(steps, N_ENVS, N))
