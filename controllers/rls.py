@@ -232,6 +232,7 @@ class BatchLastLayerRLS:
     """
 
     _RENORM = LastLayerRLS._RENORM
+    _BLOCK = 16  # envs per block of the rank-1 update (16 × 65 × 65 doubles ≈ 0.5 MB)
 
     def __init__(self, theta0: np.ndarray, n_envs: int, config: RLSConfig | None = None):
         theta0 = np.array(theta0, dtype=float)
@@ -317,7 +318,12 @@ class BatchLastLayerRLS:
         theta += coef[:, None, None] * (g[:, :, None] * e0[:, None, :])
         if c.leak > 0.0:
             theta -= (c.leak * ok)[:, None, None] * (theta - self._theta0)
-        Pt -= coef[:, None, None] * (g[:, :, None] * g[:, None, :])
+        # P̃ −= coef·g·gᵀ in cache-sized blocks of envs: one (N, n, n) temporary would cost
+        # more in memory traffic and page faults than the arithmetic itself
+        gc = coef[:, None] * g
+        for a in range(0, N, self._BLOCK):
+            b = a + self._BLOCK
+            Pt[a:b] -= gc[a:b, :, None] * g[a:b, None, :]
         s_new = s / c.forgetting
         trace = s_new * np.einsum("nii->n", Pt)
         capped = ok & (trace > c.trace_cap)
