@@ -68,16 +68,16 @@ def test_batched_rls_equals_single_rls(p0, forgetting, trace_cap, leak, warmup, 
 
 
 def test_scale_folds_into_p_at_the_same_step():
-    cfg = RLSConfig(p0=0.01, forgetting=0.8, trace_cap=1e100)
+    cfg = RLSConfig(p0=100.0, forgetting=0.95, trace_cap=1e100)
     rng = np.random.default_rng(1)
-    steps = 120  # s grows by 1/0.8 per step: past 1e6 after 83 steps
+    steps = 220  # s grows by 1/0.95 per step: from 100 past 1e6 after 180 steps
     phis = rng.normal(size=(steps, N_ENVS, 3))
     ys = rng.normal(size=(steps, N_ENVS, M))
     masks = np.ones((steps, N_ENVS), dtype=bool)
     batch, singles = run_both(cfg, phis, ys, masks, n=3)
     assert_same(batch, singles)
     assert np.allclose(batch._s, [r._s for r in singles], rtol=1e-12)
-    assert np.all(batch._s < 1e4)  # folded (unfolded it would be 0.01·1.25¹²⁰ ≈ 4e9)
+    assert np.all(batch._s < 1e3)  # folded (unfolded it would be 100·0.95⁻²²⁰ ≈ 8e6)
 
 
 def test_reset_of_one_env_leaves_the_others():
