@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -114,31 +115,54 @@ class InnerLoop:
 
         ``R`` is the current rotation body → world, row-major (9 floats).
         """
-        r00, r01, r02, r10, r11, r12, r20, r21, r22 = R
-        b3x, b3y, b3z = b3
-        # desired attitude: b3, then b1 as close to the heading as b3 allows
-        c, s = math.cos(yaw_des), math.sin(yaw_des)
-        b2x, b2y, b2z = -b3z * s, b3z * c, b3x * s - b3y * c  # b3 × (c, s, 0)
-        n = math.sqrt(b2x * b2x + b2y * b2y + b2z * b2z)
-        b2x, b2y, b2z = b2x / n, b2y / n, b2z / n
-        b1x, b1y, b1z = b2y * b3z - b2z * b3y, b2z * b3x - b2x * b3z, b2x * b3y - b2y * b3x
-        # E = Rdᵀ R, only the entries the error and the rate feed-forward need
-        e01 = b1x * r01 + b1y * r11 + b1z * r21
-        e02 = b1x * r02 + b1y * r12 + b1z * r22
-        e10 = b2x * r00 + b2y * r10 + b2z * r20
-        e12 = b2x * r02 + b2y * r12 + b2z * r22
-        e20 = b3x * r00 + b3y * r10 + b3z * r20
-        e21 = b3x * r01 + b3y * r11 + b3z * r21
-        e22 = b3x * r02 + b3y * r12 + b3z * r22
-        eRx, eRy, eRz = 0.5 * (e21 - e12), 0.5 * (e02 - e20), 0.5 * (e10 - e01)
-        # desired rate Eᵀ (0, 0, ψ̇_d) in the body frame
-        wx, wy, wz = omega_b.tolist()
-        ewx, ewy, ewz = wx - e20 * yaw_rate_des, wy - e21 * yaw_rate_des, wz - e22 * yaw_rate_des
-        Jx, Jy, Jz = self._J
-        kRx, kRy, kRz = self._kR
-        kWx, kWy, kWz = self._kW
-        return (
-            -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy),
-            -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz),
-            -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx),
+        return geometric_torque(
+            math, R, omega_b.tolist(), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
         )
+
+
+def geometric_torque(
+    xp: Any,
+    R: Sequence[Any],
+    omega_b: Sequence[Any],
+    b3: Sequence[Any],
+    yaw_des: Any,
+    yaw_rate_des: Any,
+    J: Sequence[float],
+    k_R: Sequence[float],
+    k_W: Sequence[float],
+) -> tuple[Any, Any, Any]:
+    """Geometric PD torque (N·m, body), the one formula of the single and the batched inner loop.
+
+    ``xp`` is :mod:`math` for one vehicle (every argument a Python float: ``R`` the 9 entries of
+    body → world row-major, ``omega_b`` rad/s body, ``b3`` the desired body z axis, world) or
+    :mod:`numpy` for a batch (every entry an array of shape (N,)). The arithmetic is written once,
+    so both paths evaluate the same expressions in the same order.
+    """
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = R
+    b3x, b3y, b3z = b3
+    # desired attitude: b3, then b1 as close to the heading as b3 allows
+    c, s = xp.cos(yaw_des), xp.sin(yaw_des)
+    b2x, b2y, b2z = -b3z * s, b3z * c, b3x * s - b3y * c  # b3 × (c, s, 0)
+    n = xp.sqrt(b2x * b2x + b2y * b2y + b2z * b2z)
+    b2x, b2y, b2z = b2x / n, b2y / n, b2z / n
+    b1x, b1y, b1z = b2y * b3z - b2z * b3y, b2z * b3x - b2x * b3z, b2x * b3y - b2y * b3x
+    # E = Rdᵀ R, only the entries the error and the rate feed-forward need
+    e01 = b1x * r01 + b1y * r11 + b1z * r21
+    e02 = b1x * r02 + b1y * r12 + b1z * r22
+    e10 = b2x * r00 + b2y * r10 + b2z * r20
+    e12 = b2x * r02 + b2y * r12 + b2z * r22
+    e20 = b3x * r00 + b3y * r10 + b3z * r20
+    e21 = b3x * r01 + b3y * r11 + b3z * r21
+    e22 = b3x * r02 + b3y * r12 + b3z * r22
+    eRx, eRy, eRz = 0.5 * (e21 - e12), 0.5 * (e02 - e20), 0.5 * (e10 - e01)
+    # desired rate Eᵀ (0, 0, ψ̇_d) in the body frame
+    wx, wy, wz = omega_b
+    ewx, ewy, ewz = wx - e20 * yaw_rate_des, wy - e21 * yaw_rate_des, wz - e22 * yaw_rate_des
+    Jx, Jy, Jz = J
+    kRx, kRy, kRz = k_R
+    kWx, kWy, kWz = k_W
+    return (
+        -kRx * eRx - kWx * ewx + (wy * Jz * wz - wz * Jy * wy),
+        -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz),
+        -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx),
+    )

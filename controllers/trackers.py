@@ -19,6 +19,33 @@ DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δ
 DEFAULT_KD = 8.0  # 1/s, velocity gain
 
 
+def outer_accel(
+    ref_acc: np.ndarray, e_p: np.ndarray, e_v: np.ndarray, kp: float, kd: float
+) -> np.ndarray:
+    """Desired acceleration (world, m/s²): feed-forward plus PD on ``ref − state`` (m, m/s);
+    shapes (3,) or (N, 3) — one formula for the single and the batched trackers."""
+    return ref_acc + kp * e_p + kd * e_v
+
+
+def pid_integral_step(
+    integral: np.ndarray,
+    e_p: np.ndarray,
+    dt: float,
+    saturated: bool | np.ndarray,
+    i_max: float,
+) -> np.ndarray:
+    """The PID's integral (m·s) after one period: ``∫ += e_p·dt`` unless the inner loop saturated
+    on the previous step and the step would grow the integral, then clipped to ``±i_max``.
+
+    ``integral`` and ``e_p`` are (3,) with ``saturated`` a bool, or (N, 3) with ``saturated`` a
+    bool array of shape (N, 1) (one flag per env) — one formula for both trackers.
+    """
+    step = e_p * dt
+    if saturated is True or (saturated is not False and bool(np.any(saturated))):
+        step = np.where(np.logical_and(saturated, step * integral > 0.0), 0.0, step)
+    return np.clip(integral + step, -i_max, i_max)
+
+
 class Tracker:
     """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
 
@@ -59,7 +86,7 @@ class Tracker:
     # -- hooks ---------------------------------------------------------------------------------
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
         """Outer loop: desired acceleration (world, m/s²) from the errors ``ref − state``."""
-        return obs[L.ref_acc] + self.kp * e_p + self.kd * e_v
+        return outer_accel(obs[L.ref_acc], e_p, e_v, self.kp, self.kd)
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         """Estimated residual acceleration Δâ (world, m/s²) to cancel by feed-forward."""
@@ -111,8 +138,7 @@ class PIDTracker(Tracker):
         self.integral = np.zeros(3)  # m·s
 
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
-        step = e_p * self.dt
-        if self.inner.saturated:
-            step = np.where(step * self.integral > 0.0, 0.0, step)
-        self.integral = np.clip(self.integral + step, -self.i_max, self.i_max)
+        self.integral = pid_integral_step(
+            self.integral, e_p, self.dt, self.inner.saturated, self.i_max
+        )
         return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral

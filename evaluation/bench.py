@@ -17,6 +17,7 @@ SECTIONS: dict[str, str] = {
     "residual": "residual_quad.evaluation.bench_residual:run",
     "hlsp": "residual_quad.evaluation.bench_hlsp:run",
     "hnewton": "residual_quad.evaluation.bench_hnewton:run",
+    "controllers": "residual_quad.evaluation.bench_batch:run",
 }
 
 

@@ -35,11 +35,14 @@ from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.features import (
     features_from_obs,
+    features_from_obs_batch,
     imu_residual,
+    imu_residual_batch,
     measured_residual,
+    measured_residual_batch,
 )
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, load_network
-from residual_quad.controllers.rls import LastLayerRLS
+from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
 
 
@@ -210,3 +213,158 @@ class ResidualEstimator:
                 self._y_f += a * (y - self._y_f)
             phi, y = self._phi_f, self._y_f
         self.rls.update(phi, y)
+
+
+class BatchResidualEstimator:
+    """:class:`ResidualEstimator` for N independent envs, vectorized over the batch.
+
+    Per-env state: the previous observation, rotation and regressor, the low-pass filters, the
+    RLS (:class:`BatchLastLayerRLS`: θ, P, warm-up counters), the rejection and non-finite
+    counters and the warm-up end step (``-1`` while not reached). Every rule of the single
+    estimator holds per env (rejection of implausible or non-finite measurements, the warm-up,
+    the non-finite fallback); :meth:`reset` takes an env index so that one env can autoreset.
+
+    Args: as :class:`ResidualEstimator`, plus ``n_envs``.
+    """
+
+    def __init__(
+        self,
+        context: ControlContext,
+        config: ResidualConfig,
+        n_envs: int,
+        network: ResidualMLP | None = None,
+        *,
+        learn: bool = True,
+    ):
+        self.config = config
+        self.n_envs = N = int(n_envs)
+        self.mass = context.airframe.mass  # kg, nominal
+        self.gravity = context.airframe.gravity  # m/s²
+        self.dt = context.control_dt  # s
+        net = network.copy() if network is not None else load_network(config.weights)
+        self.net = FastMLP(net)  # shared weights below the last layer (never written)
+        self.network_metadata: dict[str, Any] = dict(net.metadata)
+        self.rls = BatchLastLayerRLS(self.net.theta0, N, config.rls) if learn else None
+        self._theta0 = np.broadcast_to(self.net.theta0, (N, *self.net.theta0.shape))
+        n = self.net.phi.size
+        self._prev_obs = np.zeros((N, OBS_DIM))
+        self._prev_R = np.zeros((N, 3, 3))
+        self._prev_phi = np.zeros((N, n))
+        self._phi_f = np.zeros((N, n))
+        self._y_f = np.zeros((N, 3))
+        self.last_estimate = np.zeros((N, 3))  # m/s², world
+        self.last_a_eff = np.zeros((N, 3))  # m/s², world
+        self.last_measured = np.zeros((N, 3))  # m/s², world
+        self.last_prediction_error = np.zeros((N, 3))  # m/s², world
+        self.steps = np.zeros(N, dtype=np.int64)
+        self.nonfinite_estimates = np.zeros(N, dtype=np.int64)
+        self._rejected = np.zeros(N, dtype=np.int64)
+        self._est_ok = np.ones(N, dtype=bool)
+        self._have_prev = np.zeros(N, dtype=bool)
+        self.warmup_end_step = np.full(N, -1, dtype=np.int64)
+        self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
+        self.reset()
+
+    def reset(self, index: int | slice = slice(None)) -> None:
+        """Back to the offline network and the RLS prior for the envs ``index`` (default: all)."""
+        for buf in (
+            self.last_estimate,
+            self.last_a_eff,
+            self.last_measured,
+            self.last_prediction_error,
+            self._prev_obs,
+            self._prev_phi,
+            self._phi_f,
+            self._y_f,
+        ):
+            buf[index] = 0.0
+        self._prev_R[index] = np.eye(3)
+        self.steps[index] = 0
+        self.nonfinite_estimates[index] = 0
+        self._rejected[index] = 0
+        self._est_ok[index] = True
+        self._have_prev[index] = False
+        self.warmup_end_step[index] = -1
+        if self.rls is not None:
+            self.rls.reset(index)
+            if self.config.rls.warmup_steps == 0:
+                self.warmup_end_step[index] = 0
+
+    @property
+    def rejected_updates(self) -> np.ndarray:
+        """(N,) RLS updates skipped since each env's reset (zeros without learning)."""
+        if self.rls is None:
+            return np.zeros(self.n_envs, dtype=np.int64)
+        return self._rejected + self.rls.rejected
+
+    def estimate(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        """``Δâ`` (N, 3) (world, m/s²) for observations ``obs`` (N, 36) with rotations ``R``
+        (N, 3, 3) and commands ``a_cmd`` (N, 3) (world, m/s², before the compensation)."""
+        x = features_from_obs_batch(obs, R, self.last_a_eff, self.mass)
+        phi = self.net.hidden_batch(x)
+        if self.rls is None:
+            est_b = self.net.output_batch(phi, self._theta0)
+            return self._applied(np.einsum("nij,nj->ni", R, est_b), a_cmd)
+        have = self._have_prev
+        if have.any():
+            self._learn(obs, R, have)
+            reached = have & (self.warmup_end_step < 0) & self.rls.warmup_done
+            self.warmup_end_step[reached] = self.steps[reached]
+        est = np.einsum("nij,nj->ni", R, self.net.output_batch(phi, self.rls.applied))
+        self._prev_phi[...] = phi
+        self._prev_obs[...] = obs
+        self._prev_R[...] = R
+        self._have_prev[...] = True
+        return self._applied(est, a_cmd)
+
+    def _applied(self, est: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        """As :meth:`ResidualEstimator._applied`, per env."""
+        a_eff = a_cmd - est
+        self._est_ok[...] = True
+        bad = ~np.isfinite(a_eff.sum(axis=1))
+        if bad.any():
+            est_bad = bad & ~np.all(np.isfinite(est), axis=1)
+            self.nonfinite_estimates += est_bad
+            self._est_ok[est_bad] = False
+            est = np.where(est_bad[:, None], 0.0, est)
+            a_eff = np.where(est_bad[:, None], a_cmd, a_eff)
+            a_eff = np.where(np.all(np.isfinite(a_eff), axis=1)[:, None], a_eff, 0.0)
+        self.last_estimate = est
+        self.last_a_eff = a_eff
+        self.steps += 1
+        return est
+
+    def _learn(self, obs: np.ndarray, R: np.ndarray, have: np.ndarray) -> None:
+        """As :meth:`ResidualEstimator._learn`, for the envs in ``have`` (N,) bool."""
+        assert self.rls is not None
+        if self.config.measurement.source == "velocity":
+            meas_w = measured_residual_batch(self._prev_obs, obs, self.dt, self.mass, self.gravity)
+        else:
+            meas_w = np.einsum("nij,nj->ni", R, imu_residual_batch(obs, self.mass))
+        sq = np.einsum("ni,ni->n", meas_w, meas_w)
+        ok = have & (sq <= self._max_residual_sq) & self._est_ok  # NaN fails the comparison
+        self._rejected += have & ~ok
+        if not ok.any():
+            return
+        okc = ok[:, None]
+        meas_b = np.einsum("ni,nij->nj", meas_w, self._prev_R)  # R₀ᵀ Δa
+        phi = self._prev_phi
+        self.last_measured = np.where(okc, meas_w, self.last_measured)
+        self.last_prediction_error = np.where(
+            okc, meas_w - self.last_estimate, self.last_prediction_error
+        )
+        net = self.net
+        y = (meas_b - net.y_mean) * (1.0 / net.scale)
+        tau = self.config.measurement.lowpass_tau
+        if tau > 0.0:
+            a = self.dt / (tau + self.dt)
+            first = (ok & (self.rls.steps == 0))[:, None]
+            rest = okc & ~first
+            self._phi_f[...] = np.where(
+                first, phi, np.where(rest, self._phi_f + a * (phi - self._phi_f), self._phi_f)
+            )
+            self._y_f[...] = np.where(
+                first, y, np.where(rest, self._y_f + a * (y - self._y_f), self._y_f)
+            )
+            phi, y = self._phi_f, self._y_f
+        self.rls.update(phi, y, ok)

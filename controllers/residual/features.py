@@ -129,3 +129,44 @@ def imu_residual(obs: np.ndarray, mass: float) -> np.ndarray:
     out = np.array(obs[L.imu], dtype=float)
     out[2] -= total_thrust(obs) / mass
     return out
+
+
+# ----------------------------------------------------------------------------- batches (N envs)
+def total_thrust_batch(obs: np.ndarray) -> np.ndarray:
+    """Σ rotor thrust (N) of each row of ``obs`` (N, 36), summed in rotor order like
+    :func:`total_thrust`."""
+    return ((obs[:, L.thrust0] + obs[:, L.thrust1]) + obs[:, L.thrust2]) + obs[:, L.thrust3]
+
+
+def features_from_obs_batch(
+    obs: np.ndarray, R: np.ndarray, last_a_cmd: np.ndarray, mass: float
+) -> np.ndarray:
+    """:func:`features_from_obs` of each row: ``obs`` (N, 36), ``R`` (N, 3, 3) body → world,
+    ``last_a_cmd`` (N, 3) world m/s²; returns (N, 14)."""
+    n = obs.shape[0]
+    f = np.empty((n, N_FEATURES))
+    v_b = np.einsum("ni,nij->nj", obs[:, L.vel], R)  # Rᵀ v per env
+    vx, vy, vz = v_b[:, 0], v_b[:, 1], v_b[:, 2]
+    s_h = np.sqrt(vx * vx + vy * vy)
+    f[:, 0:3] = v_b
+    f[:, 3], f[:, 4], f[:, 5] = vx * s_h, vy * s_h, vz * np.abs(vz)
+    f[:, 6:9] = np.einsum("ni,nij->nj", last_a_cmd, R)
+    f[:, 9:12] = obs[:, L.omega_b]
+    f[:, 12] = obs[:, L.z]
+    f[:, 13] = total_thrust_batch(obs) / mass
+    return f
+
+
+def measured_residual_batch(
+    prev_obs: np.ndarray, obs: np.ndarray, dt: float, mass: float, gravity: float
+) -> np.ndarray:
+    """:func:`measured_residual` of each row (N, 36) → (N, 3): the env's own formula applied to
+    the transposed batch (every entry a row of N values), so the bits are the same."""
+    return period_residual(prev_obs.T, obs.T, dt, mass, gravity).T
+
+
+def imu_residual_batch(obs: np.ndarray, mass: float) -> np.ndarray:
+    """:func:`imu_residual` of each row (N, 36) → (N, 3), body frame, m/s²."""
+    out = np.array(obs[:, L.imu], dtype=float)
+    out[:, 2] -= total_thrust_batch(obs) / mass
+    return out

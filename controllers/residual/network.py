@@ -399,6 +399,22 @@ class FastMLP:
         """Prediction (m/s², body frame) for raw features ``x`` (14,)."""
         return self.output(self.hidden(x))
 
+    # -- batches of N envs -----------------------------------------------------------------------
+    def hidden_batch(self, X: np.ndarray) -> np.ndarray:
+        """Regressors ``[h_last, 1]`` (N, hidden + 1) for raw features ``X`` (N, 14): the same
+        augmented weights as :meth:`hidden`, one matrix product per layer for the whole batch."""
+        ones = np.ones((X.shape[0], 1))
+        h = X
+        for W in self.Ws:
+            h = np.tanh(np.concatenate((h, ones), axis=1) @ W)
+        return np.concatenate((h, ones), axis=1)
+
+    def output_batch(self, phi: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """Predictions (N, 3) (m/s², body frame) for regressors ``phi`` (N, hidden + 1) and one
+        last layer per env ``theta`` (N, hidden + 1, 3), clipped like :meth:`output`."""
+        z = np.einsum("ni,nij->nj", phi, theta)
+        return np.clip(self.y_mean + self.scale * z, -self.clip, self.clip)
+
 
 def load_network(spec: str | Path | None, *, seed: int = 0) -> ResidualMLP:
     """The network named by a config's ``weights``.

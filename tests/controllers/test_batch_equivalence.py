@@ -1,0 +1,105 @@
+"""Batched controllers equal N single controllers fed the same closed-loop observations.
+
+N single ``ResidualQuad-v0`` envs with different payloads, winds and trajectories are stacked
+into an (N, 36) batch and stepped with the batched actions; N single controllers see the same
+observations. Every action must agree to 1e-9, also across an autoreset of one env (a crashed
+flight, or a forced reset halfway) and with the RLS settings that exercise the low-pass filter,
+the velocity measurement, the leak and the trace cap. (An RLS without an effective trace cap
+amplifies rounding like ``λ⁻ᵏ`` in its unexcited directions — any two float implementations part
+ways there, so the fold of the scale into P is checked on well-excited data in
+``test_batch_rls.py``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from residual_quad.controllers import make_controller
+from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+TOL = 1e-9
+SCENARIOS = (
+    ("none", "calm", "hover"),
+    ("heavy", "windy", "helix"),
+    ("extra", "breezy", "figure8"),
+    ("light", "windy", "hover"),
+)
+
+
+def fly_side_by_side(name, steps=300, reset_at=150, **overrides):
+    """Closed loop on the batched actions; returns the worst action difference, the batch, the
+    singles and the number of autoresets."""
+    envs = [ResidualQuadEnv(payload=p, wind=w, trajectory=t) for p, w, t in SCENARIOS]
+    n = len(envs)
+    batch = make_batch_controller(name, n, **overrides)
+    singles = [make_controller(name, **overrides) for _ in range(n)]
+    seeds = list(range(n))
+    batch.reset_batch(seeds)
+    for c, s in zip(singles, seeds, strict=True):
+        c.reset(s)
+    obs = np.stack([e.reset(seed=s)[0] for e, s in zip(envs, seeds, strict=True)])
+    worst, resets, next_seed = 0.0, 0, 100
+    for k in range(steps):
+        actions = batch.policy_batch(obs)
+        expected = np.stack([c.policy(o) for c, o in zip(singles, obs, strict=True)])
+        worst = max(worst, float(np.abs(actions - expected).max()))
+        for i, env in enumerate(envs):
+            o, _, terminated, truncated, _ = env.step(actions[i])
+            if terminated or truncated or (k == reset_at and i == 2):
+                o, _ = env.reset(seed=next_seed)  # autoreset of env i only
+                batch.reset_env(i, next_seed)
+                singles[i].reset(next_seed)
+                next_seed += 1
+                resets += 1
+            obs[i] = o
+    for env in envs:
+        env.close()
+    return worst, batch, singles, resets
+
+
+@pytest.mark.parametrize("name", ["pid", "geo", "geo_res", "geo_rls"])
+def test_batched_actions_equal_single_controllers(name):
+    worst, batch, singles, resets = fly_side_by_side(name)
+    assert resets >= 1
+    assert worst <= TOL
+    if name == "pid":
+        integrals = np.stack([c.integral for c in singles])
+        assert np.abs(batch.integral - integrals).max() <= TOL
+        assert np.any(integrals != 0.0)
+    if name == "geo_rls":
+        est = batch.estimator
+        theta = np.stack([c.rls.theta for c in singles])
+        assert np.abs(est.rls.theta - theta).max() <= TOL
+        assert np.any(theta != singles[0].rls.theta0)  # it learned
+        assert est.rls.steps.tolist() == [c.rls.steps for c in singles]
+        assert est.steps.tolist() == [c.steps for c in singles]
+        ends = [-1 if c.warmup_end_step is None else c.warmup_end_step for c in singles]
+        assert est.warmup_end_step.tolist() == ends
+        P = np.stack([c.rls.P for c in singles])
+        assert np.abs(est.rls.P - P).max() <= TOL * max(1.0, np.abs(P).max())
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"measurement": {"source": "velocity", "lowpass_tau": 0.05}},
+        {"rls": {"trace_cap": 1.0, "leak": 0.01, "warmup_steps": 0}},
+        {"rls": {"forgetting": 0.95, "p0": 0.1, "trace_cap": 10.0, "warmup_steps": 10}},
+    ],
+    ids=["velocity-lowpass", "cap-leak-no-warmup", "short-memory"],
+)
+def test_batched_rls_settings_equal_single(overrides):
+    worst, batch, singles, _ = fly_side_by_side("geo_rls", steps=200, reset_at=80, **overrides)
+    assert worst <= TOL
+    rls = batch.estimator.rls
+    assert rls.cap_hits.tolist() == [c.rls.cap_hits for c in singles]
+    assert batch.estimator.rejected_updates.tolist() == [c.rejected_updates for c in singles]
+    assert np.abs(rls.theta - np.stack([c.rls.theta for c in singles])).max() <= TOL
+
+
+def test_fallback_loop_equals_single_hnewton():
+    worst, batch, _, _ = fly_side_by_side("hnewton", steps=60, reset_at=30)
+    assert isinstance(batch, BatchedLoop)
+    assert worst == 0.0

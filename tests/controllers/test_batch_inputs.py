@@ -1,0 +1,149 @@
+"""Batched controllers: bad input names the env index, resets are per env, the entry point
+picks the vectorized path or the loop, and PPO batches its forward pass."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from residual_quad.controllers import make_controller, register_controller
+from residual_quad.controllers.base import _REGISTRY
+from residual_quad.controllers.batch import (
+    BatchController,
+    BatchedLoop,
+    BatchGeoTracker,
+    BatchPIDTracker,
+    BatchRLSGeoTracker,
+    make_batch_controller,
+    vectorized_controllers,
+)
+from residual_quad.envs.observation import ObsLayout as L
+
+N = 4
+
+
+def hover_obs(n=N, seed=0):
+    """n hover-like observations with small random errors (m, m/s, rad/s)."""
+    rng = np.random.default_rng(seed)
+    obs = np.zeros((n, 36))
+    obs[:, L.rot] = np.eye(3).ravel()
+    obs[:, L.pos] = [0.0, 0.0, 1.5] + 0.1 * rng.normal(size=(n, 3))
+    obs[:, L.vel] = 0.2 * rng.normal(size=(n, 3))
+    obs[:, L.omega_b] = 0.1 * rng.normal(size=(n, 3))
+    obs[:, L.ref_pos] = [0.0, 0.0, 1.5]
+    obs[:, L.thrusts] = 0.95 * 9.81 / 4
+    obs[:, L.imu] = [0.0, 0.0, 9.81]
+    return obs
+
+
+@pytest.mark.parametrize("name", ["pid", "geo", "geo_res", "geo_rls", "hnewton"])
+def test_bad_batches_name_the_env_index(name):
+    ctrl = make_batch_controller(name, N)
+    obs = hover_obs()
+    for shape in ((N - 1, 36), (N, 35), (36,), (N, 36, 1)):
+        with pytest.raises(ValueError, match=rf"shape \({N}, 36\)"):
+            ctrl.policy_batch(np.zeros(shape))
+    for value in (np.nan, np.inf, -np.inf):
+        bad = obs.copy()
+        bad[2, L.vel.start] = value
+        with pytest.raises(ValueError, match="non-finite .* env index 2"):
+            ctrl.policy_batch(bad)
+    with pytest.raises(ValueError, match="4 seeds"):
+        ctrl.reset_batch([0, 1])
+    with pytest.raises(ValueError, match="env index 4 is out of range"):
+        ctrl.reset_env(4)
+    with pytest.raises(ValueError, match="seed of env index 1"):
+        ctrl.reset_batch([0, 1.5, 2, 3])
+    assert ctrl.policy_batch(obs).shape == (N, 4)  # a refused batch changed nothing usable
+
+
+def test_bad_names_and_sizes_list_valid_choices():
+    with pytest.raises(ValueError, match="valid choices: .*geo_rls"):
+        make_batch_controller("lqr", N)
+    for n in (0, -1, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="n_envs"):
+            make_batch_controller("geo", n)
+
+
+def test_entry_point_picks_vectorized_or_loop():
+    assert isinstance(make_batch_controller("geo", N), BatchGeoTracker)
+    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchPIDTracker)
+    ctrl = make_batch_controller("geo_rls", N, p0=0.05)
+    assert isinstance(ctrl, BatchRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
+    loop = make_batch_controller("hnewton_rls", 2)
+    assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
+    assert loop.controllers[0] is not loop.controllers[1]
+    for c in (ctrl, loop):
+        assert isinstance(c, BatchController)
+    assert {"pid", "geo", "geo_res", "geo_rls"} <= set(vectorized_controllers())
+
+
+def test_a_user_controller_runs_in_the_loop():
+    class Constant:
+        action_mode = "rotor"
+
+        def __init__(self, context, level=0.1):
+            self.level, self.calls = level, 0
+
+        def reset(self, seed=None):
+            self.calls = 0
+
+        def policy(self, obs):
+            self.calls += 1
+            return np.full(4, self.level * self.calls)
+
+    register_controller("const_batch_test", Constant)
+    try:
+        ctrl = make_batch_controller("const_batch_test", 3, level=0.2)
+        obs = hover_obs(3)
+        ctrl.policy_batch(obs)
+        ctrl.reset_env(1)
+        out = ctrl.policy_batch(obs)
+        assert np.allclose(out[:, 0], [0.4, 0.2, 0.4])
+    finally:
+        _REGISTRY.pop("const_batch_test")
+
+
+@pytest.mark.parametrize("name", ["pid", "geo_rls"])
+def test_reset_env_resets_only_that_env(name):
+    obs = hover_obs(seed=3)
+    a = make_batch_controller(name, N)
+    b = make_batch_controller(name, N)
+    for k in range(30):
+        step = obs + 0.001 * k
+        a.policy_batch(step)
+        b.policy_batch(step)
+    a.reset_env(1, seed=5)
+    fresh = make_batch_controller(name, N)
+    nxt = obs + 0.5
+    out_a, out_b, out_f = a.policy_batch(nxt), b.policy_batch(nxt), fresh.policy_batch(nxt)
+    assert np.array_equal(out_a[[0, 2, 3]], out_b[[0, 2, 3]])
+    assert np.array_equal(out_a[1], out_f[1])
+    assert not np.array_equal(out_a[1], out_b[1])
+    a.reset_batch([0, 1, 2, 3])
+    assert np.array_equal(a.policy_batch(nxt), out_f)
+
+
+def test_batch_of_one_equals_the_single_controller_bit_for_bit_for_geo():
+    obs = hover_obs(8, seed=4)
+    single = make_controller("geo")
+    batch = make_batch_controller("geo", 8)
+    expected = np.stack([single.policy(o) for o in obs])
+    assert np.array_equal(batch.policy_batch(obs), expected)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="rl extra")
+def test_ppo_batches_its_forward_pass():
+    obs = hover_obs(3, seed=6)
+    batch = make_batch_controller("ppo", 3)
+    singles = [make_controller("ppo") for _ in range(3)]
+    for k in range(3):
+        step = obs + 0.01 * k
+        expected = np.stack([c.policy(o) for c, o in zip(singles, step, strict=True)])
+        assert np.allclose(batch.policy_batch(step), expected, atol=1e-5)
+    batch.reset_env(0)
+    singles[0].reset()
+    expected = np.stack([c.policy(o) for c, o in zip(singles, obs, strict=True)])
+    assert np.allclose(batch.policy_batch(obs), expected, atol=1e-5)
