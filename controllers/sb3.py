@@ -272,6 +272,11 @@ class SB3Policy:
         self.context = context or ControlContext()
         self.path = _existing(path, "policy")
         data, hints = _read_archive(self.path)
+        if "feature_version" in hints:
+            raise SB3PolicyError(
+                f"{self.path} is a residual-quad PPO policy file (its own features, frozen "
+                "normalization and action hold): fly it with the 'ppo' controller"
+            )
         if algo is None:
             self.algo = detect_algorithm(data, self.path)
         elif isinstance(algo, str) and algo.upper() in ALGORITHMS:
@@ -288,7 +293,7 @@ class SB3Policy:
                 f"cannot load {self.path} as a stable-baselines3 {self.algo} model: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-        self._check_spaces(obs_dim, hints)
+        self._check_spaces(obs_dim)
         if not all(bool(p.isfinite().all()) for p in self.model.policy.parameters()):
             raise SB3PolicyError(f"{self.path}: the policy network has non-finite parameters")
         self.normalizer = load_vecnormalize(vecnormalize, obs_dim) if vecnormalize else None
@@ -309,16 +314,16 @@ class SB3Policy:
             )
         return option or hint or "rotor"
 
-    def _check_spaces(self, obs_dim: int, hints: dict[str, Any]) -> None:
+    def _check_spaces(self, obs_dim: int) -> None:
         """Refuse a policy trained on other observation or action spaces, naming the file."""
         gym_spaces = importlib.import_module("gymnasium.spaces")
         obs_space, act_space = self.model.observation_space, self.model.action_space
-        expected = f"Box(({obs_dim},)) observations ({self.observation!r})"
+        raw = self.observation == "raw"
+        what = "the raw ResidualQuad-v0 observation" if raw else "ppo_features"
+        expected = f"{what}, a Box of shape ({obs_dim},)"
         if not isinstance(obs_space, gym_spaces.Box) or obs_space.shape != (obs_dim,):
             note = ""
-            if "feature_version" in hints:
-                note = "; it is a residual-quad PPO policy file: fly it with the 'ppo' controller"
-            elif isinstance(obs_space, gym_spaces.Box) and obs_space.shape == (FEATURE_DIM,):
+            if isinstance(obs_space, gym_spaces.Box) and obs_space.shape == (FEATURE_DIM,):
                 note = "; trained on ppo_features? add observation=ppo_features"
             raise SB3PolicyError(
                 f"{self.path} was trained on observation space {obs_space}, the sb3 controller "

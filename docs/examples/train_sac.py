@@ -1,4 +1,4 @@
-"""Train a stable-baselines3 SAC on ``ResidualQuad-v0`` (hover, calm) and save it for ``rquad eval``.
+"""Train a stable-baselines3 SAC on ``ResidualQuad-v0`` (hover, calm); save it for ``rquad eval``.
 
 A user script, not part of the package: any SB3 algorithm trained on the env as it is (the raw
 36-entry observation, the ``rotor`` action Box(-1, 1, (4,))) flies through the ``sb3``
