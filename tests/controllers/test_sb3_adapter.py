@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -66,8 +67,9 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def zips(tmp_path_factory) -> dict[str, Path]:
+def zips(tmp_path_factory) -> Iterator[dict[str, Path]]:
     """One fresh model per algorithm, built on ``ResidualQuad-v0`` and saved."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     folder = tmp_path_factory.mktemp("sb3")
     env = gym.make("ResidualQuad-v0", **ENV_KWARGS)
@@ -77,7 +79,8 @@ def zips(tmp_path_factory) -> dict[str, Path]:
         out[algo] = folder / f"{algo.lower()}.zip"
         model.save(out[algo])
     env.close()
-    return out
+    yield out
+    torch.set_num_threads(threads)  # leave the process as found
 
 
 @pytest.mark.parametrize("algo", ALGORITHMS)
