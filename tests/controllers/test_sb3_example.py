@@ -56,4 +56,4 @@ def test_train_sac_example_then_evaluate_it(tmp_path):
     # RMSE, max error (– when a crash ends the flight before 3 s), cost, diverged, wall time
     rmse, max_err, cost, diverged, wall = rows[0].split()[-5:]
     assert all(v == UNDEFINED or float(v) >= 0 for v in (rmse, max_err))
-    assert float(cost) > 0 and float(wall) > 0 and diverged
+    assert float(cost) > 0 and float(wall) >= 0 and diverged
