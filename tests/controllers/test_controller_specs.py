@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers import ControlContext, make_controller, register_controller
-from residual_quad.controllers.base import _REGISTRY
+from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.specs import (
     ControllerEntry,
     parse_spec,
@@ -104,20 +103,10 @@ def test_the_hnewton_method_suffix_is_unchanged():
 
 
 def test_the_sb3_form_maps_to_path_vecnormalize_and_algo():
-    fake = "rq_fake_sb3_registered_only_for_parsing"
-    register_controller("sb3", fake)  # the adapter is another module's; only the name matters
-    try:
-        spec = parse_spec("sb3:runs/sac.zip,vecnormalize=runs/vn.pkl,algo=SAC")
-        assert spec.target == "sb3"
-        assert spec.options == {
-            "path": "runs/sac.zip",
-            "vecnormalize": "runs/vn.pkl",
-            "algo": "SAC",
-        }
-        assert split_specs("sb3:m.zip,algo=SAC,geo") == ["sb3:m.zip,algo=SAC", "geo"]
-    finally:
-        if _REGISTRY.get("sb3") == fake:
-            del _REGISTRY["sb3"]
+    spec = parse_spec("sb3:runs/sac.zip,vecnormalize=runs/vn.pkl,algo=SAC")
+    assert spec.target == "sb3"
+    assert spec.options == {"path": "runs/sac.zip", "vecnormalize": "runs/vn.pkl", "algo": "SAC"}
+    assert split_specs("sb3:m.zip,algo=SAC,geo") == ["sb3:m.zip,algo=SAC", "geo"]
 
 
 def test_cli_lists_split_options_from_specs():

@@ -46,8 +46,6 @@ def test_train_sac_example_then_evaluate_it(tmp_path):
         text=True,
         timeout=300,
     )
-    if done.returncode == 2 and "unknown controller" in done.stderr:
-        pytest.skip("spec parser not merged")  # `--controller sb3:PATH` needs the spec parser
     assert done.returncode == 0, done.stderr[-2000:]
     table = done.stdout.splitlines()
     rows = table[[i for i, line in enumerate(table) if set(line) == {"-"}][0] + 1 :]
