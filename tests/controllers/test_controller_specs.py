@@ -235,3 +235,12 @@ def test_the_user_module_is_imported_in_a_fresh_process(user_module):
 def test_control_context_reaches_a_user_factory(user_module):
     ctx = ControlContext(control_dt=0.02)
     assert make_controller("rq_user_ctrl:make", ctx).dt == 0.02
+
+
+def test_demo_flies_extra_specs_beside_the_source_trackers(capsys):
+    from residual_quad.cli import main
+
+    assert main(["demo", "--controller", "geo:kp=15", "--episode-s", "3.5"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines()[3:] if line.strip()]
+    assert rows == ["pid", "geo", "geo_res", "geo_rls", "geo:kp=15"]

@@ -157,7 +157,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, list(SOURCE_TRACKERS)))
+    _print(args, _fly(args, list(SOURCE_TRACKERS) + list(args.controller or [])))
     return 0
 
 
@@ -209,5 +209,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("demo", help="pid, geo, geo_res, geo_rls: extra payload, windy, helix")
+    p.add_argument(
+        "--controller",
+        "--controllers",
+        dest="controller",
+        type=spec_list,
+        default=None,
+        help="controller specs to fly beside the four source trackers (e.g. my_pkg.ctrl:Make)",
+    )
+    add_list_controllers(p)
     _scenario_args(p, "extra", "windy", "helix")
     p.set_defaults(func=_cmd_demo)
