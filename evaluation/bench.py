@@ -18,6 +18,7 @@ SECTIONS: dict[str, str] = {
     "hlsp": "residual_quad.evaluation.bench_hlsp:run",
     "hnewton": "residual_quad.evaluation.bench_hnewton:run",
     "controllers": "residual_quad.evaluation.bench_batch:run",
+    "vector": "residual_quad.evaluation.bench_vector:run",
 }
 
 
