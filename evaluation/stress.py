@@ -30,13 +30,19 @@ from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
     normalized_entries,
-    parse_spec,
     resolve_entries,
 )
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
 from residual_quad.episode import RunSpec, build_controller, fly, parse_label  # noqa: F401 (re-exported)
-from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand, run_one, run_rows
+from residual_quad.evaluation.sweep import (
+    SERIES_DIR,
+    ControllerLabels,
+    SweepConfig,
+    expand,
+    run_one,
+    run_rows,
+)
 from residual_quad.parallel import Job
 
 GROUPS = ("yaw", "envelope", "gust")
@@ -146,7 +152,7 @@ class StressScenario:
 
 
 @dataclass
-class StressConfig:
+class StressConfig(ControllerLabels):
     """The stress set: controllers × scenarios × seeds."""
 
     #: compact specs or ``{spec, options, label}`` mappings, as in a sweep config
@@ -188,16 +194,6 @@ class StressConfig:
                 if v in seen:
                     raise ValueError(f"{what}: {v!r} is listed twice; every entry must be unique")
                 seen.add(v)
-
-    @property
-    def labels(self) -> list[str]:
-        """The run label of every controller entry, in config order."""
-        return list(self._specs)
-
-    def controller_spec(self, label: str) -> ControllerSpec:
-        """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
-        spec = self.__dict__.get("_specs", {}).get(label)
-        return spec if spec is not None else parse_spec(label)
 
 
 def stress_row(

@@ -71,8 +71,23 @@ MATRIX_ENV_KEYS = (
 )
 
 
+class ControllerLabels:
+    """The run labels of a config's ``controllers`` entries and their resolved specs (a config
+    sets ``self._specs``, label → spec, when it validates its entries)."""
+
+    @property
+    def labels(self) -> list[str]:
+        """The run label of every controller entry, in config order."""
+        return list(self._specs)
+
+    def controller_spec(self, label: str) -> ControllerSpec:
+        """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
+        spec = self.__dict__.get("_specs", {}).get(label)
+        return spec if spec is not None else parse_spec(label)
+
+
 @dataclass
-class SweepConfig:
+class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
     four source trackers [RES §8] plus ``hnewton_rls`` and ``ppo`` (648 runs)."""
 
@@ -139,16 +154,6 @@ class SweepConfig:
         _check_series(self.series)
         ids = [s.run_id for s in expand(self)]
         _check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
-
-    @property
-    def labels(self) -> list[str]:
-        """The run label of every controller entry, in config order."""
-        return list(self._specs)
-
-    def controller_spec(self, label: str) -> ControllerSpec:
-        """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
-        spec = self.__dict__.get("_specs", {}).get(label)
-        return spec if spec is not None else parse_spec(label)
 
 
 def _check_wind(wind: Any) -> None:
