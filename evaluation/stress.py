@@ -34,7 +34,7 @@ from residual_quad.controllers.specs import (
 )
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
-from residual_quad.episode import RunSpec, build_controller, fly, parse_label  # noqa: F401 (re-exported)
+from residual_quad.episode import RunSpec, build_controller, fly
 from residual_quad.evaluation.sweep import (
     SERIES_DIR,
     ControllerLabels,

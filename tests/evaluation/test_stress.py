@@ -10,7 +10,8 @@ import pytest
 # ------------------------------------------------------------------------------ stress set
 def test_stress_config_is_strict_and_complete() -> None:
     from residual_quad import configs
-    from residual_quad.evaluation.stress import StressConfig, parse_label
+    from residual_quad.episode import parse_label
+    from residual_quad.evaluation.stress import StressConfig
 
     def load_stress_config(source):
         return configs.load(StressConfig, source)
