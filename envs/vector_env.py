@@ -72,9 +72,10 @@ class ResidualQuadVectorEnv(VectorEnv):
     actions of shape ``(num_envs, 4)`` and returns observations ``(num_envs, 36)``, rewards,
     terminations and truncations ``(num_envs,)`` and an ``info`` dict of arrays, each key ``k``
     paired with a boolean mask ``_k`` (Gymnasium's vector convention; ``reward_terms`` is a nested
-    dict of the same form, ``termination`` an object array of reasons or ``None``). Created by
-    ``gym.make_vec("ResidualQuad-v0", num_envs=N, vectorization_mode="vector_entry_point",
-    **kwargs)`` or directly.
+    dict of the same form, ``termination`` an object array of reasons or ``None``). Created
+    directly: it is not yet registered as the vector entry point of ``ResidualQuad-v0``, because
+    Gymnasium's ``make_vec(..., vectorization_mode="vector_entry_point")`` refuses a spec with
+    additional wrappers and the single env's spec carries ``MatchEpisodeLength``.
 
     ## Physics
 
