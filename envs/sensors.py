@@ -8,13 +8,16 @@ advances identically either way.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from residual_quad.envs.checks import is_real
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
+
+MAX_NOISE_STD = 1e3
+"""Largest accepted noise standard deviation (m, m/s, rad/s, m/s²): far beyond any sensor, and small
+enough that ``σ·n`` can never overflow to an infinite observation."""
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,11 @@ class SensorNoise:
 
     def __post_init__(self) -> None:
         levels = asdict(self)
-        if any(not (is_real(v) and v >= 0.0 and math.isfinite(v)) for v in levels.values()):
-            raise ValueError(f"sensor noise levels must be finite and >= 0, got {levels}")
+        if any(not (is_real(v) and 0.0 <= v <= MAX_NOISE_STD) for v in levels.values()):
+            raise ValueError(
+                f"sensor noise levels must be finite, >= 0 and <= {MAX_NOISE_STD:g} "
+                f"(in the units of each quantity), got {levels}"
+            )
 
     def std(self) -> np.ndarray:
         """Per-entry standard deviation over the observation vector, shape ``(OBS_DIM,)``."""

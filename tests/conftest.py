@@ -8,6 +8,15 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# property-based tests draw their examples deterministically, so a CI run is reproducible; the
+# long profile (HYPOTHESIS_PROFILE=long) scales the example counts where a suite supports it, and
+# HYPOTHESIS_PROFILE=explore draws fresh random examples on every run to hunt for new bugs
+settings.register_profile("default", derandomize=True)
+settings.register_profile("long", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 import residual_quad  # noqa: E402,F401  (registers ResidualQuad-v0)
 

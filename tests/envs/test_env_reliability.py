@@ -379,3 +379,9 @@ def test_physics_rate_below_the_control_rate_names_both_rates():
     # found by the long fuzz profile: the message named only control_hz
     with pytest.raises(ValueError, match=r"control_hz .* must not exceed physics_hz"):
         gym.make("ResidualQuad-v0", physics_hz=1.0)
+
+
+def test_a_huge_noise_level_is_refused_before_it_can_overflow():
+    # found by the fuzz suite: gyro noise of 1.8e308 made the observation infinite
+    with pytest.raises(ValueError, match="sensor noise levels"):
+        gym.make("ResidualQuad-v0", gyro_noise=1.7976671922168686e308)
