@@ -1,19 +1,25 @@
 """Gymnasium registration of ``ResidualQuad-v0`` (called by ``import residual_quad``).
 
+``gym.make("ResidualQuad-v0", ...)`` builds :class:`~residual_quad.envs.residual_quad_env.
+ResidualQuadEnv`; ``gym.make_vec("ResidualQuad-v0", num_envs=N, ...)`` builds the batched
+:class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` (the registered vector entry
+point, Gymnasium's default vectorization mode for this id; ``vectorization_mode="sync"`` or
+``"async"`` still give Gymnasium's own wrappers of N single envs).
+
 The spec's ``max_episode_steps`` is the default episode's length (20 s at 100 Hz: 2000 steps), so
-tools that read it (``gym.spec(...)``, RL libraries) see the truth. The environment truncates
-itself after ``episode_s`` anyway; ``gym.make`` wraps it in a ``TimeLimit`` of the spec's length,
-which would cut a longer ``episode_s`` short, so a :class:`MatchEpisodeLength` wrapper (a
-registered additional wrapper) sets that ``TimeLimit`` to the environment's own length when it was
-left at the registered default. A ``max_episode_steps`` other than the default given to
-``gym.make`` is kept (the episode then ends at the shorter of the two).
+tools that read it see the truth. As for every Gymnasium env it is a limit on top of the env's own
+end: an episode lasts ``min(episode_s · control_hz, max_episode_steps)`` steps. A longer
+``episode_s`` therefore needs ``max_episode_steps`` as well —
+``gym.make(ENV_ID, episode_s=30, max_episode_steps=3000)`` — and the ``reset`` after an episode
+cut at the registered default warns (the env cannot see the ``TimeLimit`` around it, but an
+episode ended exactly there by a reset is that limit). (The first version moved the limit with
+``episode_s`` through an additional wrapper; Gymnasium refuses a vector entry point on a spec
+with additional wrappers, so the standard semantics won.)
 """
 
 from __future__ import annotations
 
 import gymnasium as gym
-from gymnasium.envs.registration import WrapperSpec
-from gymnasium.wrappers import TimeLimit
 
 ENV_ID = "ResidualQuad-v0"
 
@@ -21,22 +27,17 @@ DEFAULT_MAX_EPISODE_STEPS = 2000
 """Steps of the default episode: ``episode_s = 20`` s at ``control_hz = 100`` Hz."""
 
 
-class MatchEpisodeLength(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Sets the ``TimeLimit`` below it to the environment's own episode length (``max_steps``)
-    when that limit is the registered default, so a custom ``episode_s`` is not cut at 2000."""
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)
-        gym.Wrapper.__init__(self, env)
-        steps = getattr(env.unwrapped, "max_steps", None)
-        inner = env
-        while isinstance(inner, gym.Wrapper):
-            if isinstance(inner, TimeLimit):
-                if steps is not None and inner._max_episode_steps == DEFAULT_MAX_EPISODE_STEPS:
-                    inner._max_episode_steps = steps
-                    inner._cached_spec = None  # its spec reports the new length
-                break
-            inner = inner.env
+def time_limit_warning(max_steps: int, limit: int | None, episode_s: float) -> str | None:
+    """The warning for an episode of ``max_steps`` steps ended after ``limit`` steps by
+    Gymnasium's limit, or ``None``: only the registered default cutting a longer ``episode_s`` is
+    flagged (a different explicit limit is the caller's choice)."""
+    if limit is None or limit != DEFAULT_MAX_EPISODE_STEPS or max_steps <= limit:
+        return None
+    return (
+        f"episode_s={episode_s:g} s is {max_steps} control steps, but the registered "
+        f"max_episode_steps ({limit}) ends every episode after {limit} steps; pass "
+        f"max_episode_steps={max_steps} to gym.make / gym.make_vec to fly the whole episode"
+    )
 
 
 def register_envs() -> None:
@@ -45,13 +46,7 @@ def register_envs() -> None:
         gym.register(
             id=ENV_ID,
             entry_point="residual_quad.envs.residual_quad_env:ResidualQuadEnv",
+            vector_entry_point="residual_quad.envs.vector_env:ResidualQuadVectorEnv",
             disable_env_checker=False,
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
-            additional_wrappers=(
-                WrapperSpec(
-                    name="MatchEpisodeLength",
-                    entry_point="residual_quad.envs.registration:MatchEpisodeLength",
-                    kwargs={},
-                ),
-            ),
         )

@@ -25,6 +25,7 @@ from residual_quad.envs.disturbances import (
 from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
+from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.reward import RewardWeights, position_error, reward_terms, total_reward
 from residual_quad.envs.sensors import SensorNoise, Sensors
 from residual_quad.envs.termination import (
@@ -177,9 +178,10 @@ class ResidualQuadEnv(gym.Env):
     ``reset``): stepping on would fly a crashed vehicle and lose the crash flag.
 
     ``gym.make`` wraps the environment in a ``TimeLimit`` of the registered
-    ``max_episode_steps`` (2000: the default 20 s at 100 Hz), which follows a custom
-    ``episode_s`` (see :mod:`residual_quad.envs.registration`); the environment's own truncation
-    is the same step, so the two never disagree.
+    ``max_episode_steps`` (2000: the default 20 s at 100 Hz), Gymnasium's limit on top of the
+    env's own: an episode lasts ``min(episode_s · control_hz, max_episode_steps)`` steps. A
+    longer ``episode_s`` needs ``max_episode_steps`` too (``gym.make(..., episode_s=30,
+    max_episode_steps=3000)``); the ``reset`` after an episode cut at the registered default warns.
 
     ## Arguments
 
@@ -220,6 +222,9 @@ class ResidualQuadEnv(gym.Env):
 
     * v0: initial release; arguments, reset options and actions checked strictly, MuJoCo
       instability flagged as ``simulation_unstable``, ``step`` after the episode's end refused.
+      Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
+      ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
+      follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -332,6 +337,7 @@ class ResidualQuadEnv(gym.Env):
         self._steps = 0
         self._last_true_obs: list[float] = []  # true observation at the start of the period
         self._needs_reset = True  # before the first reset and after an episode's end
+        self._limit_warned = False  # a TimeLimit cutting episode_s short was warned about
 
     # ------------------------------------------------------------------ API
     @property
@@ -347,6 +353,15 @@ class ResidualQuadEnv(gym.Env):
         position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
+        if not self._limit_warned and not self._needs_reset:
+            # an episode reset at exactly the registered limit was, almost surely, cut by
+            # gym.make's TimeLimit (the env itself cannot see the wrappers around it)
+            message = time_limit_warning(
+                self.max_steps, self._steps, self.max_steps * self.control_dt
+            )
+            if message is not None:
+                self._limit_warned = True
+                gym.logger.warn(message)
         super().reset(seed=seed)
         ref = check_reference(self.trajectory, self.trajectory(0.0), 0.0)
         self.sensors.reseed(self.np_random)  # before the plant draws the wind

@@ -10,16 +10,18 @@ from typing import Any
 
 import mujoco
 import mujoco.rollout
+import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from residual_quad.envs.actions import CtbrActions
+from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import drag_world_force
 from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.plant import DSBL_CONTACT, quat_to_rot, specific_force
-from residual_quad.envs.registration import DEFAULT_MAX_EPISODE_STEPS
+from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS, position_error, reward_terms, total_reward
 from residual_quad.envs.termination import NO_REWARD_REASONS, TERMINATION_REASONS
@@ -72,10 +74,10 @@ class ResidualQuadVectorEnv(VectorEnv):
     actions of shape ``(num_envs, 4)`` and returns observations ``(num_envs, 36)``, rewards,
     terminations and truncations ``(num_envs,)`` and an ``info`` dict of arrays, each key ``k``
     paired with a boolean mask ``_k`` (Gymnasium's vector convention; ``reward_terms`` is a nested
-    dict of the same form, ``termination`` an object array of reasons or ``None``). Created
-    directly: it is not yet registered as the vector entry point of ``ResidualQuad-v0``, because
-    Gymnasium's ``make_vec(..., vectorization_mode="vector_entry_point")`` refuses a spec with
-    additional wrappers and the single env's spec carries ``MatchEpisodeLength``.
+    dict of the same form, ``termination`` an object array of reasons or ``None``). It is the
+    registered vector entry point of ``ResidualQuad-v0``:
+    ``gym.make_vec("ResidualQuad-v0", num_envs=N, **kwargs)`` returns it (Gymnasium's default
+    mode for this id; it passes the spec's ``max_episode_steps``, 2000, like ``gym.make``).
 
     ## Physics
 
@@ -133,7 +135,8 @@ class ResidualQuadVectorEnv(VectorEnv):
     | ``sampler`` | ``None`` | see Scenarios |
     | ``nthread`` | cores | rollout threads (1: on the calling thread) |
     | ``render_env`` | 0 | index of the env ``render()`` draws |
-    | ``max_episode_steps`` | spec | Gymnasium's limit; the default follows ``episode_s`` |
+    | ``max_episode_steps`` | ``None`` | Gymnasium's limit: episodes last ``min(episode_s ·
+    control_hz, max_episode_steps)`` steps (``make_vec`` passes the spec's 2000) |
     | ``**kwargs`` | | every argument of the single env (``seed`` excepted) |
     """
 
@@ -204,8 +207,14 @@ class ResidualQuadVectorEnv(VectorEnv):
         self.render_env = int(render_env)
         self.metadata = {**self.metadata, "render_fps": first.metadata["render_fps"]}
         self.max_steps = first.max_steps
-        if max_episode_steps is not None and max_episode_steps != DEFAULT_MAX_EPISODE_STEPS:
-            self.max_steps = min(self.max_steps, int(max_episode_steps))
+        if max_episode_steps is not None:
+            max_episode_steps = integer("max_episode_steps", max_episode_steps, low=1)
+            message = time_limit_warning(
+                self.max_steps, max_episode_steps, self.max_steps * first.control_dt
+            )
+            if message is not None:
+                gym.logger.warn(message)
+            self.max_steps = min(self.max_steps, max_episode_steps)
         self.airframe = first.airframe
         self.control_dt = first.control_dt  # s
         plant = first.plant

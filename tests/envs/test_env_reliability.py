@@ -138,12 +138,7 @@ def test_gym_spec_knows_the_default_episode_length():
     assert ResidualQuadEnv().max_steps == DEFAULT_MAX_EPISODE_STEPS
 
 
-@pytest.mark.parametrize("episode_s, steps", [(0.5, 50), (25.0, 2500)])
-def test_gym_make_time_limit_follows_episode_s(episode_s, steps):
-    """The registered TimeLimit follows a custom ``episode_s``: truncation comes once, from both
-    the env and the wrapper at the same step (a 25 s episode is not cut at 2000 steps)."""
-    env = gym.make(ENV_ID, episode_s=episode_s)
-    assert env.spec.max_episode_steps == steps
+def _steps_to_end(env) -> tuple[int, bool, bool]:
     env.reset(seed=0)
     frame = env.unwrapped.airframe
     action = np.full(4, 2.0 * frame.hover_thrust / frame.max_thrust - 1.0)  # nominal hover
@@ -152,15 +147,44 @@ def test_gym_make_time_limit_follows_episode_s(episode_s, steps):
         _, _, terminated, truncated, _ = env.step(action)
         n += 1
         if terminated or truncated:
-            break
-    env.close()
-    assert (n, terminated, truncated) == (steps, False, True)
+            return n, terminated, truncated
 
 
-def test_gym_make_keeps_an_explicit_shorter_time_limit():
-    env = gym.make(ENV_ID, episode_s=25.0, max_episode_steps=30)
-    assert env.spec.max_episode_steps == 30
+@pytest.mark.parametrize(
+    "kwargs, steps",
+    [
+        ({"episode_s": 0.5}, 50),  # the env's own end comes first
+        ({"episode_s": 25.0, "max_episode_steps": 2500}, 2500),  # a longer episode, both given
+        ({"episode_s": 25.0, "max_episode_steps": 30}, 30),  # an explicit shorter limit
+    ],
+)
+def test_an_episode_lasts_the_shorter_of_episode_s_and_the_time_limit(kwargs, steps):
+    env = gym.make(ENV_ID, **kwargs)
+    assert _steps_to_end(env) == (steps, False, True)
     env.close()
+
+
+def test_the_default_limit_cutting_a_longer_episode_is_warned_about():
+    env = gym.make(ENV_ID, episode_s=25.0)
+    assert _steps_to_end(env) == (2000, False, True)  # Gymnasium's limit, as documented
+    with pytest.warns(UserWarning, match="max_episode_steps=2500"):
+        env.reset(seed=1)
+    env.close()
+
+
+def _limit_warnings(recwarn) -> list:
+    return [w for w in recwarn if "max_episode_steps" in str(w.message)]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"episode_s": 5.0}, {"episode_s": 25.0, "max_episode_steps": 30}]
+)
+def test_no_warning_when_the_default_limit_does_not_cut(kwargs, recwarn):
+    env = gym.make(ENV_ID, **kwargs)
+    _steps_to_end(env)
+    env.reset(seed=1)
+    env.close()
+    assert not _limit_warnings(recwarn)
 
 
 # ------------------------------------------------------------------ trajectories

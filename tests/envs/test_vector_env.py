@@ -166,3 +166,39 @@ def test_vector_env_sampler_draws_scenarios_at_autoreset():
     first = run()
     assert first == run()
     assert len({m for row in first[1:] for m in row}) > 1
+
+
+# ------------------------------------------------------------------ registration
+def test_make_vec_returns_the_vector_env_by_default():
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    for mode in (None, "vector_entry_point"):
+        env = gym.make_vec(ENV_ID, num_envs=3, vectorization_mode=mode, payload="extra")
+        assert isinstance(env.unwrapped, ResidualQuadVectorEnv)
+        assert env.num_envs == 3 and env.max_steps == 2000  # the spec's limit arrives
+        assert all(e.payload_kg == 0.75 for e in env.unwrapped.envs)
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (3, 36)
+        env.close()
+    sync = gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync")
+    assert not isinstance(sync.unwrapped, ResidualQuadVectorEnv)
+    sync.close()
+
+
+def test_make_vec_episode_is_the_shorter_of_episode_s_and_the_limit():
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    env = gym.make_vec(ENV_ID, num_envs=2, episode_s=25.0, max_episode_steps=2500)
+    assert env.max_steps == 2500
+    env.close()
+    with pytest.warns(UserWarning, match="max_episode_steps=2500"):
+        env = gym.make_vec(ENV_ID, num_envs=2, episode_s=25.0)
+    assert env.max_steps == 2000
+    env.close()
+    assert ResidualQuadVectorEnv(2, episode_s=25.0).max_steps == 2500  # built directly: no limit
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        ResidualQuadVectorEnv(2, max_episode_steps=0)
