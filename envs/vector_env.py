@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import mujoco
 import mujoco.rollout
-import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
@@ -25,6 +25,7 @@ from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS, position_error, reward_terms, total_reward
 from residual_quad.envs.termination import NO_REWARD_REASONS, TERMINATION_REASONS
+from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
 
 SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "options")
 """The keys of a scenario: ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
@@ -189,6 +190,10 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._sampler = sampler
         self._sampler_rng = np.random.default_rng()
         self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
+        self._trajectories: dict[str, Any] = {}  # one shared instance per built-in name
+        self._payload_kg = np.zeros(num_envs)  # kg, per env (info)
+        self._true_mass = np.zeros(num_envs)  # kg, per env (info)
+        self._noisy = np.zeros(num_envs, dtype=bool)  # per env: its sensors add noise
         self.envs: list[ResidualQuadEnv] = []
         self.scenarios: list[dict[str, Any]] = []
         for i, scenario in enumerate(scenarios):
@@ -246,10 +251,19 @@ class ResidualQuadVectorEnv(VectorEnv):
     def _make_env(self, index: int, scenario: Any) -> ResidualQuadEnv:
         scenario = _check_scenario(index, scenario)
         kwargs = {**self._env_kwargs, **{k: v for k, v in scenario.items() if k != "options"}}
+        name = kwargs.get("trajectory", "hover")
+        if isinstance(name, str) and name in TRAJECTORIES:
+            if name not in self._trajectories:
+                self._trajectories[name] = make_trajectory(name)
+            kwargs["trajectory"] = self._trajectories[name]
         try:
-            return ResidualQuadEnv(**kwargs)
+            env = ResidualQuadEnv(**kwargs)
         except ValueError as err:
             raise ValueError(f"env {index}: {err}") from None
+        self._payload_kg[index] = env.payload_kg
+        self._true_mass[index] = env.plant.true_mass
+        self._noisy[index] = env.sensors.noisy
+        return env
 
     def _rollout_model(self, env: ResidualQuadEnv) -> mujoco.MjModel:
         """The env's model for ``rollout``: unit actuator gain, no control clamp (the force
@@ -444,25 +458,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         obs[:, _L.vel] = qvel[:, 0:3]
         obs[:, _L.rot] = np.array(quat_to_rot(*qpos[:, 3:7].T)).T
         obs[:, _L.omega_b] = qvel[:, 3:6]
-        for k, i in enumerate(active.tolist()):
-            env = self.envs[i]
-            tk = float(steps[k]) * self.control_dt
-            ref = env.trajectory(tk)
-            try:
-                obs[k, _L.ref_pos] = ref.pos
-                obs[k, _L.ref_vel] = ref.vel
-                obs[k, _L.ref_acc] = ref.acc
-                obs[k, _L.ref_yaw] = math.remainder(ref.yaw, 2.0 * math.pi)
-                obs[k, _L.ref_yaw_rate] = ref.yaw_rate
-            except (AttributeError, TypeError, ValueError):
-                from residual_quad.envs.trajectories import check_reference
-
-                self._autoreset[i] = True
-                try:
-                    check_reference(env.trajectory, ref, tk)
-                except (TypeError, ValueError) as err:
-                    raise type(err)(f"env {i}: {err}") from None
-                raise
+        self._references(active, steps, obs)
         obs[:, _L.thrusts] = f
         obs[:, _L.imu] = imu
 
@@ -510,15 +506,14 @@ class ResidualQuadVectorEnv(VectorEnv):
 
         self._true_obs[active] = obs
         self._prev_action[active] = action
-        for k, i in enumerate(active.tolist()):
-            sensors = self.envs[i].sensors
-            obs_out[i] = sensors.sense(obs[k]) if sensors.noisy else obs[k]
+        obs_out[active] = obs
+        for k in np.flatnonzero(self._noisy[active]).tolist():
+            obs_out[active[k]] = self.envs[int(active[k])].sensors.sense(obs[k])
         reward_out[active] = rew
         terminated_out[active] = term
         truncated_out[active] = trunc
 
-        payload = np.array([self.envs[i].payload_kg for i in active.tolist()])
-        true_mass = np.array([self.envs[i].plant.true_mass for i in active.tolist()])
+        payload, true_mass = self._payload_kg[active], self._true_mass[active]
         reasons = np.array([None, *TERMINATION_REASONS], dtype=object)[reason + 1]
         for key, value in (
             ("t", t),
@@ -541,6 +536,35 @@ class ResidualQuadVectorEnv(VectorEnv):
         info["_reward_terms"][active] = rewarded
         return info
 
+    def _references(self, active: np.ndarray, steps: np.ndarray, obs: np.ndarray) -> None:
+        """The reference part of the observations of the envs ``active`` at their ``steps``:
+        one trajectory call per distinct (trajectory object, step) — envs given the same
+        built-in trajectory share one (pure, frozen) instance."""
+        calls: dict[tuple[int, int], list[int]] = {}
+        for k, i in enumerate(active.tolist()):
+            calls.setdefault((id(self.envs[i].trajectory), int(steps[k])), []).append(k)
+        for (_, step), ks in calls.items():
+            i = int(active[ks[0]])
+            trajectory = self.envs[i].trajectory
+            tk = float(step) * self.control_dt
+            ref = trajectory(tk)
+            rows = ks if len(ks) > 1 else ks[0]
+            try:
+                obs[rows, _L.ref_pos] = ref.pos
+                obs[rows, _L.ref_vel] = ref.vel
+                obs[rows, _L.ref_acc] = ref.acc
+                obs[rows, _L.ref_yaw] = math.remainder(ref.yaw, 2.0 * math.pi)
+                obs[rows, _L.ref_yaw_rate] = ref.yaw_rate
+            except (AttributeError, TypeError, ValueError):
+                from residual_quad.envs.trajectories import check_reference
+
+                self._autoreset[active[ks]] = True
+                try:
+                    check_reference(trajectory, ref, tk)
+                except (TypeError, ValueError) as err:
+                    raise type(err)(f"env {i}: {err}") from None
+                raise
+
     def _rollout_period(
         self,
         active: np.ndarray,
@@ -562,40 +586,72 @@ class ResidualQuadVectorEnv(VectorEnv):
         substep that lands exactly on that state, from anywhere but the default pose at rest, was
         unstable."""
         envs = [self.envs[int(active[k])] for k in rows.tolist()]
-        plant0 = self.envs[0].plant
-        drag_model = plant0.drag
-        k_h, k_v, c_lin = drag_model.k_h, drag_model.k_v, drag_model.c_lin
-        ge = plant0.ground_effect
         winds = np.stack([env.plant._wind_proc.take(self.substeps) for env in envs])
         models = [self._rollout_model(env) for env in envs]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):
             groups.setdefault(model.nbody, []).append(j)
-        group_rows = {nb: np.array(js) for nb, js in groups.items()}
-        group_models = {nb: [models[j] for j in js] for nb, js in groups.items()}
-        for nb in groups:
-            if nb not in self._datas:
-                self._datas[nb] = [
-                    mujoco.MjData(group_models[nb][0]) for _ in range(max(1, self.nthread))
-                ]
-        body = plant0.body_id
-        s = state[rows]
-        fk = f[rows].copy()
+        unstable = np.zeros(len(rows), dtype=bool)
+        for js in groups.values():
+            g = np.array(js)
+            r = rows[g]
+            unstable[g] = self._rollout_group(
+                [models[j] for j in js],
+                f[r],
+                state,
+                r,
+                qacc,
+                winds[g],
+                imu_out,
+                wind_out,
+                drag_out,
+                gain_out,
+            )
+        return unstable
+
+    def _rollout_group(
+        self,
+        models: list[mujoco.MjModel],
+        f: np.ndarray,
+        state: np.ndarray,
+        rows: np.ndarray,
+        qacc: np.ndarray,
+        winds: np.ndarray,
+        imu_out: np.ndarray,
+        wind_out: np.ndarray,
+        drag_out: np.ndarray,
+        gain_out: np.ndarray,
+    ) -> np.ndarray:
+        """:meth:`_rollout_period` for envs whose models share one size signature: the period's
+        substeps, one ``rollout`` call each (checks skipped: every array is built here with the
+        shapes ``rollout`` needs, contiguous float64)."""
+        plant0 = self.envs[0].plant
+        drag_model = plant0.drag
+        k_h, k_v, c_lin = drag_model.k_h, drag_model.k_v, drag_model.c_lin
+        ge = plant0.ground_effect
+        n = len(rows)
+        nb = models[0].nbody
+        datas = self._datas.get(nb)
+        if datas is None:
+            datas = [mujoco.MjData(models[0]) for _ in range(max(1, self.nthread))]
+            self._datas[nb] = datas
         nu = 4
+        x0 = nu + 6 * plant0.body_id  # the body's force in the xfrc_applied block
+        control = np.zeros((n, 1, nu + 6 * nb))
+        s = np.ascontiguousarray(state[rows])
+        out = np.empty((n, 1, self._nstate))
+        no_sensors = np.empty((n, 1, 0))
+        warm = np.ascontiguousarray(qacc[rows])
         qpos_sl, qvel_sl = self._qpos, self._qvel
         qpos0 = plant0.model.qpos0
         fallen = np.stack([self._fallen[id(model)] for model in models])
-        unstable = np.zeros(len(rows), dtype=bool)
-
-        def at_default(x: np.ndarray) -> np.ndarray:
-            return (x[:, qpos_sl] == qpos0).all(axis=1) & (x[:, qvel_sl] == 0.0).all(axis=1)
-
+        unstable = np.zeros(n, dtype=bool)
+        fk = f.copy()
         for sub in range(self.substeps):
-            before = at_default(s)
             qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
-            pz, qw, qx, qy, qz = qpos[:, 2:7].T
+            before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose
             w = winds[:, sub]
-            rot = quat_to_rot(qw, qx, qy, qz)
+            rot = quat_to_rot(*qpos[:, 3:7].T)
             fx, fy, fz = drag_world_force(
                 rot,
                 qvel[:, 0] - w[:, 0],
@@ -606,40 +662,36 @@ class ResidualQuadVectorEnv(VectorEnv):
                 c_lin,
                 sqrt=np.sqrt,
             )
-            g = ge.gain(pz) if ge is not None else np.ones(len(rows))
+            gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:
                 v_before, rot_before = qvel[:, 0:3].copy(), rot
-            for nb, js in group_rows.items():
-                ncontrol = nu + 6 * nb
-                control = np.zeros((len(js), 1, ncontrol))
-                control[:, 0, 0:nu] = g[js, None] * fk[js]
-                x0 = nu + 6 * body
-                control[:, 0, x0] = fx[js]
-                control[:, 0, x0 + 1] = fy[js]
-                control[:, 0, x0 + 2] = fz[js]
-                out = self._pool.rollout(
-                    group_models[nb],
-                    self._datas[nb],
-                    s[js],
-                    control,
-                    control_spec=_CONTROL_SPEC,
-                    nstep=1,
-                    initial_warmstart=qacc[rows[js]],
-                )[0]
-                s[js] = out[:, 0, :]
+            control[:, 0, 0:nu] = gain[:, None] * fk
+            control[:, 0, x0] = fx
+            control[:, 0, x0 + 1] = fy
+            control[:, 0, x0 + 2] = fz
+            self._pool.rollout(
+                models,
+                datas,
+                s,
+                control,
+                control_spec=_CONTROL_SPEC,
+                nstep=1,
+                initial_warmstart=warm,
+                state=out,
+                sensordata=no_sensors,
+                skip_checks=True,
+            )
+            s = out[:, 0, :].copy()
             unstable |= (s == fallen).all(axis=1) & ~before
             fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
-            if sub == self.substeps - 1:
-                v_after = s[:, qvel_sl][:, 0:3]
-                acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
-                imu_out[rows] = np.array(
-                    specific_force(acc.T, [r for r in rot_before], self.airframe.gravity)
-                ).T
-                qacc[rows, 0:3] = acc
+        v_after = s[:, qvel_sl][:, 0:3]
+        acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
+        imu_out[rows] = np.array(specific_force(acc.T, list(rot_before), self.airframe.gravity)).T
+        qacc[rows, 0:3] = acc
         state[rows] = s
         wind_out[rows] = winds[:, -1]
         drag_out[rows] = np.stack((fx, fy, fz), axis=1)
-        gain_out[rows] = g
+        gain_out[rows] = gain
         return unstable
 
     # ------------------------------------------------------------------ info

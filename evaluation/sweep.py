@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.batch import BatchGroups, batch_from_spec
 from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
@@ -44,7 +46,15 @@ from residual_quad.controllers.specs import (
 from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payload
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.episode import STEADY_STATE_FROM_S, RunSpec, build_controller, fly
+from residual_quad.episode import (
+    STEADY_STATE_FROM_S,
+    EpisodeResult,
+    RunSpec,
+    build_controller,
+    control_dt,
+    fly,
+    fly_batch,
+)
 from residual_quad.parallel import BACKENDS, Job, map_jobs
 
 try:
@@ -56,6 +66,14 @@ ROWS_FILE = "rows.jsonl"
 CONFIG_FILE = "sweep_config.yaml"
 SERIES_DIR = "series"
 LOCK_FILE = ".lock"
+#: sweep backends: the process pool or Ray, one run per job; ``vector``: batches of runs on the
+#: vector env, one batch per job on the process pool
+SWEEP_BACKENDS = (*BACKENDS, "vector")
+#: most runs one vector-backend job flies together
+MAX_BATCH = 256
+#: the backend ``rquad sweep`` and the pipeline use unless told otherwise (the fastest on one
+#: machine: ``rquad bench --sections sweep``)
+DEFAULT_BACKEND = "vector"
 #: the keys of a ``series`` filter (fields of a matrix run)
 SERIES_KEYS = ("payload", "wind", "trajectory", "seed", "controller")
 #: env arguments set per run (by the matrix, or by the controller: ``action_mode``), so ``env:``
@@ -282,9 +300,60 @@ def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> d
 
     res = fly(spec, cfg.env, callback=record, controller=ctrl)
     est = np.vstack([np.full(3, np.nan), *estimates]) if estimates else np.full((1, 3), np.nan)
+    return result_row(spec, res, est, series_dir)
+
+
+def run_batch(
+    specs: list[RunSpec], cfg: SweepConfig, series_dirs: list[str | None]
+) -> list[dict[str, Any]]:
+    """Fly matrix specs together on the vector env (:func:`fly_batch`), every controller in the
+    same batch (one vector env per action mode), and return their rows in ``specs`` order, equal
+    to :func:`run_one`'s to ≤ 1e-9 (``wall_time``: the batch's, shared evenly)."""
+    context = ControlContext(control_dt=control_dt(cfg.env))
+    by_label: dict[str, list[int]] = {}
+    for i, s in enumerate(specs):
+        by_label.setdefault(s.controller, []).append(i)
+    by_mode: dict[str, list[tuple[Any, list[int]]]] = {}
+    for label, idx in by_label.items():
+        ctrl = batch_from_spec(
+            cfg.controller_spec(label), len(idx), context, **cfg.controller_options.get(label, {})
+        )
+        by_mode.setdefault(ctrl.action_mode, []).append((ctrl, idx))
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    for parts in by_mode.values():
+        idx = [i for _, part in parts for i in part]
+        local = {i: k for k, i in enumerate(idx)}
+        ctrl = BatchGroups([(c, [local[i] for i in part]) for c, part in parts])
+        results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
+        for i, res in zip(idx, results, strict=True):
+            rows[i] = result_row(specs[i], res, res.extras["residual_est"], series_dirs[i])
+    return rows  # type: ignore[return-value]
+
+
+def vector_batches(
+    specs: list[RunSpec], cfg: SweepConfig, series_dir: str | None, workers: int
+) -> list[Job]:
+    """The jobs of the vector backend: ``max(workers, ⌈runs / MAX_BATCH⌉)`` batches, each an
+    equal share of every controller and scenario (run ``j`` goes to batch ``j mod batches``), so
+    the cores finish together."""
+    parts = max(1, min(len(specs), max(workers, math.ceil(len(specs) / MAX_BATCH))))
+    jobs: list[Job] = []
+    for j in range(parts):
+        batch = specs[j::parts]
+        dirs = [series_dir if _wants_series(cfg, s) else None for s in batch]
+        jobs.append((run_batch, (batch, cfg, dirs)))
+    return jobs
+
+
+def result_row(
+    spec: RunSpec, res: EpisodeResult, est: np.ndarray, series_dir: str | None = None
+) -> dict[str, Any]:
+    """The row of one flown matrix spec (JSON-ready), from its result and the residual estimate
+    the controller applied at each step (``est[k]``: at step k, NaN rows where it has none); the
+    time series go to ``series_dir`` when given."""
     bias = bias_z = None
     steady = res.t >= STEADY_STATE_FROM_S - 1e-9
-    if not res.diverged and steady.any() and np.isfinite(est).all():
+    if not res.diverged and steady.any() and np.isfinite(est[1:]).all():  # est[0]: no step yet
         # the estimate applied at step k predicts the residual measured over step k → k+1
         err = est[1:][steady[1:]] - res.residual_true[1:][steady[1:]]
         mean_err = err.mean(axis=0)
@@ -492,8 +561,12 @@ def run_rows(
     progress: bool = True,
     desc: str = "sweep",
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    batches: Callable[[list[str], int], list[Job]] | None = None,
 ) -> list[dict[str, Any]]:
     """The sweep engine: fly ``jobs`` (run id → job returning a row with that ``run_id``).
+
+    ``backend="vector"`` needs ``batches(run_ids, workers)``: the jobs that fly those runs in
+    batches, each returning a list of rows; they run on the process pool.
 
     Every row is appended to ``out_dir/rows.jsonl`` the moment it arrives (one fsynced line);
     ``resume`` skips the run ids already there, and without it an existing rows file is an error.
@@ -501,10 +574,13 @@ def run_rows(
     written. Returns every row, old and new, in the order of ``jobs`` (the file keeps completion
     order), so whatever is computed from them does not depend on the backend's timing.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(BACKENDS)}")
+    if backend not in SWEEP_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(SWEEP_BACKENDS)}")
+    if backend == "vector" and batches is None:
+        raise ValueError("backend 'vector' needs the batches of the runs (batches=...)")
+    how = (backend, address, workers, progress, desc, on_row, batches)
     if out_dir is None:
-        return _fly_rows(jobs, [], None, backend, address, workers, progress, desc, on_row)
+        return _fly_rows(jobs, [], None, *how)
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -530,7 +606,7 @@ def run_rows(
         except OSError as exc:
             raise _output_error("write to", Path(exc.filename or rows_path), exc) from exc
         try:
-            return _fly_rows(jobs, rows, writer, backend, address, workers, progress, desc, on_row)
+            return _fly_rows(jobs, rows, writer, *how)
         finally:
             writer.close()
     finally:
@@ -547,35 +623,29 @@ def _fly_rows(
     progress: bool,
     desc: str,
     on_row: Callable[[dict[str, Any]], None] | None,
+    batches: Callable[[list[str], int], list[Job]] | None,
 ) -> list[dict[str, Any]]:
     """Fly the jobs whose run id is not in ``rows`` yet, appending each new row to ``writer``."""
     done_ids = {r.get("run_id") for r in rows}
-    todo = [job for run_id, job in jobs.items() if run_id not in done_ids]
+    todo_ids = [run_id for run_id in jobs if run_id not in done_ids]
     where = writer.path if writer is not None else None
-    stream = map_jobs(todo, backend=backend, address=address, workers=workers)
+    if backend == "vector":
+        assert batches is not None
+        n_workers = workers or os.cpu_count() or 1
+        todo = batches(todo_ids, n_workers) if todo_ids else []
+        stream = map_jobs(todo, backend="local", workers=n_workers)
+    else:
+        todo = [jobs[run_id] for run_id in todo_ids]
+        stream = map_jobs(todo, backend=backend, address=address, workers=workers)
     bar = None
-    if progress and todo:
+    if progress and todo_ids:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(todo), desc=desc, unit="run", file=sys.stderr)
+        bar = tqdm(total=len(todo_ids), desc=desc, unit="run", file=sys.stderr)
     try:
-        for row in stream:
-            if writer is not None:
-                try:
-                    writer.write(row)
-                except OSError as exc:
-                    raise ValueError(
-                        f"cannot append a row to {where}: {exc.strerror or exc}; the "
-                        f"{len(rows)} rows written before are kept there; free the space (or "
-                        "fix the folder) and rerun with --resume to fly the rest"
-                    ) from exc
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-            if bar is not None:
-                bar.update(1)
-                if row.get("diverged"):
-                    bar.write(f"diverged: {row['run_id']} ({row['termination']})")
+        for result in stream:
+            for row in result if isinstance(result, list) else [result]:
+                _take_row(row, rows, writer, where, on_row, bar)
     except BrokenProcessPool:
         raise RuntimeError(
             f"a worker process died; the {len(rows)} finished rows are safe in {where}; "
@@ -590,12 +660,39 @@ def _fly_rows(
     return rows
 
 
+def _take_row(
+    row: dict[str, Any],
+    rows: list[dict[str, Any]],
+    writer: RowWriter | None,
+    where: Path | None,
+    on_row: Callable[[dict[str, Any]], None] | None,
+    bar: Any,
+) -> None:
+    """Append one finished row to the file (fsynced), the list, the hook and the progress bar."""
+    if writer is not None:
+        try:
+            writer.write(row)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot append a row to {where}: {exc.strerror or exc}; the "
+                f"{len(rows)} rows written before are kept there; free the space (or "
+                "fix the folder) and rerun with --resume to fly the rest"
+            ) from exc
+    rows.append(row)
+    if on_row is not None:
+        on_row(row)
+    if bar is not None:
+        bar.update(1)
+        if row.get("diverged"):
+            bar.write(f"diverged: {row['run_id']} ({row['termination']})")
+
+
 def run_sweep(
     cfg: SweepConfig,
     out_dir: str | Path,
     *,
     resume: bool = False,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     address: str | None = None,
     workers: int | None = None,
     progress: bool = True,
@@ -608,7 +705,9 @@ def run_sweep(
         out_dir: output folder; the resolved config is saved there as ``sweep_config.yaml``.
         resume: keep the rows already in ``out_dir`` and fly only the missing runs; without it an
             existing rows file is an error (nothing is overwritten by accident).
-        backend: ``local`` (process pool) or ``ray``.
+        backend: ``local`` (process pool, one run per job), ``ray`` or ``vector`` (batches of
+            runs of one controller on the vector env, one batch per process: same rows to
+            ≤ 1e-9, :func:`run_batch`).
         address: Ray cluster address (``ray start --head`` prints it); none: a local Ray instance.
         workers: processes (local) or CPUs (local Ray); default ``cfg.workers`` or every core.
     """
@@ -618,14 +717,19 @@ def run_sweep(
             series_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _output_error("create the series folder", series_dir, exc) from exc
+    specs = {s.run_id: s for s in expand(cfg)}
     jobs: dict[str, Job] = {
-        s.run_id: (run_one, (s, cfg, str(series_dir) if _wants_series(cfg, s) else None))
-        for s in expand(cfg)
+        run_id: (run_one, (s, cfg, str(series_dir) if _wants_series(cfg, s) else None))
+        for run_id, s in specs.items()
     }
-    if backend == "local":
+    if backend in ("local", "vector"):
         n_workers = workers or cfg.workers or None
     else:
         n_workers = None if workers is None and not cfg.workers else (workers or cfg.workers)
+
+    def batches(run_ids: list[str], n: int) -> list[Job]:
+        return vector_batches([specs[i] for i in run_ids], cfg, str(series_dir), n)
+
     return run_rows(
         jobs,
         out_dir,
@@ -636,4 +740,5 @@ def run_sweep(
         workers=n_workers,
         progress=progress,
         on_row=on_row,
+        batches=batches,
     )

@@ -11,7 +11,7 @@ It lives in the root package so that both ``training`` and ``evaluation`` import
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ STEADY_STATE_FROM_S = 3.0  # s, metrics ignore the take-off transient before thi
 _INITIAL_CAPACITY = 1 << 16  # time-series rows preallocated by run_episode (≈ 11 min at 100 Hz)
 
 
-def _control_dt(env_kwargs: dict[str, Any]) -> float:
+def control_dt(env_kwargs: dict[str, Any]) -> float:
     """The control period (s) of the env settings, with the env's own check of ``control_hz``."""
     return 1.0 / real("control_hz", env_kwargs.get("control_hz", 100.0), low=0.0, low_open=True)
 
@@ -106,7 +106,7 @@ def run_episode(
     if isinstance(controller, str):
         context = ControlContext(
             airframe=env_kwargs.get("airframe") or Airframe(),
-            control_dt=_control_dt(env_kwargs),
+            control_dt=control_dt(env_kwargs),
         )
         controller = parse_spec(controller).build(context)
     # the env speaks the controller's action mode unless the caller insists on one
@@ -165,26 +165,49 @@ def run_episode(
         wall = time.perf_counter() - t0
     finally:
         env.close()  # also when a reset option or the controller raises
-    sl = slice(0, k + 1)
-    result = EpisodeResult(
-        rmse=float("inf"),
-        max_error=float("inf"),
-        diverged=bool(info["diverged"]),
-        termination=termination,
-        control_cost=float(np.sum(thr[1 : k + 1] ** 2) * dt),
-        duration=k * dt,
-        wall_time=wall,
-        steps=k,
-        t=t[sl].copy(),
-        pos=pos[sl].copy(),
-        ref=ref[sl].copy(),
-        thrusts=thr[sl].copy(),
-        tilt=np.arccos(np.clip(cos_tilt[sl], -1.0, 1.0)),
-        residual_true=res[sl].copy(),
-        wind=wnd[sl].copy(),
+    result = episode_result(
+        t, pos, ref, thr, cos_tilt, res, wnd, k, dt, bool(info["diverged"]), termination, wall
     )
     if frame_every:
         result.extras["frames"] = frames
+    return result
+
+
+def episode_result(
+    t: np.ndarray,
+    pos: np.ndarray,
+    ref: np.ndarray,
+    thrusts: np.ndarray,
+    cos_tilt: np.ndarray,
+    residual: np.ndarray,
+    wind: np.ndarray,
+    steps: int,
+    dt: float,
+    diverged: bool,
+    termination: str | None,
+    wall_time: float,
+) -> EpisodeResult:
+    """The :class:`EpisodeResult` of one flight's recorded series (rows ``0..steps``; the buffers
+    may be longer): the one place the metrics are computed, for :func:`run_episode` and
+    :func:`fly_batch` alike."""
+    sl = slice(0, steps + 1)
+    result = EpisodeResult(
+        rmse=float("inf"),
+        max_error=float("inf"),
+        diverged=diverged,
+        termination=termination,
+        control_cost=float(np.sum(thrusts[1 : steps + 1] ** 2) * dt),
+        duration=steps * dt,
+        wall_time=wall_time,
+        steps=steps,
+        t=t[sl].copy(),
+        pos=pos[sl].copy(),
+        ref=ref[sl].copy(),
+        thrusts=thrusts[sl].copy(),
+        tilt=np.arccos(np.clip(cos_tilt[sl], -1.0, 1.0)),
+        residual_true=residual[sl].copy(),
+        wind=wind[sl].copy(),
+    )
     steady = result.t >= STEADY_STATE_FROM_S - 1e-9
     if steady.any() and not result.diverged:
         err = result.error[steady]
@@ -238,7 +261,7 @@ def build_controller(
     """The controller of a spec (a compact string or a resolved :class:`ControllerSpec`), for the
     env settings ``env`` (its control rate); ``options`` win over the spec's own."""
     spec = label if isinstance(label, ControllerSpec) else parse_spec(label)
-    context = ControlContext(control_dt=_control_dt(env or {}))
+    context = ControlContext(control_dt=control_dt(env or {}))
     return spec.build(context, **(options or {}))
 
 
@@ -276,3 +299,129 @@ def fly(
         episode_s=spec.episode_s,
         **env,
     )
+
+
+def fly_batch(
+    specs: Sequence[RunSpec],
+    controller: Any,
+    env: dict[str, Any] | None = None,
+    *,
+    nthread: int = 1,
+) -> list[EpisodeResult]:
+    """Fly ``len(specs)`` runs at once on the vector env: the batched counterpart of :func:`fly`.
+
+    Each run is one env of a :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv`
+    (its scenario, reset options and seed), flown by ``controller``, a
+    :class:`~residual_quad.controllers.batch.BatchController` of ``len(specs)`` envs, until its
+    episode ends; the metrics come from :func:`episode_result`, as :func:`run_episode`'s do, and
+    equal them to ≤ 1e-9 (``tests/evaluation/test_sweep_vector.py``). A run that ended is fed its
+    first observation until the batch is done (its actions are ignored, its rows cut off).
+    ``extras["residual_est"]`` holds the estimate the controller applied at each step (NaN rows
+    where it has none, as :func:`~residual_quad.evaluation.sweep.run_one` records it); each
+    result's ``wall_time`` is the batch's wall time shared evenly.
+
+    Args:
+        specs: the runs; they must share ``episode_s`` (one vector env, one episode length).
+        controller: the batch controller, ``controller.n_envs == len(specs)``.
+        env: extra ``ResidualQuad-v0`` keyword arguments (shared).
+        nthread: ``rollout`` threads (1: the calling thread; one process per core is faster).
+    """
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    specs = list(specs)
+    n = len(specs)
+    if n == 0:
+        return []
+    if getattr(controller, "n_envs", None) != n:
+        raise ValueError(
+            f"the batch controller flies {getattr(controller, 'n_envs', None)} envs, "
+            f"but {n} runs were given"
+        )
+    lengths = sorted({s.episode_s for s in specs})
+    if len(lengths) != 1:
+        raise ValueError(f"the runs of one batch must share episode_s, got {lengths}")
+    scenarios = []
+    shared: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}  # one instance per params
+    for s in specs:
+        trajectory: Any = s.trajectory
+        if s.trajectory_params:
+            key = (s.trajectory, s.trajectory_params)
+            if key not in shared:
+                shared[key] = make_named_trajectory(s.trajectory, **dict(s.trajectory_params))
+            trajectory = shared[key]
+        scenario: dict[str, Any] = {
+            "payload": s.payload,
+            "wind": s.wind if isinstance(s.wind, str) else tuple(s.wind),
+            "trajectory": trajectory,
+        }
+        if s.reset_options is not None:
+            scenario["options"] = dict(s.reset_options)
+        scenarios.append(scenario)
+    kwargs = dict(env or {})
+    kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
+    venv = ResidualQuadVectorEnv(
+        n, scenarios=scenarios, nthread=nthread, episode_s=lengths[0], **kwargs
+    )
+    try:
+        if controller.action_mode != venv.envs[0].action_mode:
+            raise ValueError(
+                f"controller acts in action_mode {controller.action_mode!r} but the env was "
+                f"made with {venv.envs[0].action_mode!r}"
+            )
+        t0 = time.perf_counter()
+        seeds = [s.seed for s in specs]
+        obs, info = venv.reset(seed=seeds)
+        controller.reset_batch(seeds)
+        steps = venv.max_steps
+        dt = venv.control_dt
+        t = np.empty((steps + 1, n))
+        pos, ref, res, wnd, est = (np.empty((steps + 1, n, 3)) for _ in range(5))
+        thr = np.empty((steps + 1, n, 4))
+        cos_tilt = np.empty((steps + 1, n))
+        t[0], pos[0], ref[0] = 0.0, obs[:, L.pos], obs[:, L.ref_pos]
+        thr[0], res[0], wnd[0] = obs[:, L.thrusts], info["residual_accel"], info["wind"]
+        cos_tilt[0], est[0] = obs[:, L.R22], np.nan
+        first_obs = obs.copy()
+        done = np.zeros(n, dtype=bool)
+        end = np.full(n, steps)
+        diverged = np.zeros(n, dtype=bool)
+        termination = np.full(n, None, dtype=object)
+        k = 0
+        while not done.all():
+            feed = np.where(done[:, None], first_obs, obs)
+            action = controller.policy_batch(feed)
+            applied = getattr(controller, "last_residual", None)
+            obs, _, terminated, truncated, info = venv.step(action)
+            k += 1
+            t[k], pos[k], ref[k] = info["t"], obs[:, L.pos], obs[:, L.ref_pos]
+            thr[k], res[k], wnd[k] = obs[:, L.thrusts], info["residual_accel"], info["wind"]
+            cos_tilt[k] = obs[:, L.R22]
+            est[k] = np.nan if applied is None else applied
+            ended = (terminated | truncated) & ~done
+            if ended.any():
+                end[ended] = k
+                diverged[ended] = info["diverged"][ended]
+                termination[ended] = info["termination"][ended]
+                done |= ended
+        wall = time.perf_counter() - t0
+    finally:
+        venv.close()
+    results = []
+    for i in range(n):
+        result = episode_result(
+            t[:, i],
+            pos[:, i],
+            ref[:, i],
+            thr[:, i],
+            cos_tilt[:, i],
+            res[:, i],
+            wnd[:, i],
+            int(end[i]),
+            dt,
+            bool(diverged[i]),
+            termination[i],
+            wall / n,
+        )
+        result.extras["residual_est"] = est[: end[i] + 1, i].copy()
+        results.append(result)
+    return results

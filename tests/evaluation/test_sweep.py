@@ -53,7 +53,7 @@ def test_process_pool_matches_serial(tmp_path):
 def test_ray_backend_gives_identical_rows(tmp_path):
     ray = pytest.importorskip("ray")
     cfg = SweepConfig(**SMALL)
-    local = run_sweep(cfg, tmp_path / "local", workers=1, progress=False)
+    local = run_sweep(cfg, tmp_path / "local", backend="local", workers=1, progress=False)
     try:
         remote = run_sweep(cfg, tmp_path / "ray", backend="ray", workers=2, progress=False)
     finally:
@@ -63,7 +63,7 @@ def test_ray_backend_gives_identical_rows(tmp_path):
 
 def test_killed_sweep_resumes_to_the_uninterrupted_rows(tmp_path):
     cfg = SweepConfig(**{**SMALL, "seeds": [0, 1]})  # 16 runs
-    full = run_sweep(cfg, tmp_path / "full", workers=1, progress=False)
+    full = run_sweep(cfg, tmp_path / "full", backend="local", workers=1, progress=False)
     cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
     out = tmp_path / "killed"
     cmd = [
@@ -76,6 +76,8 @@ def test_killed_sweep_resumes_to_the_uninterrupted_rows(tmp_path):
         str(out),
         "--workers",
         "1",
+        "--backend",
+        "local",
         "--no-report",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -89,7 +91,7 @@ def test_killed_sweep_resumes_to_the_uninterrupted_rows(tmp_path):
     proc.wait()
     partial = read_rows(rows_file)
     assert 3 <= len(partial) < 16, "the sweep should have been killed midway"
-    resumed = run_sweep(cfg, out, resume=True, workers=1, progress=False)
+    resumed = run_sweep(cfg, out, resume=True, backend="local", workers=1, progress=False)
     assert _strip(resumed) == _strip(full)
     assert len(read_rows(rows_file)) == 16  # nothing duplicated
 

@@ -151,14 +151,14 @@ def test_parent_watch_thread_ends_an_orphan():
 # ------------------------------------------------------------------ SIGKILL, then resume
 def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_path):
     cfg = SweepConfig(**MATRIX)
-    full = run_sweep(cfg, tmp_path / "full", workers=1, progress=False)
+    full = run_sweep(cfg, tmp_path / "full", backend="local", workers=1, progress=False)
     cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
     rng = random.Random(20240611)
     for trial in range(2):
         out = tmp_path / f"killed{trial}"
         after_rows, extra_s = rng.randint(1, 8), rng.uniform(0.0, 0.2)
         proc = subprocess.Popen(
-            _sweep_cmd(cfg_path, out, "--workers", "2"),
+            _sweep_cmd(cfg_path, out, "--workers", "2", "--backend", "local"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -185,7 +185,7 @@ def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_p
             _kill_all(seen)
         partial = read_rows(out)
         assert len(partial) < N_RUNS, "the sweep should have been killed midway"
-        resumed = run_sweep(cfg, out, resume=True, workers=1, progress=False)
+        resumed = run_sweep(cfg, out, resume=True, backend="local", workers=1, progress=False)
         assert _strip(resumed) == _strip(full)
         lines = (out / "rows.jsonl").read_text().splitlines()
         assert len(lines) == len(set(lines)) == N_RUNS  # nothing lost, nothing duplicated
@@ -195,7 +195,7 @@ def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_p
 def test_sigkill_of_a_ray_sweep_leaves_no_ray_process_and_resumes(tmp_path):
     pytest.importorskip("ray")
     cfg = SweepConfig(**{**MATRIX, "payloads": ["none", "heavy"], "winds": ["calm"]})  # 4 runs
-    full = run_sweep(cfg, tmp_path / "full", workers=1, progress=False)
+    full = run_sweep(cfg, tmp_path / "full", backend="local", workers=1, progress=False)
     cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
     out = tmp_path / "killed"
     cmd = _sweep_cmd(cfg_path, out, "--backend", "ray", "--workers", "2")
@@ -220,7 +220,7 @@ def test_sigkill_of_a_ray_sweep_leaves_no_ray_process_and_resumes(tmp_path):
         proc.wait(timeout=10)
         _kill_all(seen)
     assert len(read_rows(out)) < 4
-    resumed = run_sweep(cfg, out, resume=True, workers=1, progress=False)
+    resumed = run_sweep(cfg, out, resume=True, backend="local", workers=1, progress=False)
     assert _strip(resumed) == _strip(full)
     assert len((out / "rows.jsonl").read_text().splitlines()) == 4
 

@@ -10,9 +10,14 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.evaluation.report import order_rows, report_from_rows
-from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
+from residual_quad.evaluation.sweep import (
+    DEFAULT_BACKEND,
+    SWEEP_BACKENDS,
+    SweepConfig,
+    read_rows,
+    run_sweep,
+)
 from residual_quad.evaluation.tables import focus_tables
-from residual_quad.parallel import BACKENDS
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -69,7 +74,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="runs/sweep", help="output folder (rows.jsonl, series/)")
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
-    p.add_argument("--backend", choices=BACKENDS, default="local")
+    p.add_argument(
+        "--backend",
+        choices=SWEEP_BACKENDS,
+        default=DEFAULT_BACKEND,
+        help=(
+            "local: a process pool, one run per job; ray: a Ray cluster; vector: batches of runs "
+            f"on the vector env, one per core (same rows to 1e-9). Default: {DEFAULT_BACKEND}"
+        ),
+    )
     p.add_argument("--address", default=None, help="Ray cluster address (ray backend)")
     p.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: all cores)"

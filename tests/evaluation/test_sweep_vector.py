@@ -1,0 +1,142 @@
+"""The vector backend of the sweep: batches of runs on the vector env give the local backend's
+rows (every metric to ≤ 1e-9, the residual bias and the saved series included), resume, and
+refuse what cannot work."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from residual_quad.controllers import make_controller
+from residual_quad.controllers.batch import BatchedLoop, BatchGroups, make_batch_controller
+from residual_quad.episode import RunSpec, fly, fly_batch
+from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, read_rows, run_sweep
+
+MIXED = dict(
+    controllers=["pid", "geo", "geo_res", "geo_rls", "hnewton", "geo:kd=-5"],  # the last diverges
+    payloads=["none", "extra"],
+    winds=["calm", "windy"],
+    trajectories=["helix"],
+    seeds=[0],
+    episode_s=5.0,
+    series=[{"payload": "extra", "wind": "windy", "trajectory": "helix", "seed": 0}],
+)
+
+
+def assert_rows_close(a: list[dict], b: list[dict], rel: float = 1e-9) -> None:
+    """Same run ids in the same order; floats within ``rel`` (relative), everything else equal
+    (``wall_time`` aside)."""
+    assert [r["run_id"] for r in a] == [r["run_id"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for key, u in x.items():
+            v = y[key]
+            if key == "wall_time":
+                continue
+            if isinstance(u, float) and isinstance(v, float):
+                assert math.isclose(u, v, rel_tol=rel, abs_tol=1e-12), (x["run_id"], key, u, v)
+            else:
+                assert u == v, (x["run_id"], key, u, v)
+
+
+def test_vector_backend_rows_and_series_equal_the_local_backend(tmp_path):
+    cfg = SweepConfig(**MIXED)
+    local = run_sweep(cfg, tmp_path / "local", backend="local", workers=2, progress=False)
+    vector = run_sweep(cfg, tmp_path / "vector", backend="vector", workers=2, progress=False)
+    assert_rows_close(local, vector)
+    on_disk = sorted(read_rows(tmp_path / "vector"), key=lambda r: r["run_id"])
+    assert_rows_close(sorted(local, key=lambda r: r["run_id"]), on_disk)
+    diverged = [r for r in vector if r["diverged"]]
+    assert diverged and {r["controller"] for r in diverged} == {"geo:kd=-5"}
+    assert all(r["termination"] for r in diverged)
+    assert any(r["residual_bias"] is not None for r in vector)  # geo_res / geo_rls
+    names = sorted(p.name for p in (tmp_path / "local" / SERIES_DIR).iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "vector" / SERIES_DIR).iterdir())
+    assert len(names) == len(cfg.labels)
+    for name in names:
+        a = np.load(tmp_path / "local" / SERIES_DIR / name)
+        b = np.load(tmp_path / "vector" / SERIES_DIR / name)
+        assert a.files == b.files
+        for key in a.files:
+            if a[key].dtype.kind == "f":
+                np.testing.assert_allclose(b[key], a[key], rtol=1e-9, atol=1e-12, err_msg=key)
+            else:
+                assert (a[key] == b[key]).all()
+
+
+def test_vector_backend_resumes_a_sweep_of_another_backend(tmp_path):
+    small = dict(MIXED, controllers=["geo", "geo_rls"], series=[])
+    first = SweepConfig(**dict(small, seeds=[0]))
+    full = SweepConfig(**dict(small, seeds=[0, 1]))
+    run_sweep(first, tmp_path, backend="local", workers=1, progress=False)
+    flown: list[str] = []
+    rows = run_sweep(
+        full,
+        tmp_path,
+        backend="vector",
+        workers=2,
+        resume=True,
+        progress=False,
+        on_row=lambda r: flown.append(r["run_id"]),
+    )
+    assert sorted(flown) == sorted(r["run_id"] for r in rows if r["seed"] == 1)
+    reference = run_sweep(full, tmp_path / "ref", backend="local", workers=2, progress=False)
+    assert_rows_close(reference, rows)
+
+
+def test_fly_batch_equals_run_episode_with_reset_options_and_named_trajectories():
+    specs = [
+        RunSpec("geo", "heavy", "windy", "helix", 3, trajectory_params=(("period", 6.0),)),
+        RunSpec("geo", "none", (1.0, 0.5), "hover", 4, reset_options=(("yaw_offset", 1.0),)),
+        RunSpec("geo", "extra", "calm", "figure8", 5),
+    ]
+    specs = [RunSpec(**{**s.__dict__, "episode_s": 4.0}) for s in specs]
+    batch = fly_batch(specs, make_batch_controller("geo", len(specs)))
+    for spec, got in zip(specs, batch, strict=True):
+        want = fly(spec)
+        assert got.steps == want.steps and got.diverged == want.diverged
+        for key in ("rmse", "max_error", "control_cost"):
+            assert math.isclose(getattr(got, key), getattr(want, key), rel_tol=1e-9)
+        np.testing.assert_allclose(got.pos, want.pos, rtol=0, atol=1e-9)
+
+
+def test_fly_batch_refuses_what_cannot_work():
+    specs = [RunSpec("geo", episode_s=1.0), RunSpec("geo", seed=1, episode_s=2.0)]
+    with pytest.raises(ValueError, match="episode_s"):
+        fly_batch(specs, make_batch_controller("geo", 2))
+    with pytest.raises(ValueError, match="flies 3 envs"):
+        fly_batch(specs[:1], make_batch_controller("geo", 3))
+    assert fly_batch([], make_batch_controller("geo", 1)) == []
+
+
+def test_batch_groups_equal_their_parts_and_check_the_partition():
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    env = ResidualQuadVectorEnv(3, scenarios=[{"payload": p} for p in ("none", "extra", "heavy")])
+    obs, _ = env.reset(seed=0)
+    groups = BatchGroups(
+        [(make_batch_controller("geo_rls", 2), [0, 2]), (make_batch_controller("pid", 1), [1])]
+    )
+    geo_rls, pid = make_batch_controller("geo_rls", 2), make_batch_controller("pid", 1)
+    assert groups.n_envs == 3 and groups.action_mode == "rotor"
+    for _ in range(50):
+        action = groups.policy_batch(obs)
+        np.testing.assert_array_equal(action[[0, 2]], geo_rls.policy_batch(obs[[0, 2]]))
+        np.testing.assert_array_equal(action[[1]], pid.policy_batch(obs[[1]]))
+        residual = groups.last_residual
+        np.testing.assert_array_equal(residual[[0, 2]], geo_rls.last_residual)
+        obs, *_ = env.step(action)
+    env.close()
+    loop = BatchedLoop([make_controller("hnewton")])
+    assert loop.last_residual.shape == (1, 3)
+    with pytest.raises(ValueError, match="partition"):
+        BatchGroups([(make_batch_controller("geo", 2), [0, 1]), (pid, [1])])
+    with pytest.raises(ValueError, match="rows"):
+        BatchGroups([(make_batch_controller("geo", 2), [0]), (pid, [1])])
+
+
+def test_unknown_backend_lists_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="local, ray, vector"):
+        run_sweep(SweepConfig(**dict(MIXED, series=[])), tmp_path, backend="gpu", progress=False)
