@@ -56,6 +56,7 @@ from residual_quad.episode import (
     fly_batch,
 )
 from residual_quad.parallel import BACKENDS, Job, map_jobs
+from residual_quad.training.blas import blas_threads
 
 try:
     import fcntl
@@ -324,19 +325,25 @@ def run_batch(
         idx = [i for _, part in parts for i in part]
         local = {i: k for k, i in enumerate(idx)}
         ctrl = BatchGroups([(c, [local[i] for i in part]) for c, part in parts])
-        results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
+        with blas_threads(1):  # one process per core: a second BLAS thread only contends
+            results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
         for i, res in zip(idx, results, strict=True):
             rows[i] = result_row(specs[i], res, res.extras["residual_est"], series_dirs[i])
     return rows  # type: ignore[return-value]
 
 
 def vector_batches(
-    specs: list[RunSpec], cfg: SweepConfig, series_dir: str | None, workers: int
+    specs: list[RunSpec],
+    cfg: SweepConfig,
+    series_dir: str | None,
+    workers: int,
+    batch_size: int = MAX_BATCH,
 ) -> list[Job]:
-    """The jobs of the vector backend: ``max(workers, ⌈runs / MAX_BATCH⌉)`` batches, each an
+    """The jobs of the vector backend: ``max(workers, ⌈runs / batch_size⌉)`` batches, each an
     equal share of every controller and scenario (run ``j`` goes to batch ``j mod batches``), so
-    the cores finish together."""
-    parts = max(1, min(len(specs), max(workers, math.ceil(len(specs) / MAX_BATCH))))
+    the cores finish together. A batch's rows are written when it finishes: smaller batches
+    lose less to an interruption and move the progress bar more often, larger ones fly faster."""
+    parts = max(1, min(len(specs), max(workers, math.ceil(len(specs) / batch_size))))
     jobs: list[Job] = []
     for j in range(parts):
         batch = specs[j::parts]
@@ -697,6 +704,7 @@ def run_sweep(
     workers: int | None = None,
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    batch_size: int = MAX_BATCH,
 ) -> list[dict[str, Any]]:
     """Fly the matrix into ``out_dir/rows.jsonl`` and return every row (old and new).
 
@@ -709,8 +717,12 @@ def run_sweep(
             runs of one controller on the vector env, one batch per process: same rows to
             ≤ 1e-9, :func:`run_batch`).
         address: Ray cluster address (``ray start --head`` prints it); none: a local Ray instance.
-        workers: processes (local) or CPUs (local Ray); default ``cfg.workers`` or every core.
+        workers: processes (local, vector) or CPUs (local Ray); default ``cfg.workers`` or
+            every core.
+        batch_size: most runs per batch of the vector backend (:func:`vector_batches`).
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     series_dir = Path(out_dir) / SERIES_DIR
     if cfg.series:
         try:
@@ -728,7 +740,7 @@ def run_sweep(
         n_workers = None if workers is None and not cfg.workers else (workers or cfg.workers)
 
     def batches(run_ids: list[str], n: int) -> list[Job]:
-        return vector_batches([specs[i] for i in run_ids], cfg, str(series_dir), n)
+        return vector_batches([specs[i] for i in run_ids], cfg, str(series_dir), n, batch_size)
 
     return run_rows(
         jobs,

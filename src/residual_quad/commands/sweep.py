@@ -12,6 +12,7 @@ from residual_quad.commands.controller_args import add_list_controllers, spec_li
 from residual_quad.evaluation.report import order_rows, report_from_rows
 from residual_quad.evaluation.sweep import (
     DEFAULT_BACKEND,
+    MAX_BATCH,
     SWEEP_BACKENDS,
     SweepConfig,
     read_rows,
@@ -35,6 +36,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         backend=args.backend,
         address=args.address,
         workers=args.workers,
+        batch_size=args.batch_size,
     )
     div = sum(r["diverged"] for r in rows)
     print(
@@ -84,6 +86,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--address", default=None, help="Ray cluster address (ray backend)")
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=MAX_BATCH,
+        help=f"most runs per batch of the vector backend (default {MAX_BATCH}; its rows are "
+        "written when the batch ends)",
+    )
     p.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: all cores)"
     )
