@@ -17,6 +17,9 @@ from gymnasium.wrappers import TimeLimit
 
 ENV_ID = "ResidualQuad-v0"
 
+REMOTE_ENV_ID = "ResidualQuadRemote-v0"
+"""The client of a simulation server (``rquad serve``): :mod:`residual_quad.remote.client`."""
+
 DEFAULT_MAX_EPISODE_STEPS = 2000
 """Steps of the default episode: ``episode_s = 20`` s at ``control_hz = 100`` Hz."""
 
@@ -46,6 +49,20 @@ def register_envs() -> None:
             id=ENV_ID,
             entry_point="residual_quad.envs.residual_quad_env:ResidualQuadEnv",
             disable_env_checker=False,
+            max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
+            additional_wrappers=(
+                WrapperSpec(
+                    name="MatchEpisodeLength",
+                    entry_point="residual_quad.envs.registration:MatchEpisodeLength",
+                    kwargs={},
+                ),
+            ),
+        )
+    if REMOTE_ENV_ID not in gym.registry:  # its module needs the server extra only when made
+        gym.register(
+            id=REMOTE_ENV_ID,
+            entry_point="residual_quad.remote.client:ResidualQuadRemoteEnv",
+            disable_env_checker=True,
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
             additional_wrappers=(
                 WrapperSpec(
