@@ -156,7 +156,9 @@ def test_addresses(text, expected):
     assert parse_address(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", ":80", "h:0", "h:70000", "h:x", "::1", "[::1", "[::1]x", 5])
+@pytest.mark.parametrize(
+    "text", ["", "h:", ":80", "h:0", "h:70000", "h:x", "::1", "[::1", "[::1]x", 5]
+)
 def test_bad_addresses(text):
     with pytest.raises(ValueError):
         parse_address(text)

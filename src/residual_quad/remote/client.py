@@ -52,6 +52,8 @@ def parse_address(address: str) -> tuple[str, int]:
             raise ValueError(f"address must be '[IPV6]:PORT', got {address!r}")
     elif text.count(":") == 1:
         host, port_text = text.split(":")
+        if not port_text:
+            raise ValueError(f"address has an empty port: {address!r}")
     elif ":" not in text:
         host, port_text = text, ""
     else:
@@ -139,7 +141,14 @@ class ResidualQuadRemoteEnv(gym.Env):
         self.address = f"{host}:{port}"
         self._seed = seed
         self._seq = 0
-        self._sock: socket.socket | None = socket.create_connection((host, port), timeout=timeout_s)
+        try:
+            self._sock: socket.socket | None = socket.create_connection(
+                (host, port), timeout=timeout_s
+            )
+        except OSError as exc:
+            raise ConnectionError(
+                f"cannot reach a simulation server at {self.address}: {exc}"
+            ) from None
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             description = self._call({"op": "hello", "token": token, "client": "residual_quad"})

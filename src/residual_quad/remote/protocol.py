@@ -110,8 +110,9 @@ class ProtocolError(Exception):
         self.message = message
 
 
-class RemoteError(RuntimeError):
-    """An error reply seen by a client (``code`` from :data:`ERROR_CODES`)."""
+class RemoteError(ConnectionError):
+    """An error reply seen by a client (``code`` from :data:`ERROR_CODES`): the server refused
+    the request (a ``ConnectionError``, so the command line reports it in one line)."""
 
     def __init__(self, code: str, message: str):
         super().__init__(f"server refused the request ({code}): {message}")
