@@ -12,7 +12,13 @@ from gymnasium.error import ResetNeeded
 from remote_helpers import RawClient, address, header, raw_client, served
 
 from residual_quad.envs.registration import REMOTE_ENV_ID
-from residual_quad.remote.protocol import PROTOCOL_VERSION, RemoteError, frame
+from residual_quad.remote.protocol import (
+    INFO_KEYS,
+    PROTOCOL_VERSION,
+    TRUTH_KEYS,
+    RemoteError,
+    frame,
+)
 
 HOVER = [0.0, 0.0, 0.0, 0.0]
 
@@ -34,14 +40,8 @@ def test_a_session_hello_reset_step_close():
         assert hello["obs_layout"]["pos"] == [0, 3] and hello["obs_dim"] == 36
         reset = _ok(c.call("reset", seed=0))
         assert len(reset["obs"]) == 36 and "reward" not in reset
-        assert set(reset["truth"]) == {
-            "residual_accel",
-            "wind",
-            "drag_force",
-            "ground_gain",
-            "payload_kg",
-            "true_mass",
-        }
+        assert tuple(reset["truth"]) == TRUTH_KEYS  # the documented keys, in order
+        assert tuple(reset["info"]) == INFO_KEYS
         assert "wind" not in reset["info"]  # truth travels apart from info
         for k in range(5):
             step = _ok(c.call("step", action=HOVER))

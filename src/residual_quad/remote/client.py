@@ -27,13 +27,15 @@ from residual_quad.envs.checks import integer
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.remote.protocol import (
     DEFAULT_PORT,
+    MAX_MESSAGE_BYTES_LIMIT,
     PROTOCOL_VERSION,
     SCENARIO_KEYS,
     TRUTH_KEYS,
+    FrameReader,
     ProtocolError,
     RemoteError,
+    decode_payload,
     frame,
-    recv_message,
 )
 
 VECTOR_TRUTH = ("residual_accel", "wind", "drag_force")  # info entries that are 3-vectors
@@ -141,6 +143,7 @@ class ResidualQuadRemoteEnv(gym.Env):
         self.address = f"{host}:{port}"
         self._seed = seed
         self._seq = 0
+        self._frames = FrameReader(MAX_MESSAGE_BYTES_LIMIT)
         try:
             self._sock: socket.socket | None = socket.create_connection(
                 (host, port), timeout=timeout_s
@@ -180,7 +183,7 @@ class ResidualQuadRemoteEnv(gym.Env):
         self._seq += 1
         message = {"v": PROTOCOL_VERSION, "seq": self._seq, **request}
         self._sock.sendall(frame(message))
-        reply = recv_message(self._sock)
+        reply = self._receive(self._sock)
         if reply.get("seq") != self._seq:
             raise ConnectionError(f"reply to seq {reply.get('seq')!r}, expected {self._seq}")
         if not reply.get("ok"):
@@ -192,6 +195,20 @@ class ResidualQuadRemoteEnv(gym.Env):
                 raise ValueError(text)
             raise RemoteError(code, text)
         return reply
+
+    def _receive(self, sock: socket.socket) -> dict[str, Any]:
+        """The next reply: one ``recv`` per reply when it arrives in one segment (loopback)."""
+        data = b""
+        while True:
+            for kind, item in self._frames.feed(data):
+                if kind == "too_large":
+                    raise ConnectionError(f"a reply of {item} bytes is beyond the limit")
+                assert isinstance(item, bytes)
+                message, _ = decode_payload(item)
+                return message
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("the server closed the connection")
 
     def _result(self, reply: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
         obs = np.array(reply["obs"], dtype=np.float64)
@@ -228,7 +245,7 @@ class ResidualQuadRemoteEnv(gym.Env):
         try:
             self._seq += 1
             sock.sendall(frame({"v": PROTOCOL_VERSION, "seq": self._seq, "op": "close"}))
-            recv_message(sock)
+            self._receive(sock)
         except (OSError, ProtocolError):
             pass  # the server is gone already: nothing to free
         finally:

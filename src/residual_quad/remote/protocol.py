@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import socket
 import struct
 from collections.abc import Iterator, Mapping
@@ -45,6 +44,9 @@ OPS: dict[str, frozenset[str]] = {
     "close": frozenset(),
 }
 """Each operation and the optional argument keys it accepts besides ``v``, ``seq`` and ``op``."""
+
+ENVELOPE = frozenset({"v", "seq", "op"})
+"""The keys every request carries."""
 
 ERROR_CODES: dict[str, str] = {
     "malformed": "the frame is not a msgpack map or a JSON object",
@@ -241,8 +243,9 @@ def parse_request(message: dict[str, Any]) -> Request:
     op = message.get("op")
     if not isinstance(op, str) or op not in OPS:
         raise ProtocolError("unknown_op", f"op {op!r}; valid: {', '.join(OPS)}")
-    args = {k: v for k, v in message.items() if k not in ("v", "seq", "op")}
-    unknown = sorted(map(str, set(args) - OPS[op]))
+    allowed = OPS[op]
+    args = {k: v for k, v in message.items() if k not in ENVELOPE}
+    unknown = sorted(map(str, (k for k in args if k not in allowed)))
     if unknown:
         raise ProtocolError(
             "bad_request",
@@ -255,7 +258,7 @@ def parse_action(value: Any) -> list[float]:
     """A step's action: four real numbers (not bools), finite (clipping is the env's job)."""
     if not isinstance(value, list | tuple) or len(value) != 4:
         raise ProtocolError("bad_request", f"action must be a list of 4 numbers, got {value!r}")
-    if not all(isinstance(a, numbers.Real) and not isinstance(a, bool) for a in value):
+    if not all(type(a) is float or type(a) is int for a in value):  # decoders give only these
         raise ProtocolError("bad_request", f"action must hold real numbers, got {value!r}")
     action = [float(a) for a in value]
     if not all(map(math.isfinite, action)):

@@ -39,10 +39,8 @@ from residual_quad.envs.registration import ENV_ID
 from residual_quad.remote.protocol import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_PORT,
-    INFO_KEYS,
     MAX_MESSAGE_BYTES_LIMIT,
     PROTOCOL_VERSION,
-    TRUTH_KEYS,
     FrameReader,
     ProtocolError,
     Request,
@@ -142,17 +140,6 @@ def describe(env: Any, scenario: Mapping[str, Any], realtime: bool) -> dict[str,
     }
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as msgpack/JSON-friendly Python data (arrays → lists, numpy scalars → floats)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
 def result_message(
     obs: np.ndarray, info: Mapping[str, Any], reward: float | None = None, ended=(False, False)
 ) -> dict[str, Any]:
@@ -160,8 +147,21 @@ def result_message(
     ``info`` entries, and the ground truth apart under ``truth``."""
     body: dict[str, Any] = {
         "obs": obs.tolist(),
-        "info": {k: _plain(info[k]) for k in INFO_KEYS},
-        "truth": {k: _plain(info[k]) for k in TRUTH_KEYS},
+        "info": {
+            "t": float(info["t"]),  # s
+            "position_error": float(info["position_error"]),  # m
+            "reward_terms": {str(k): float(v) for k, v in info["reward_terms"].items()},
+            "diverged": bool(info["diverged"]),
+            "termination": info["termination"],
+        },
+        "truth": {
+            "residual_accel": np.asarray(info["residual_accel"], dtype=float).tolist(),  # m/s²
+            "wind": np.asarray(info["wind"], dtype=float).tolist(),  # m/s, world
+            "drag_force": np.asarray(info["drag_force"], dtype=float).tolist(),  # N, world
+            "ground_gain": float(info["ground_gain"]),
+            "payload_kg": float(info["payload_kg"]),  # kg
+            "true_mass": float(info["true_mass"]),  # kg
+        },
     }
     if reward is not None:
         body["reward"] = float(reward)
