@@ -168,3 +168,9 @@ def test_token_from_the_environment(capsys, monkeypatch):
         res = run_main(["eval", "--remote", where, "--episode-s", "0.1"], capsys)
         assert res.rc == 0, res.err
         time.sleep(0)  # both connections are closed by now
+
+
+def test_the_readme_shows_the_example_as_it_is_tested():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = (ROOT / "docs" / "examples" / "remote_hover_client.py").read_text(encoding="utf-8")
+    assert f"```python\n{example}```" in readme
