@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import assert_user_error, run_main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0  # s for the server to print its address (imports on a busy machine)
@@ -37,6 +39,7 @@ def serve(*argv: str, env: dict[str, str] | None = None) -> Iterator[tuple[subpr
         line = _read_line(proc, START_TIMEOUT_S)
         match = re.search(r"on (127\.0\.0\.1:\d+)", line)
         assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        proc.first_line = line  # type: ignore[attr-defined]
         yield proc, match.group(1)
     finally:
         if proc.poll() is None:
@@ -174,3 +177,56 @@ def test_the_readme_shows_the_example_as_it_is_tested():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     example = (ROOT / "docs" / "examples" / "remote_hover_client.py").read_text(encoding="utf-8")
     assert f"```python\n{example}```" in readme
+
+
+GARBAGE = st.sampled_from(["", "x", "-1", "nan", "inf", "1e400", "0", "70000", "é"])
+
+
+@st.composite
+def serve_argv(draw) -> list[str]:
+    """``serve`` arguments, good and bad; the port is 0 or garbage (never a fixed free port)."""
+    argv = ["serve", "--port", draw(st.sampled_from(["0", "-5", "65536", "x"]))]
+    for flag, good in (
+        ("--client-timeout", ["0.5", "30"]),
+        ("--max-message-bytes", ["64", "65536", "63"]),
+        ("--control-hz", ["50", "100"]),
+        ("--episode-s", ["0.5", "20"]),
+        ("--payload", ["extra", "0.3", "lead"]),
+        ("--wind", ["windy", "1,0.5", "1"]),
+        ("--trajectory", ["helix", "spiral"]),
+        ("--action-mode", ["ctbr", "thrust"]),
+        ("--host", ["127.0.0.1", "::1", "not a host"]),
+    ):
+        if draw(st.booleans()):
+            argv += [flag, draw(st.one_of(st.sampled_from(good), GARBAGE))]
+    argv += draw(st.sampled_from([[], ["--realtime"], ["--no-ground-effect"]]))
+    return argv
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(argv=serve_argv())
+def test_serve_arguments_start_or_fail_in_one_line(capsys, monkeypatch, argv):
+    from residual_quad.remote.server import SimServer
+
+    monkeypatch.setattr(SimServer, "serve_forever", lambda self: self.close())  # start, then stop
+    res = run_main(argv, capsys)
+    if res.rc == 0:
+        assert "serving ResidualQuad-v0 on" in res.out and "stopped" in res.out
+    else:
+        assert_user_error(res, "serve")
+
+
+def test_serve_with_a_live_view_prints_its_address():
+    from websockets.sync.client import connect
+
+    with serve("--foxglove", "0") as (proc, where):
+        live = re.search(r"live view (ws://127\.0\.0\.1:\d+)", proc.first_line)
+        assert live, proc.first_line
+        with connect(live.group(1), subprotocols=["foxglove.sdk.v1"], open_timeout=10) as ws:
+            assert json.loads(ws.recv(timeout=10))["op"] == "serverInfo"
+        rc, _ = _stop(proc, signal.SIGTERM)
+        assert rc == 0
