@@ -249,3 +249,20 @@ def test_stop_closes_clients():
             assert c.closed_by_server()
         finally:
             c.close()
+
+
+@pytest.mark.parametrize("realtime", [False, True])
+def test_a_failing_hook_gets_internal_and_the_server_keeps_serving(realtime):
+    calls = []
+
+    def hook(stamp_ns, obs, info, action):
+        calls.append(stamp_ns)
+        if action is not None and len(calls) == 2:  # the first step after the first reset
+            raise RuntimeError("disk full")
+
+    with served(hook=hook, realtime=realtime) as server, raw_client(server) as c:
+        _ok(c.call("hello"))
+        _ok(c.call("reset", seed=0))
+        _error(c.call("step", action=HOVER), "internal")
+        _ok(c.call("reset", seed=0))
+        _ok(c.call("step", action=HOVER))

@@ -522,9 +522,16 @@ class SimServer:
         else:
             action = pending[1]
         session.periods += 1
-        obs, reward, terminated, truncated, info = session.env.step(action)  # checked action
-        session.held = action
-        self._publish(obs, info, action)
+        try:
+            obs, reward, terminated, truncated, info = session.env.step(action)  # checked action
+            session.held = action
+            self._publish(obs, info, action)
+        except Exception:  # a bug or a failing recorder: end the episode, keep serving
+            log.error("real-time period failed:\n%s", traceback.format_exc())
+            session.running, session.next_tick = False, None
+            if pending is not None:
+                self._error(session, pending[0], "internal", "the period failed (see its log)")
+            return
         body = result_message(obs, info, reward, (terminated, truncated))
         body["clock"] = self._clock(session)
         if terminated or truncated:
