@@ -67,7 +67,7 @@ def _stop(proc: subprocess.Popen, sig: int) -> tuple[int, str]:
 
 def test_eval_remote_equals_eval_in_process_and_sigterm_stops_cleanly(tmp_path, capsys):
     log = tmp_path / "served.mcap"
-    with serve("--payload", "extra", "--record", str(log)) as (proc, where):
+    with serve("--control-hz", "50", "--record", str(log)) as (proc, where):  # eval overrides
         args = ["eval", "--controller", "geo_rls", "--payload", "extra", "--wind", "windy"]
         args += ["--trajectory", "helix", "--episode-s", "3.5", "--json"]
         local = run_main(args, capsys)

@@ -103,6 +103,9 @@ def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "env_id": REMOTE_ENV_ID,
         "address": args.remote,
         "token": os.environ.get("RQUAD_TOKEN") or None,
+        # the whole scenario travels, so the flight is the in-process one whatever the server's
+        # defaults: the controllers are built for this control rate
+        "control_hz": 1.0 / ControlContext().control_dt,
     }
 
 
