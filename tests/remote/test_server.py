@@ -266,3 +266,12 @@ def test_a_failing_hook_gets_internal_and_the_server_keeps_serving(realtime):
         _error(c.call("step", action=HOVER), "internal")
         _ok(c.call("reset", seed=0))
         _ok(c.call("step", action=HOVER))
+
+
+def test_a_silent_server_is_a_timeout_for_the_client():
+    with socket.create_server(("127.0.0.1", 0)) as mute:  # accepts, never answers
+        port = mute.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="no reply within 0.3 s"):
+            gym.make(REMOTE_ENV_ID, address=f"127.0.0.1:{port}", timeout_s=0.3)
+        assert time.monotonic() - t0 < 5.0

@@ -36,6 +36,7 @@ from residual_quad.remote.protocol import (
     RemoteError,
     decode_payload,
     frame,
+    kernel_timeouts,
 )
 
 VECTOR_TRUTH = ("residual_accel", "wind", "drag_force")  # info entries that are 3-vectors
@@ -152,7 +153,9 @@ class ResidualQuadRemoteEnv(gym.Env):
             raise ConnectionError(
                 f"cannot reach a simulation server at {self.address}: {exc}"
             ) from None
+        self.timeout_s = float(timeout_s)
         try:
+            kernel_timeouts(self._sock, self.timeout_s)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             description = self._call({"op": "hello", "token": token, "client": "residual_quad"})
             if wire:
@@ -206,7 +209,10 @@ class ResidualQuadRemoteEnv(gym.Env):
                 assert isinstance(item, bytes)
                 message, _ = decode_payload(item)
                 return message
-            data = sock.recv(1 << 16)
+            try:
+                data = sock.recv(1 << 16)
+            except BlockingIOError:  # the kernel receive timeout
+                raise TimeoutError(f"no reply within {self.timeout_s:g} s") from None
             if not data:
                 raise ConnectionError("the server closed the connection")
 

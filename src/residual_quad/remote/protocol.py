@@ -196,6 +196,18 @@ class FrameReader:
             yield "frame", payload
 
 
+def kernel_timeouts(sock: socket.socket, seconds: float, send_only: bool = False) -> None:
+    """Make ``sock`` blocking with kernel send (and receive) timeouts of ``seconds``: each call is
+    then one system call (a Python-level timeout polls before every call). A call that times out
+    raises ``BlockingIOError``."""
+    sock.settimeout(None)
+    whole = int(seconds)
+    timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    if not send_only:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+
+
 def recv_exact(sock: socket.socket, n: int) -> bytes:
     """Exactly ``n`` bytes from a blocking socket; ``ConnectionError`` when it closes first."""
     chunks = bytearray()

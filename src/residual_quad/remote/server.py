@@ -48,6 +48,7 @@ from residual_quad.remote.protocol import (
     env_kwargs,
     error_reply,
     frame,
+    kernel_timeouts,
     parse_action,
     parse_request,
     parse_scenario,
@@ -303,9 +304,8 @@ class SimServer:
             sock.close()
             self.counts["refused"] += 1
             return
-        sock.setblocking(True)
-        sock.settimeout(SEND_TIMEOUT_S)  # bounds sendall; recv runs only when data is ready
-        try:
+        try:  # the send timeout bounds sendall; recv runs only when data is ready
+            kernel_timeouts(sock, SEND_TIMEOUT_S, send_only=True)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
