@@ -58,7 +58,14 @@ setup(
     extras_require={
         "rl": ["stable-baselines3>=2.3", "torch>=2.2"],
         "cluster": ["ray>=2.9"],
-        "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5"],
+        "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
+        "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view
+            "msgpack>=1.0",
+            "mcap>=1.1",
+            "mcap-ros2-support>=0.5",
+            "rosbags>=0.10",
+            "foxglove-sdk>=0.20",
+        ],
     },
     entry_points={"console_scripts": ["rquad=residual_quad.cli:main"]},
     classifiers=[

@@ -23,6 +23,9 @@ import gymnasium as gym
 
 ENV_ID = "ResidualQuad-v0"
 
+REMOTE_ENV_ID = "ResidualQuadRemote-v0"
+"""The client of a simulation server (``rquad serve``): :mod:`residual_quad.remote.client`."""
+
 DEFAULT_MAX_EPISODE_STEPS = 2000
 """Steps of the default episode: ``episode_s = 20`` s at ``control_hz = 100`` Hz."""
 
@@ -48,5 +51,12 @@ def register_envs() -> None:
             entry_point="residual_quad.envs.residual_quad_env:ResidualQuadEnv",
             vector_entry_point="residual_quad.envs.vector_env:ResidualQuadVectorEnv",
             disable_env_checker=False,
+            max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
+        )
+    if REMOTE_ENV_ID not in gym.registry:  # its module needs the server extra only when made
+        gym.register(
+            id=REMOTE_ENV_ID,
+            entry_point="residual_quad.remote.client:ResidualQuadRemoteEnv",
+            disable_env_checker=True,
             max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
         )

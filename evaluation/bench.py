@@ -19,6 +19,7 @@ SECTIONS: dict[str, str] = {
     "hnewton": "residual_quad.evaluation.bench_hnewton:run",
     "controllers": "residual_quad.evaluation.bench_batch:run",
     "vector": "residual_quad.evaluation.bench_vector:run",
+    "remote": "residual_quad.remote.bench:run",
     "sweep": "residual_quad.evaluation.bench_sweep:run",
 }
 

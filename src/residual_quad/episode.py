@@ -85,6 +85,7 @@ def run_episode(
     reset_options: dict[str, Any] | None = None,
     callback: Any = None,
     frame_every: int = 0,
+    env_id: str = ENV_ID,
     **env_kwargs: Any,
 ) -> EpisodeResult:
     """Fly ``controller`` (an object or a registered name) for one episode.
@@ -98,6 +99,8 @@ def run_episode(
         callback: optional ``callback(step, obs, action, info)`` called after every step.
         frame_every: if > 0, render the env (``render_mode="rgb_array"`` in ``env_kwargs``) after
             steps 1, 1 + n, 1 + 2n, ... into ``result.extras["frames"]``.
+        env_id: the registered env to fly: ``ResidualQuad-v0`` or ``ResidualQuadRemote-v0``
+            (a simulation server; give its ``address=`` in ``env_kwargs``).
         **env_kwargs: any other ``ResidualQuad-v0`` argument.
     """
     frame_every = integer("frame_every", frame_every, low=0)
@@ -112,7 +115,7 @@ def run_episode(
     # the env speaks the controller's action mode unless the caller insists on one
     env_kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
     env = gym.make(
-        ENV_ID,
+        env_id,
         payload=payload,
         wind=wind,
         trajectory=trajectory,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -92,12 +93,31 @@ def _scenario_line(args: argparse.Namespace) -> str:
     )
 
 
+def _remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``run_episode`` arguments that fly on the server of ``--remote`` (none without it)."""
+    if not getattr(args, "remote", None):
+        return {}
+    from residual_quad.envs.registration import REMOTE_ENV_ID
+
+    return {
+        "env_id": REMOTE_ENV_ID,
+        "address": args.remote,
+        "token": os.environ.get("RQUAD_TOKEN") or None,
+        # the whole scenario travels, so the flight is the in-process one whatever the server's
+        # defaults: the controllers are built for this control rate
+        "control_hz": 1.0 / ControlContext().control_dt,
+    }
+
+
 def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeResult]]:
     """Fly every spec in ``names``; the rows carry each spec's label."""
     options: dict[str, Any] = {}
     if args.yaw_offset:
         options["yaw_offset"] = math.radians(args.yaw_offset)
     specs = resolve_entries(names)  # every spec checked (and labels unique) before flying
+    record = getattr(args, "record", None)
+    if record and len(specs) > 1:
+        raise ValueError(f"--record writes one flight: give one controller, not {len(specs)}")
     rows = []
     for spec in specs:
         name = spec.label
@@ -109,21 +129,46 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
             safe = re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)
             run = f"{safe}_{args.payload}_{args.wind}_{args.trajectory}_s{args.seed}"
             logger = EpisodeLogger(Path(args.tensorboard) / run, controller)
-        result = run_episode(
-            controller,
-            payload=args.payload,
-            wind=args.wind,
-            trajectory=args.trajectory,
-            seed=args.seed,
-            reset_options=options or None,
-            callback=logger,
-            episode_s=args.episode_s,
-            ground_effect=not args.no_ground_effect,
-        )
+        telemetry = None
+        if record:
+            from residual_quad.remote.telemetry import FlightTelemetry, McapSink
+
+            telemetry = FlightTelemetry([McapSink(record)])
+        callbacks = [c for c in (logger, telemetry and telemetry.episode_callback()) if c]
+        try:
+            result = run_episode(
+                controller,
+                payload=args.payload,
+                wind=args.wind,
+                trajectory=args.trajectory,
+                seed=args.seed,
+                reset_options=options or None,
+                callback=_chain(callbacks),
+                episode_s=args.episode_s,
+                ground_effect=not args.no_ground_effect,
+                **_remote_kwargs(args),
+            )
+        finally:
+            if telemetry is not None:
+                telemetry.close()
         if logger is not None:
             logger.close()
         rows.append((name, result))
     return rows
+
+
+def _chain(callbacks: list[Any]) -> Any:
+    """One ``run_episode`` callback that calls each of ``callbacks`` (``None`` for none)."""
+    if not callbacks:
+        return None
+    if len(callbacks) == 1:
+        return callbacks[0]
+
+    def chained(*a: Any) -> None:
+        for callback in callbacks:
+            callback(*a)
+
+    return chained
 
 
 def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> None:
@@ -206,6 +251,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_list_controllers(p)
     _scenario_args(p, "none", "calm", "hover")
+    p.add_argument(
+        "--remote",
+        metavar="HOST:PORT",
+        default=None,
+        help="fly on a simulation server (rquad serve; token from $RQUAD_TOKEN)",
+    )
+    p.add_argument(
+        "--record",
+        metavar="FILE.mcap",
+        default=None,
+        help="write the flight as a ROS2 MCAP log (one controller)",
+    )
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("demo", help="pid, geo, geo_res, geo_rls: extra payload, windy, helix")

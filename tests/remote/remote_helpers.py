@@ -1,0 +1,85 @@
+"""A loopback server in a background thread and a raw protocol client, for the remote tests."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from residual_quad.remote.protocol import HEADER, PROTOCOL_VERSION, frame, recv_message
+from residual_quad.remote.server import ServerConfig, SimServer
+
+LOOPBACK = "127.0.0.1"
+REPLY_TIMEOUT_S = 10.0  # s: no reply in a test may take longer
+
+
+@contextlib.contextmanager
+def served(hook: Any = None, **config: Any) -> Iterator[SimServer]:
+    """A :class:`SimServer` on a free loopback port, serving in a thread, stopped in ``finally``."""
+    config.setdefault("host", LOOPBACK)
+    config.setdefault("port", 0)
+    server = SimServer(ServerConfig(**config), hook=hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        thread.join(REPLY_TIMEOUT_S)
+        assert not thread.is_alive(), "the server did not stop"
+
+
+def address(server: SimServer) -> str:
+    host, port = server.address
+    return f"{host}:{port}"
+
+
+class RawClient:
+    """A protocol client with no checks of its own: it sends what it is told."""
+
+    def __init__(self, server: SimServer, encoding: str = "msgpack"):
+        self.sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
+        self.encoding = encoding
+        self.seq = 0
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(frame(message, self.encoding))
+
+    def recv(self) -> dict[str, Any]:
+        return recv_message(self.sock)
+
+    def call(self, op: str, seq: int | None = None, **args: Any) -> dict[str, Any]:
+        """Send one request (the next seq unless given) and return its reply."""
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        self.send({"v": PROTOCOL_VERSION, "seq": seq, "op": op, **args})
+        return self.recv()
+
+    def closed_by_server(self) -> bool:
+        """Whether the server has closed this connection (reads until EOF or timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, TimeoutError):
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def raw_client(server: SimServer, encoding: str = "msgpack") -> Iterator[RawClient]:
+    client = RawClient(server, encoding)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def header(length: int) -> bytes:
+    return HEADER.pack(length)
