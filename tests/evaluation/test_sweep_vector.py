@@ -140,3 +140,12 @@ def test_batch_groups_equal_their_parts_and_check_the_partition():
 def test_unknown_backend_lists_the_choices(tmp_path):
     with pytest.raises(ValueError, match="local, ray, vector"):
         run_sweep(SweepConfig(**dict(MIXED, series=[])), tmp_path, backend="gpu", progress=False)
+
+
+def test_ppo_rows_are_exact_on_the_vector_backend(tmp_path):
+    """ppo flies per env in a batch (a batched float32 forward would round differently)."""
+    pytest.importorskip("stable_baselines3")
+    cfg = SweepConfig(**dict(MIXED, controllers=["ppo"], winds=["windy"], series=[]))
+    local = run_sweep(cfg, tmp_path / "local", backend="local", workers=1, progress=False)
+    vector = run_sweep(cfg, tmp_path / "vector", backend="vector", workers=1, progress=False)
+    assert_rows_close(local, vector)
