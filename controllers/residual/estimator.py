@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.residual.config import ResidualConfig
+from residual_quad.controllers.residual.config import OODGuardConfig, ResidualConfig
 from residual_quad.controllers.residual.features import (
+    FEATURE_NAMES,
     features_from_obs,
     features_from_obs_batch,
     imu_residual,
@@ -44,6 +45,12 @@ from residual_quad.controllers.residual.features import (
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, load_network
 from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import ObsLayout as L
+
+
+def _span(ood: OODGuardConfig) -> float:
+    """Width (rad) of the heading blend."""
+    return ood.heading_off - ood.heading_on
 
 
 class ResidualEstimator:
@@ -89,10 +96,25 @@ class ResidualEstimator:
         self._phi_f = np.zeros(n)  # low-pass filtered regressor and target
         self._y_f = np.zeros(3)
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
+        # OOD guard: indices of the guarded features and their standardization
+        ood = config.ood
+        idx = [FEATURE_NAMES.index(f) for f in ood.features]
+        self._ood_idx = np.array(idx, dtype=int)
+        self._ood_mean = np.asarray(net.x_mean, dtype=float)[idx]
+        self._ood_inv_std = 1.0 / np.asarray(net.x_std, dtype=float)[idx]
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
         """Back to the offline network and the RLS prior, with no memory of a previous step."""
+        self.ood_weight = 1.0  # weight of the network's estimate at the last step (guard)
+        self.ood_steps = 0  # steps since reset with the guard acting (weight < 1)
+        self._prev_ood_weight = 1.0
+        self._have_obs = False
+        self._heading_err = 0.0  # rad, |ψ − ψ_ref| of this step (OOD guard)
+        self._meas_now = np.zeros(3)  # m/s², world, accelerometer residual of this step
+        self._hold = np.zeros(3)  # m/s², world, last estimate made fully inside the envelope
+        self._filtered = np.zeros(3)  # m/s², world, output filter state
+        self._net_prev = np.full(3, np.nan)  # m/s², world, the network's estimate of the last step
         self.net.theta[...] = self.net.theta0
         self.last_estimate = np.zeros(3)  # m/s², world, Δâ applied at the last step
         self.last_a_eff = np.zeros(3)  # m/s², world, a_cmd − Δâ sent to the inner loop
@@ -119,10 +141,17 @@ class ResidualEstimator:
         """``Δâ`` (world, m/s²) for observation ``obs`` with body → world rotation ``R``, given
         this step's commanded acceleration ``a_cmd`` (world, m/s², before the compensation)."""
         phi = self._regressor(obs, R)
+        if self.config.ood.enabled:
+            err = math.atan2(R[1, 0], R[0, 0]) - float(obs[L.ref_yaw])
+            self._heading_err = abs(math.remainder(err, math.tau))  # rad
+        if self.config.ood.enabled and self.config.ood.error_off > 0.0:
+            self._meas_now = R @ imu_residual(obs, self.mass)  # m/s², world
+            self._have_obs = True
         if self.rls is None:
-            return self._applied(R @ self.net.output(phi), a_cmd)
+            return self._applied(self._post(R @ self.net.output(phi)), a_cmd)
         if self._have_prev:
-            self._learn(obs, R)
+            if self._prev_ood_weight == 1.0:
+                self._learn(obs, R)
             if self.warmup_end_step is None and self.rls.warmup_done:
                 self.warmup_end_step = self.steps
         est = R @ self.net.output(phi, self.rls.applied)
@@ -130,7 +159,44 @@ class ResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev = True
-        return self._applied(est, a_cmd)
+        self._prev_ood_weight = self.ood_weight if self.config.ood.enabled else 1.0
+        return self._applied(self._post(est), a_cmd)
+
+    def _post(self, est: np.ndarray) -> np.ndarray:
+        """The OOD guard's blend and the output filter (both off by default: ``est`` itself)."""
+        cfg = self.config
+        if cfg.ood.enabled:
+            ood = cfg.ood
+            z = np.abs((self._x[self._ood_idx] - self._ood_mean) * self._ood_inv_std)
+            s = float(z.max()) if np.all(np.isfinite(z)) else math.inf
+            w = min(1.0, max(0.0, (ood.z_off - s) / (ood.z_off - ood.z_on)))
+            w = min(w, max(0.0, (ood.heading_off - self._heading_err) / _span(ood)))
+            if ood.error_off > 0.0 and self._have_obs:
+                err = float(np.linalg.norm(self._net_prev - self._meas_now))
+                if not math.isfinite(err):
+                    err = 0.0  # no previous estimate yet: nothing to contradict
+                w = min(w, max(0.0, (ood.error_off - err) / (ood.error_off - ood.error_on)))
+            self._net_prev = est.copy()
+            if ood.recover_s > 0.0:
+                w = min(w, self.ood_weight + self.dt / ood.recover_s)
+            self.ood_weight = w
+            if w == 1.0:
+                if np.all(np.isfinite(est)):
+                    self._hold = est.copy()
+            else:
+                self.ood_steps += 1
+                fallback = self._hold if cfg.ood.fallback == "hold" else np.zeros(3)
+                est = w * est + (1.0 - w) * fallback if w > 0.0 else fallback.copy()
+        tau = cfg.output_filter.tau
+        if tau > 0.0 and np.all(np.isfinite(est)):
+            if self.steps == 0:
+                self._filtered = est.copy()
+            else:
+                self._filtered = self._filtered + (self.dt / (tau + self.dt)) * (
+                    est - self._filtered
+                )
+            est = self._filtered.copy()
+        return est
 
     # -- steps -----------------------------------------------------------------------------------
     def _regressor(self, obs: np.ndarray, R: np.ndarray) -> np.ndarray:
