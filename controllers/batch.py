@@ -378,6 +378,12 @@ class BatchResidualGeoTracker(BatchTracker):
         context = context or ControlContext()
         n_envs = check_n_envs(n_envs)
         self.config = cfg = residual_config(config, **overrides)
+        if not cfg.vectorized:
+            raise ValueError(
+                "the batched residual estimator implements the source's settings only (no OOD "
+                "guard, no output filter, the trace_cap covariance); make_batch_controller "
+                "flies other settings in a BatchedLoop"
+            )
         self.estimator = BatchResidualEstimator(context, cfg, n_envs, network, learn=self.learn)
         super().__init__(context, n_envs, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
 
@@ -480,6 +486,12 @@ def make_batch_controller(
         )
     n_envs = check_n_envs(n_envs)
     factory = _BATCH_REGISTRY.get(name)
+    if (
+        factory is not None
+        and name in ("geo_res", "geo_rls")
+        and not _residual_vectorized(overrides)
+    ):
+        factory = None  # settings the vectorized estimator does not implement: the loop
     if factory is not None:
         context = make_controller_context(env_or_context)
         if isinstance(factory, str):
@@ -491,6 +503,14 @@ def make_batch_controller(
     loop = BatchedLoop([make_controller(name, env_or_context, **overrides) for _ in range(n_envs)])
     loop.reset_batch()
     return loop
+
+
+def _residual_vectorized(overrides: dict[str, Any]) -> bool:
+    """Whether the residual settings in ``overrides`` are the vectorized estimator's."""
+    from residual_quad.controllers.residual.config import residual_config
+
+    rest = {k: v for k, v in overrides.items() if k not in ("config", "network", "attitude")}
+    return residual_config(overrides.get("config"), **rest).vectorized
 
 
 def make_controller_context(env_or_context: Any) -> ControlContext:

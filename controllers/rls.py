@@ -81,7 +81,7 @@ class RLSConfig:
     covariance: str = "trace_cap"
     efra_alpha: float = 0.5  # a in (0, 1], gain of the rank-1 correction (EFRA only)
     efra_beta: float = 1e-4  # β > 0, constant covariance injection per step (EFRA only)
-    efra_delta: float = 0.02  # δ > 0, quadratic covariance damping per step (EFRA only)
+    efra_delta: float = 0.002  # δ > 0, quadratic covariance damping per step (EFRA only)
 
     def __post_init__(self) -> None:
         if self.covariance not in COVARIANCE_SCHEMES:

@@ -159,8 +159,9 @@ class ResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev = True
+        est = self._post(est)  # sets this step's ood_weight
         self._prev_ood_weight = self.ood_weight if self.config.ood.enabled else 1.0
-        return self._applied(self._post(est), a_cmd)
+        return self._applied(est, a_cmd)
 
     def _post(self, est: np.ndarray) -> np.ndarray:
         """The OOD guard's blend and the output filter (both off by default: ``est`` itself)."""
