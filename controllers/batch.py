@@ -361,6 +361,7 @@ class BatchResidualGeoTracker(BatchTracker):
 
     name = "geo_res"
     learn = False
+    default_settings: dict[str, Any] = {"output_filter": {"tau": 0.2}}  # as the single geo_res
 
     def __init__(
         self,
@@ -377,6 +378,8 @@ class BatchResidualGeoTracker(BatchTracker):
 
         context = context or ControlContext()
         n_envs = check_n_envs(n_envs)
+        if config is None:
+            overrides = {**self.default_settings, **overrides}
         self.config = cfg = residual_config(config, **overrides)
         if not cfg.vectorized:
             raise ValueError(
@@ -410,6 +413,7 @@ class BatchRLSGeoTracker(BatchResidualGeoTracker):
 
     name = "geo_rls"
     learn = True
+    default_settings: dict[str, Any] = {}
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -489,7 +493,7 @@ def make_batch_controller(
     if (
         factory is not None
         and name in ("geo_res", "geo_rls")
-        and not _residual_vectorized(overrides)
+        and not _residual_vectorized(name, overrides)
     ):
         factory = None  # settings the vectorized estimator does not implement: the loop
     if factory is not None:
@@ -505,12 +509,18 @@ def make_batch_controller(
     return loop
 
 
-def _residual_vectorized(overrides: dict[str, Any]) -> bool:
-    """Whether the residual settings in ``overrides`` are the vectorized estimator's."""
+def _residual_vectorized(name: str, overrides: dict[str, Any]) -> bool:
+    """Whether the settings of residual tracker ``name`` with ``overrides`` are the vectorized
+    estimator's."""
     from residual_quad.controllers.residual.config import residual_config
+    from residual_quad.controllers.residual.trackers import ResidualGeoTracker, RLSGeoTracker
 
     rest = {k: v for k, v in overrides.items() if k not in ("config", "network", "attitude")}
-    return residual_config(overrides.get("config"), **rest).vectorized
+    config = overrides.get("config")
+    if config is None:
+        cls = RLSGeoTracker if name == "geo_rls" else ResidualGeoTracker
+        rest = {**cls.default_settings, **rest}
+    return residual_config(config, **rest).vectorized
 
 
 def make_controller_context(env_or_context: Any) -> ControlContext:

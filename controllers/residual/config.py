@@ -151,13 +151,9 @@ class ResidualConfig:
 
     @property
     def vectorized(self) -> bool:
-        """Whether the batched estimator implements these settings (the source's options only:
-        no OOD guard, no output filter, the RLS's default covariance scheme)."""
-        return (
-            not self.ood.enabled
-            and self.output_filter.tau == 0.0
-            and self.rls.covariance == "trace_cap"
-        )
+        """Whether the batched estimator implements these settings (no OOD guard, the RLS's
+        ``trace_cap`` covariance scheme; the output filter is vectorized)."""
+        return not self.ood.enabled and self.rls.covariance == "trace_cap"
 
 
 _SECTIONS: dict[str, type] = {

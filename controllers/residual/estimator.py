@@ -329,6 +329,7 @@ class BatchResidualEstimator:
         self._est_ok = np.ones(N, dtype=bool)
         self._have_prev = np.zeros(N, dtype=bool)
         self.warmup_end_step = np.full(N, -1, dtype=np.int64)
+        self._filtered = np.zeros((N, 3))  # m/s², world, output filter state
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
         self.reset()
 
@@ -343,6 +344,7 @@ class BatchResidualEstimator:
             self._prev_phi,
             self._phi_f,
             self._y_f,
+            self._filtered,
         ):
             buf[index] = 0.0
         self._prev_R[index] = np.eye(3)
@@ -371,7 +373,7 @@ class BatchResidualEstimator:
         phi = self.net.hidden_batch(x)
         if self.rls is None:
             est_b = self.net.output_batch(phi, self._theta0)
-            return self._applied(np.einsum("nij,nj->ni", R, est_b), a_cmd)
+            return self._applied(self._post(np.einsum("nij,nj->ni", R, est_b)), a_cmd)
         have = self._have_prev
         if have.any():
             self._learn(obs, R, have)
@@ -382,7 +384,21 @@ class BatchResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev[...] = True
-        return self._applied(est, a_cmd)
+        return self._applied(self._post(est), a_cmd)
+
+    def _post(self, est: np.ndarray) -> np.ndarray:
+        """The output filter of :meth:`ResidualEstimator._post`, per env (rows with a
+        non-finite estimate pass unfiltered and leave the filter as it was)."""
+        tau = self.config.output_filter.tau
+        if tau <= 0.0:
+            return est
+        a = self.dt / (tau + self.dt)
+        ok = np.all(np.isfinite(est), axis=1)[:, None]
+        first = (self.steps == 0)[:, None]
+        f = self._filtered
+        new = np.where(first, est, f + a * (est - f))
+        self._filtered = np.where(ok, new, f)
+        return np.where(ok, self._filtered, est)
 
     def _applied(self, est: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         """As :meth:`ResidualEstimator._applied`, per env."""
