@@ -10,10 +10,11 @@ that a translational residual cannot see (``docs/adaptive.md``). This controller
 with ``ω̇`` the difference of successive body rates over one control period, ``τ_applied`` the
 body torque of the rotor thrusts the observation reports as applied over that period and ``J``
 the *nominal* inertia; a first-order low-pass of time constant ``observer_tau`` smooths it, and
-the attitude loop adds ``−J·Δα̂`` to its torque (a disturbance observer; with ``observer_tau → 0``
-it becomes incremental nonlinear dynamic inversion [INDI16]). Whatever does not match the nominal
-rotational model — drag torque, a centre-of-mass offset, the payload's inertia — is fed back
-through one period of delay, so a constant disturbance torque leaves no steady attitude error.
+the attitude loop adds ``−J·Δα̂`` to its torque (a disturbance observer; with
+``observer_tau → 0`` it becomes incremental nonlinear dynamic inversion [INDI16], [INDI21]).
+Whatever does not match the nominal rotational model — drag torque, a centre-of-mass offset, the
+payload's inertia — is fed back through one period of delay, so a constant disturbance torque
+leaves no steady attitude error.
 
 The translational part is ``geo_rls`` with the out-of-distribution guard on and the RLS's EFRA
 covariance management [EFRA] (settings in ``configs/adaptive.yaml``). Controllers never read

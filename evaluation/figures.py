@@ -180,6 +180,8 @@ def tracking_comparison(
         color=[color_of(c) for c in names],
     )
     ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
+    for a in (ax[1, 1], ax[1, 2]):
+        a.tick_params(axis="x", labelrotation=30)
     for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
         a.legend(fontsize=7)
     fig.suptitle(f"{payload} payload, {wind}, {trajectory} (seed {seed})")

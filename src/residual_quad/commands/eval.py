@@ -134,7 +134,11 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
         out = []
         for name, r in rows:
             m = r.metrics()
-            m.update(rmse=_finite(r.rmse), max_error=_finite(r.max_error))
+            m.update(
+                rmse=_finite(r.rmse),
+                max_error=_finite(r.max_error),
+                max_error_episode=_finite(m["max_error_episode"]),
+            )
             out.append(
                 {
                     "controller": name,
