@@ -143,3 +143,21 @@ def test_unguarded_geo_rls_fails_the_yaw_start_bound():
     """The case the guard exists for (so the test above could fail): 0.158 m vs geo's 0.000."""
     kw = dict(wind="calm", trajectory="hover", seed=0, reset_options={"yaw_offset": math.pi / 2})
     assert run_episode("geo_rls", **kw).error.max() > run_episode("geo", **kw).error.max() + 0.1
+
+
+def test_tensorboard_shows_the_covariance_scheme_guard_and_observer(tmp_path):
+    from residual_quad.controllers.rls import efra_fixed_point
+    from residual_quad.training.tb_logging import EpisodeLogger, read_scalars
+
+    c = make_controller("geo_rls_dob")
+    logger = EpisodeLogger(tmp_path / "run", c)
+    run_episode(
+        c, payload="extra", wind="windy", trajectory="helix", episode_s=3.0, callback=logger
+    )
+    logger.close()
+    tags = read_scalars(tmp_path / "run" / "rls")
+    expected = {"rls/P_trace", "rls/P_eig_max", "rls/P_eig_min", "ood/weight"}
+    assert expected | {f"observer/torque_{a}" for a in "xyz"} <= set(tags)
+    # EFRA: P never reaches the trace cap; its largest eigenvalue stays below σ*
+    assert max(v for _, v in tags["rls/P_trace"]) < c.config.rls.trace_cap
+    assert max(v for _, v in tags["rls/P_eig_max"]) <= efra_fixed_point(c.config.rls) * (1 + 1e-9)
