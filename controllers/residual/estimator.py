@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.residual.config import OODGuardConfig, ResidualConfig
+from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
     features_from_obs,
@@ -46,11 +46,6 @@ from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, loa
 from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
-
-
-def _span(ood: OODGuardConfig) -> float:
-    """Width (rad) of the heading blend."""
-    return ood.heading_off - ood.heading_on
 
 
 class ResidualEstimator:
@@ -109,12 +104,9 @@ class ResidualEstimator:
         self.ood_weight = 1.0  # weight of the network's estimate at the last step (guard)
         self.ood_steps = 0  # steps since reset with the guard acting (weight < 1)
         self._prev_ood_weight = 1.0
-        self._have_obs = False
         self._heading_err = 0.0  # rad, |ψ − ψ_ref| of this step (OOD guard)
-        self._meas_now = np.zeros(3)  # m/s², world, accelerometer residual of this step
         self._hold = np.zeros(3)  # m/s², world, last estimate made fully inside the envelope
         self._filtered = np.zeros(3)  # m/s², world, output filter state
-        self._net_prev = np.full(3, np.nan)  # m/s², world, the network's estimate of the last step
         self.net.theta[...] = self.net.theta0
         self.last_estimate = np.zeros(3)  # m/s², world, Δâ applied at the last step
         self.last_a_eff = np.zeros(3)  # m/s², world, a_cmd − Δâ sent to the inner loop
@@ -144,9 +136,6 @@ class ResidualEstimator:
         if self.config.ood.enabled:
             err = math.atan2(R[1, 0], R[0, 0]) - float(obs[L.ref_yaw])
             self._heading_err = abs(math.remainder(err, math.tau))  # rad
-        if self.config.ood.enabled and self.config.ood.error_off > 0.0:
-            self._meas_now = R @ imu_residual(obs, self.mass)  # m/s², world
-            self._have_obs = True
         if self.rls is None:
             return self._applied(self._post(R @ self.net.output(phi)), a_cmd)
         if self._have_prev:
@@ -171,13 +160,8 @@ class ResidualEstimator:
             z = np.abs((self._x[self._ood_idx] - self._ood_mean) * self._ood_inv_std)
             s = float(z.max()) if np.all(np.isfinite(z)) else math.inf
             w = min(1.0, max(0.0, (ood.z_off - s) / (ood.z_off - ood.z_on)))
-            w = min(w, max(0.0, (ood.heading_off - self._heading_err) / _span(ood)))
-            if ood.error_off > 0.0 and self._have_obs:
-                err = float(np.linalg.norm(self._net_prev - self._meas_now))
-                if not math.isfinite(err):
-                    err = 0.0  # no previous estimate yet: nothing to contradict
-                w = min(w, max(0.0, (ood.error_off - err) / (ood.error_off - ood.error_on)))
-            self._net_prev = est.copy()
+            span = ood.heading_off - ood.heading_on
+            w = min(w, max(0.0, (ood.heading_off - self._heading_err) / span))  # NaN error: 0
             if ood.recover_s > 0.0:
                 w = min(w, self.ood_weight + self.dt / ood.recover_s)
             self.ood_weight = w

@@ -161,3 +161,18 @@ def test_tensorboard_shows_the_covariance_scheme_guard_and_observer(tmp_path):
     # EFRA: P never reaches the trace cap; its largest eigenvalue stays below σ*
     assert max(v for _, v in tags["rls/P_trace"]) < c.config.rls.trace_cap
     assert max(v for _, v in tags["rls/P_eig_max"]) <= efra_fixed_point(c.config.rls) * (1 + 1e-9)
+
+
+def test_batch_paths_fly_guarded_and_efra_settings_in_a_loop():
+    from residual_quad.controllers.batch import (
+        BatchedLoop,
+        BatchRLSGeoTracker,
+        make_batch_controller,
+    )
+
+    assert isinstance(make_batch_controller("geo_rls", 2), BatchRLSGeoTracker)
+    assert isinstance(make_batch_controller("geo_rls_dob", 2), BatchedLoop)
+    assert isinstance(make_batch_controller("geo_rls", 2, ood={"enabled": True}), BatchedLoop)
+    assert isinstance(make_batch_controller("geo_rls", 2, covariance="efra"), BatchedLoop)
+    with pytest.raises(ValueError, match="BatchedLoop"):
+        BatchRLSGeoTracker(None, 2, ood={"enabled": True})
