@@ -300,6 +300,11 @@ class BatchLastLayerRLS:
         if theta0.ndim != 2:
             raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
         self.config = config or RLSConfig()
+        if self.config.covariance != "trace_cap":
+            raise ValueError(
+                f"the batched RLS implements the trace_cap covariance scheme only, got "
+                f"{self.config.covariance!r} (fly N LastLayerRLS instead)"
+            )
         self.n, self.m = theta0.shape
         self.n_envs = int(n_envs)
         self._theta0 = theta0.copy()

@@ -115,3 +115,10 @@ def test_reset_restores_the_prior():
     rls.reset()
     np.testing.assert_array_equal(rls.P, 0.03 * np.eye(N))
     assert rls.steps == 0
+
+
+def test_the_batched_rls_refuses_efra():
+    from residual_quad.controllers.rls import BatchLastLayerRLS
+
+    with pytest.raises(ValueError, match="trace_cap"):
+        BatchLastLayerRLS(np.zeros((N, M)), 2, RLSConfig(covariance="efra"))
