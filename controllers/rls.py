@@ -79,7 +79,7 @@ class RLSConfig:
     leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
     # "trace_cap" (the source's: exponential forgetting, tr P scaled back to the cap) or "efra"
     covariance: str = "trace_cap"
-    efra_alpha: float = 0.5  # a in (0, 1], gain of the rank-1 correction (EFRA only)
+    efra_alpha: float = 1.0  # a in (0, 1], gain of the rank-1 correction (EFRA only)
     efra_beta: float = 1e-4  # β > 0, constant covariance injection per step (EFRA only)
     efra_delta: float = 0.002  # δ > 0, quadratic covariance damping per step (EFRA only)
 
