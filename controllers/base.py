@@ -58,6 +58,7 @@ _REGISTRY: dict[str, str | Factory] = {
     "geo": "residual_quad.controllers.trackers:GeoTracker",
     "geo_res": "residual_quad.controllers.residual.trackers:ResidualGeoTracker",
     "geo_rls": "residual_quad.controllers.residual.trackers:RLSGeoTracker",
+    "geo_rls_dob": "residual_quad.controllers.adaptive:DOBRLSGeoTracker",
     "hnewton": "residual_quad.controllers.prioritized.quad:HNewtonTracker",
     "hnewton_rls": "residual_quad.controllers.prioritized.quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",

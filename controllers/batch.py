@@ -424,6 +424,7 @@ class BatchResidualGeoTracker(BatchTracker):
 
     name = "geo_res"
     learn = False
+    default_settings: dict[str, Any] = {"output_filter": {"tau": 0.2}}  # as the single geo_res
 
     def __init__(
         self,
@@ -440,7 +441,15 @@ class BatchResidualGeoTracker(BatchTracker):
 
         context = context or ControlContext()
         n_envs = check_n_envs(n_envs)
+        if config is None:
+            overrides = {**self.default_settings, **overrides}
         self.config = cfg = residual_config(config, **overrides)
+        if not cfg.vectorized:
+            raise ValueError(
+                "the batched residual estimator implements the source's settings only (no OOD "
+                "guard, no output filter, the trace_cap covariance); make_batch_controller "
+                "flies other settings in a BatchedLoop"
+            )
         self.estimator = BatchResidualEstimator(context, cfg, n_envs, network, learn=self.learn)
         super().__init__(context, n_envs, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
 
@@ -467,6 +476,7 @@ class BatchRLSGeoTracker(BatchResidualGeoTracker):
 
     name = "geo_rls"
     learn = True
+    default_settings: dict[str, Any] = {}
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -543,6 +553,12 @@ def make_batch_controller(
         )
     n_envs = check_n_envs(n_envs)
     factory = _BATCH_REGISTRY.get(name)
+    if (
+        factory is not None
+        and name in ("geo_res", "geo_rls")
+        and not _residual_vectorized(name, overrides)
+    ):
+        factory = None  # settings the vectorized estimator does not implement: the loop
     if factory is not None:
         context = make_controller_context(env_or_context)
         if isinstance(factory, str):
@@ -554,6 +570,20 @@ def make_batch_controller(
     loop = BatchedLoop([make_controller(name, env_or_context, **overrides) for _ in range(n_envs)])
     loop.reset_batch()
     return loop
+
+
+def _residual_vectorized(name: str, overrides: dict[str, Any]) -> bool:
+    """Whether the settings of residual tracker ``name`` with ``overrides`` are the vectorized
+    estimator's."""
+    from residual_quad.controllers.residual.config import residual_config
+    from residual_quad.controllers.residual.trackers import ResidualGeoTracker, RLSGeoTracker
+
+    rest = {k: v for k, v in overrides.items() if k not in ("config", "network", "attitude")}
+    config = overrides.get("config")
+    if config is None:
+        cls = RLSGeoTracker if name == "geo_rls" else ResidualGeoTracker
+        rest = {**cls.default_settings, **rest}
+    return residual_config(config, **rest).vectorized
 
 
 def batch_from_spec(

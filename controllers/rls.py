@@ -17,6 +17,11 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
   P stay as they were and :attr:`LastLayerRLS.rejected` counts it. Without this one NaN sample
   makes θ and P NaN for good (``tr P > cap`` is False for NaN, so the cap never acts);
 * optional **leak** ``θ ← θ − leak·(θ − θ₀)`` toward the offline layer;
+* optional **EFRA** covariance management (``covariance: efra``, Salgado, Goodwin & Middleton
+  1988 [EFRA]): ``P⁺ = (P − a·PφφᵀP/(1 + φᵀPφ))/λ + β·I − δ·P²`` keeps every eigenvalue of P
+  between bounds set by ``(a, λ, β, δ)`` whatever the excitation: without excitation P settles at
+  ``σ*·I`` with ``σ* = (λ⁻¹ − 1 + √((λ⁻¹ − 1)² + 4βδ))/(2δ)`` instead of growing to the cap, and
+  directions that are excited keep a finite gain. It costs a full 65 × 65 update (≈ 40 µs);
 * **symmetry**: P is stored as one triangle and updated with the BLAS symmetric rank-1 routines
   (``dsymv``/``dsyr``), so it is symmetric by construction — the exact form of the usual
   ``P ← (P + Pᵀ)/2`` safeguard, at no cost. ``λ`` and the cap are kept in a scalar factor
@@ -36,6 +41,16 @@ from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
 MIN_FORGETTING = 0.5
 #: largest accepted trace cap (and prior covariance per parameter)
 MAX_TRACE_CAP = 1e100
+#: covariance-management schemes of :class:`RLSConfig`
+COVARIANCE_SCHEMES = ("trace_cap", "efra")
+
+
+def efra_fixed_point(config: RLSConfig) -> float:
+    """``σ*``: the eigenvalue EFRA's covariance settles at without excitation (φ = 0), the root of
+    ``σ = σ/λ + β − δσ²``; the covariance's level in unexcited directions."""
+    eta = 1.0 / config.forgetting - 1.0
+    b, d = config.efra_beta, config.efra_delta
+    return (eta + math.sqrt(eta * eta + 4.0 * b * d)) / (2.0 * d)
 
 
 @dataclass(frozen=True)
@@ -62,8 +77,27 @@ class RLSConfig:
     trace_cap: float = 1000.0  # cap on tr P (scaled, never reset)
     warmup_steps: int = 100  # identify-only updates before the estimate is applied
     leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
+    # "trace_cap" (the source's: exponential forgetting, tr P scaled back to the cap) or "efra"
+    covariance: str = "trace_cap"
+    efra_alpha: float = 1.0  # a in (0, 1], gain of the rank-1 correction (EFRA only)
+    efra_beta: float = 1e-4  # β > 0, constant covariance injection per step (EFRA only)
+    efra_delta: float = 0.002  # δ > 0, quadratic covariance damping per step (EFRA only)
 
     def __post_init__(self) -> None:
+        if self.covariance not in COVARIANCE_SCHEMES:
+            raise ValueError(
+                f"rls.covariance {self.covariance!r}; valid choices: "
+                f"{', '.join(COVARIANCE_SCHEMES)}"
+            )
+        for name in ("efra_alpha", "efra_beta", "efra_delta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"rls.{name} must be a number, got {value!r}")
+        if not (0.0 < self.efra_alpha <= 1.0):
+            raise ValueError(f"rls.efra_alpha must be in (0, 1], got {self.efra_alpha}")
+        for name in ("efra_beta", "efra_delta"):
+            if not (0.0 < getattr(self, name) < 1.0):
+                raise ValueError(f"rls.{name} must be in (0, 1), got {getattr(self, name)}")
         for name in ("p0", "forgetting", "trace_cap", "leak"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -165,6 +199,8 @@ class LastLayerRLS:
         innovation returned.
         """
         c = self.config
+        if c.covariance == "efra":
+            return self._update_efra(phi, y)
         s = self._s
         Pt = self._Pt
         theta = self.theta
@@ -189,6 +225,31 @@ class LastLayerRLS:
             Pt *= s
             s = 1.0
         self._s = s
+        self.steps += 1
+        return e
+
+    def _update_efra(self, phi: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One EFRA step (see the module docstring); P is kept full in ``P̃`` with ``s = 1``."""
+        c = self.config
+        P = self._Pt
+        if self._s != 1.0:  # the prior p0·I: fold the scale in once
+            P *= self._s
+            self._s = 1.0
+            P[np.tril_indices(self.n, -1)] = P.T[np.tril_indices(self.n, -1)]
+        Pphi = P @ phi
+        denom = 1.0 + float(phi @ Pphi)
+        e = y - self.theta.T @ phi
+        if not math.isfinite(denom + float(e @ e)):
+            self.rejected += 1
+            return e
+        self.last_innovation = e
+        self.theta += np.outer((c.efra_alpha / denom) * Pphi, e)
+        if c.leak > 0.0:
+            self.theta -= c.leak * (self.theta - self._theta0)
+        P_new = (P - (c.efra_alpha / denom) * np.outer(Pphi, Pphi)) / c.forgetting
+        P_new -= c.efra_delta * (P @ P)
+        P_new[np.diag_indices(self.n)] += c.efra_beta
+        P[...] = 0.5 * (P_new + P_new.T)
         self.steps += 1
         return e
 
@@ -239,6 +300,11 @@ class BatchLastLayerRLS:
         if theta0.ndim != 2:
             raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
         self.config = config or RLSConfig()
+        if self.config.covariance != "trace_cap":
+            raise ValueError(
+                f"the batched RLS implements the trace_cap covariance scheme only, got "
+                f"{self.config.covariance!r} (fly N LastLayerRLS instead)"
+            )
         self.n, self.m = theta0.shape
         self.n_envs = int(n_envs)
         self._theta0 = theta0.copy()

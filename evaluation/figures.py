@@ -38,6 +38,7 @@ COLORS = {
     "geo": "#1f77b4",
     "geo_res": "#2ca02c",
     "geo_rls": "#d62728",
+    "geo_rls_dob": "#e7298a",
     "hnewton": "#9467bd",
     "hnewton_rls": "#8c564b",
     "ppo": "#ff7f0e",
@@ -66,6 +67,14 @@ def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
         return None
     with np.load(p) as z:
         return {k: z[k] for k in z.files}
+
+
+def has_estimate(residual_est: np.ndarray) -> bool:
+    """Whether a stored ``residual_est`` series (T, 3) holds a residual estimate to draw: finite
+    after row 0 (NaN by construction: no estimate before the first step) and not all zero (the
+    trackers without a residual estimate store zeros)."""
+    est = np.asarray(residual_est, dtype=float)[1:]
+    return bool(est.size) and bool(np.isfinite(est).all()) and bool(np.abs(est).max() > 0)
 
 
 def _controllers(rows: list[dict[str, Any]]) -> list[str]:
@@ -136,9 +145,11 @@ def tracking_comparison(
         ax[0, 1].plot(s["t"], s["pos"][:, 2], color=col, lw=1, label=c)
         err = np.linalg.norm(s["pos"] - s["ref"], axis=1)
         ax[0, 2].plot(s["t"], err, color=col, lw=1, label=c)
-        est = s["residual_est"][:, 2]
-        if np.isfinite(est).all() and np.abs(est).max() > 0:
-            ax[1, 0].plot(s["t"], est, color=col, lw=1, label=f"{c} estimate")
+        if has_estimate(s["residual_est"]):
+            # row 0 is NaN by construction (no estimate before the first step)
+            ax[1, 0].plot(
+                s["t"][1:], s["residual_est"][1:, 2], color=col, lw=1, label=f"{c} estimate"
+            )
     ax[0, 1].plot(ref["t"], ref["ref"][:, 2], "k--", lw=1, label="reference")
     ax[1, 0].plot(ref["t"], ref["residual_true"][:, 2], "k", lw=0.6, alpha=0.6, label="true")
     ax[0, 0].set(xlabel="x (m)", ylabel="y (m)", title="(a) horizontal path", aspect="equal")
@@ -169,6 +180,8 @@ def tracking_comparison(
         color=[color_of(c) for c in names],
     )
     ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
+    for a in (ax[1, 1], ax[1, 2]):
+        a.tick_params(axis="x", labelrotation=30)
     for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
         a.legend(fontsize=7)
     fig.suptitle(f"{payload} payload, {wind}, {trajectory} (seed {seed})")

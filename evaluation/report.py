@@ -56,6 +56,31 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
                     worst <= 0.026,
                 ]
             )
+        if "geo_rls_dob" in h:
+            vals = [_num(r[h.index("geo_rls_dob")]) for r in main.rows]
+            checks.append(
+                [
+                    "geo_rls_dob RMSE in every payload × wind cell [issue 15]",
+                    "≤ 0.020 m",
+                    f"max {max(vals):.4f} m",
+                    max(vals) <= 0.020,
+                ]
+            )
+            runs = [
+                r["rmse"]
+                for r in rows
+                if r["controller"] == "geo_rls_dob" and r["trajectory"] in ("helix", "figure8")
+            ]
+            if runs:
+                worst_run = max(math.inf if v is None else v for v in runs)
+                checks.append(
+                    [
+                        "geo_rls_dob RMSE in every single helix/figure-8 run [issue 15]",
+                        "≤ 0.025 m",
+                        f"max {worst_run:.4f} m",
+                        worst_run <= 0.025,
+                    ]
+                )
         if "geo_res" in h:
             heavy = [_num(r[h.index("geo_res")]) for r in main.rows if r[0] == "heavy"]
             if heavy:

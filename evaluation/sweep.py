@@ -108,12 +108,20 @@ class ControllerLabels:
 @dataclass
 class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
-    four source trackers [RES §8] plus ``hnewton_rls`` and ``ppo`` (648 runs)."""
+    four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and ``ppo`` (756 runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
     controllers: list[str | ControllerEntry] = field(
-        default_factory=lambda: ["pid", "geo", "geo_res", "geo_rls", "hnewton_rls", "ppo"]
+        default_factory=lambda: [
+            "pid",
+            "geo",
+            "geo_res",
+            "geo_rls",
+            "geo_rls_dob",
+            "hnewton_rls",
+            "ppo",
+        ]
     )
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy", "extra"])
     winds: list[Any] = field(default_factory=lambda: ["calm", "breezy", "windy"])

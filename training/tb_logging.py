@@ -88,6 +88,11 @@ class EpisodeLogger:
     non-finite measurement), ``rls/warmup_end`` (one point at the step the warm-up ended,
     value = t in s) and ``tracking/position_error`` (m). Controllers without a residual estimate
     log zeros for it and no ``rls/`` RLS tags.
+
+    Covariance management (``rls.covariance``, ``docs/adaptive.md``): ``rls/P_eig_max`` and
+    ``rls/P_eig_min`` (the extreme eigenvalues of P, normalized units) show whether P lives at a
+    bound; with the OOD guard on, ``ood/weight`` (1 inside the envelope, 0 fully replaced); with a
+    disturbance observer (``geo_rls_dob``), ``observer/torque_x|y|z`` (N·m, body).
     """
 
     def __init__(self, logdir: str | Path, controller: Any):
@@ -113,12 +118,24 @@ class EpisodeLogger:
         rls = getattr(c, "rls", None)
         if rls is not None:
             values["rls/P_trace"] = rls.trace
+            eig = np.linalg.eigvalsh(rls.P)
+            values["rls/P_eig_max"] = float(eig[-1])
+            values["rls/P_eig_min"] = float(eig[0])
             values["rls/innovation"] = float(np.linalg.norm(c.last_prediction_error))
             values["rls/applied"] = float(rls.warmup_done)
             values["rls/rejected"] = float(getattr(c, "rejected_updates", rls.rejected))
             if not self._warmup_logged and c.warmup_end_step is not None:
                 values["rls/warmup_end"] = float(info["t"])
                 self._warmup_logged = True
+        estimator = getattr(c, "estimator", None)
+        if estimator is not None and estimator.config.ood.enabled:
+            values["ood/weight"] = float(estimator.ood_weight)
+        torque = getattr(c, "disturbance_torque", None)
+        if torque is not None:
+            tx, ty, tz = (float(v) for v in torque)
+            values.update(
+                {"observer/torque_x": tx, "observer/torque_y": ty, "observer/torque_z": tz}
+            )
         self.w_rls.scalars(step, values)
 
     def close(self) -> None:

@@ -47,6 +47,83 @@ class MeasurementConfig:
             )
 
 
+OOD_FALLBACKS = ("hold", "zero")
+
+
+@dataclass(frozen=True)
+class OODGuardConfig:
+    """Out-of-distribution guard of the learned residual (``docs/adaptive.md``).
+
+    Each step the guarded features are standardized with the network's own training statistics,
+    ``z = (x − x_mean)/x_std``, giving ``w_z = clip((z_off − max|z|)/(z_off − z_on), 0, 1)``, and
+    the heading error gives ``w_ψ = clip((heading_off − |ψ − ψ_ref|)/(heading_off −
+    heading_on), 0, 1)``. The network's weight ``w = min(w_z, w_ψ)`` rises back by at most
+    ``Δt/recover_s`` per step, and the estimate is ``w·Δâ_net + (1 − w)·Δâ_fallback``: ``hold``
+    is the last estimate made fully inside the envelope (world frame: a payload estimate
+    survives a yaw turn), ``zero`` no compensation. While ``w < 1`` the RLS does not learn from
+    the sample (the network's regressor is meaningless out there).
+    """
+
+    enabled: bool = False
+    z_on: float = 4.0  # standardized |z| where the blend toward the fallback starts
+    z_off: float = 6.0  # standardized |z| where the network's estimate is fully replaced
+    # guarded features (names of features.FEATURE_NAMES): the body rates, which a yaw manoeuvre
+    # drives outside the training data; the velocity and drag features leave it by far more in
+    # the matrix's own helix and figure-8 starts, harmlessly (measured in docs/adaptive.md)
+    features: tuple[str, ...] = ("omega_x", "omega_y", "omega_z")
+    fallback: str = "hold"  # "hold" (last in-envelope estimate) or "zero"
+    # s, after the guard acted the network's weight returns to 1 no faster than 1/recover_s per
+    # second (the states right after a manoeuvre are still unlike the data); 0 = at once
+    recover_s: float = 1.0
+    # rad, heading error |ψ − ψ_ref| where the blend starts / is complete: the training data are
+    # flown by geo tracking its heading, so a large heading error (a yaw manoeuvre) is a state the
+    # network never saw, whatever the marginals of its features say (docs/adaptive.md)
+    heading_on: float = 0.35
+    heading_off: float = 0.5
+
+    def __post_init__(self) -> None:
+        from residual_quad.controllers.residual.features import FEATURE_NAMES
+
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"ood.enabled must be true or false, got {self.enabled!r}")
+        if not (0.0 < self.z_on < self.z_off and math.isfinite(self.z_off)):
+            raise ValueError(
+                f"ood needs finite 0 < z_on < z_off, got z_on={self.z_on}, z_off={self.z_off}"
+            )
+        unknown = [f for f in self.features if f not in FEATURE_NAMES]
+        if unknown or not self.features:
+            raise ValueError(
+                f"ood.features must name at least one of {', '.join(FEATURE_NAMES)}; "
+                f"unknown: {unknown}"
+            )
+        if not (0.0 < self.heading_on < self.heading_off <= math.pi):
+            raise ValueError(
+                "ood needs 0 < heading_on < heading_off <= π rad, got "
+                f"heading_on={self.heading_on}, heading_off={self.heading_off}"
+            )
+        if not (self.recover_s >= 0.0 and math.isfinite(self.recover_s)):
+            raise ValueError(f"ood.recover_s must be >= 0 s and finite, got {self.recover_s}")
+        if self.fallback not in OOD_FALLBACKS:
+            raise ValueError(
+                f"ood.fallback {self.fallback!r}; valid choices: {', '.join(OOD_FALLBACKS)}"
+            )
+
+
+@dataclass(frozen=True)
+class OutputFilterConfig:
+    """First-order low-pass on the applied estimate Δâ (world frame) before the feed-forward.
+
+    Prediction jitter of the network turns into thrust jitter, hence control cost ∫ΣT² dt; a
+    filter of ``tau`` s removes it at the cost of ``tau`` s of lag on a changing residual.
+    """
+
+    tau: float = 0.0  # s, 0 = off
+
+    def __post_init__(self) -> None:
+        if not (self.tau >= 0.0 and math.isfinite(self.tau)):
+            raise ValueError(f"output_filter.tau must be >= 0 s and finite, got {self.tau}")
+
+
 @dataclass(frozen=True)
 class ResidualConfig:
     """Settings of ``geo_res``/``geo_rls``/``hnewton_rls`` (``configs/residual.yaml``)."""
@@ -56,9 +133,22 @@ class ResidualConfig:
     kd: float = 8.0  # 1/s, outer-loop velocity gain
     measurement: MeasurementConfig = field(default_factory=MeasurementConfig)
     rls: RLSConfig = field(default_factory=RLSConfig)
+    ood: OODGuardConfig = field(default_factory=OODGuardConfig)
+    output_filter: OutputFilterConfig = field(default_factory=OutputFilterConfig)
+
+    @property
+    def vectorized(self) -> bool:
+        """Whether the batched estimator implements these settings (no OOD guard, the RLS's
+        ``trace_cap`` covariance scheme; the output filter is vectorized)."""
+        return not self.ood.enabled and self.rls.covariance == "trace_cap"
 
 
-_SECTIONS: dict[str, type] = {"measurement": MeasurementConfig, "rls": RLSConfig}
+_SECTIONS: dict[str, type] = {
+    "measurement": MeasurementConfig,
+    "rls": RLSConfig,
+    "ood": OODGuardConfig,
+    "output_filter": OutputFilterConfig,
+}
 
 
 def residual_config(

@@ -34,6 +34,7 @@ import numpy as np
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.features import (
+    FEATURE_NAMES,
     features_from_obs,
     features_from_obs_batch,
     imu_residual,
@@ -44,6 +45,7 @@ from residual_quad.controllers.residual.features import (
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, load_network
 from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import ObsLayout as L
 
 
 class ResidualEstimator:
@@ -89,10 +91,22 @@ class ResidualEstimator:
         self._phi_f = np.zeros(n)  # low-pass filtered regressor and target
         self._y_f = np.zeros(3)
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
+        # OOD guard: indices of the guarded features and their standardization
+        ood = config.ood
+        idx = [FEATURE_NAMES.index(f) for f in ood.features]
+        self._ood_idx = np.array(idx, dtype=int)
+        self._ood_mean = np.asarray(net.x_mean, dtype=float)[idx]
+        self._ood_inv_std = 1.0 / np.asarray(net.x_std, dtype=float)[idx]
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
         """Back to the offline network and the RLS prior, with no memory of a previous step."""
+        self.ood_weight = 1.0  # weight of the network's estimate at the last step (guard)
+        self.ood_steps = 0  # steps since reset with the guard acting (weight < 1)
+        self._prev_ood_weight = 1.0
+        self._heading_err = 0.0  # rad, |ψ − ψ_ref| of this step (OOD guard)
+        self._hold = np.zeros(3)  # m/s², world, last estimate made fully inside the envelope
+        self._filtered = np.zeros(3)  # m/s², world, output filter state
         self.net.theta[...] = self.net.theta0
         self.last_estimate = np.zeros(3)  # m/s², world, Δâ applied at the last step
         self.last_a_eff = np.zeros(3)  # m/s², world, a_cmd − Δâ sent to the inner loop
@@ -119,10 +133,14 @@ class ResidualEstimator:
         """``Δâ`` (world, m/s²) for observation ``obs`` with body → world rotation ``R``, given
         this step's commanded acceleration ``a_cmd`` (world, m/s², before the compensation)."""
         phi = self._regressor(obs, R)
+        if self.config.ood.enabled:
+            err = math.atan2(R[1, 0], R[0, 0]) - float(obs[L.ref_yaw])
+            self._heading_err = abs(math.remainder(err, math.tau))  # rad
         if self.rls is None:
-            return self._applied(R @ self.net.output(phi), a_cmd)
+            return self._applied(self._post(R @ self.net.output(phi)), a_cmd)
         if self._have_prev:
-            self._learn(obs, R)
+            if self._prev_ood_weight == 1.0:
+                self._learn(obs, R)
             if self.warmup_end_step is None and self.rls.warmup_done:
                 self.warmup_end_step = self.steps
         est = R @ self.net.output(phi, self.rls.applied)
@@ -130,7 +148,40 @@ class ResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev = True
+        est = self._post(est)  # sets this step's ood_weight
+        self._prev_ood_weight = self.ood_weight if self.config.ood.enabled else 1.0
         return self._applied(est, a_cmd)
+
+    def _post(self, est: np.ndarray) -> np.ndarray:
+        """The OOD guard's blend and the output filter (both off by default: ``est`` itself)."""
+        cfg = self.config
+        if cfg.ood.enabled:
+            ood = cfg.ood
+            z = np.abs((self._x[self._ood_idx] - self._ood_mean) * self._ood_inv_std)
+            s = float(z.max()) if np.all(np.isfinite(z)) else math.inf
+            w = min(1.0, max(0.0, (ood.z_off - s) / (ood.z_off - ood.z_on)))
+            span = ood.heading_off - ood.heading_on
+            w = min(w, max(0.0, (ood.heading_off - self._heading_err) / span))  # NaN error: 0
+            if ood.recover_s > 0.0:
+                w = min(w, self.ood_weight + self.dt / ood.recover_s)
+            self.ood_weight = w
+            if w == 1.0:
+                if np.all(np.isfinite(est)):
+                    self._hold = est.copy()
+            else:
+                self.ood_steps += 1
+                fallback = self._hold if cfg.ood.fallback == "hold" else np.zeros(3)
+                est = w * est + (1.0 - w) * fallback if w > 0.0 else fallback.copy()
+        tau = cfg.output_filter.tau
+        if tau > 0.0 and np.all(np.isfinite(est)):
+            if self.steps == 0:
+                self._filtered = est.copy()
+            else:
+                self._filtered = self._filtered + (self.dt / (tau + self.dt)) * (
+                    est - self._filtered
+                )
+            est = self._filtered.copy()
+        return est
 
     # -- steps -----------------------------------------------------------------------------------
     def _regressor(self, obs: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -262,6 +313,7 @@ class BatchResidualEstimator:
         self._est_ok = np.ones(N, dtype=bool)
         self._have_prev = np.zeros(N, dtype=bool)
         self.warmup_end_step = np.full(N, -1, dtype=np.int64)
+        self._filtered = np.zeros((N, 3))  # m/s², world, output filter state
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
         self.reset()
 
@@ -276,6 +328,7 @@ class BatchResidualEstimator:
             self._prev_phi,
             self._phi_f,
             self._y_f,
+            self._filtered,
         ):
             buf[index] = 0.0
         self._prev_R[index] = np.eye(3)
@@ -304,7 +357,7 @@ class BatchResidualEstimator:
         phi = self.net.hidden_batch(x)
         if self.rls is None:
             est_b = self.net.output_batch(phi, self._theta0)
-            return self._applied(np.einsum("nij,nj->ni", R, est_b), a_cmd)
+            return self._applied(self._post(np.einsum("nij,nj->ni", R, est_b)), a_cmd)
         have = self._have_prev
         if have.any():
             self._learn(obs, R, have)
@@ -315,7 +368,21 @@ class BatchResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev[...] = True
-        return self._applied(est, a_cmd)
+        return self._applied(self._post(est), a_cmd)
+
+    def _post(self, est: np.ndarray) -> np.ndarray:
+        """The output filter of :meth:`ResidualEstimator._post`, per env (rows with a
+        non-finite estimate pass unfiltered and leave the filter as it was)."""
+        tau = self.config.output_filter.tau
+        if tau <= 0.0:
+            return est
+        a = self.dt / (tau + self.dt)
+        ok = np.all(np.isfinite(est), axis=1)[:, None]
+        first = (self.steps == 0)[:, None]
+        f = self._filtered
+        new = np.where(first, est, f + a * (est - f))
+        self._filtered = np.where(ok, new, f)
+        return np.where(ok, self._filtered, est)
 
     def _applied(self, est: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         """As :meth:`ResidualEstimator._applied`, per env."""

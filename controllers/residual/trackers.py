@@ -46,6 +46,11 @@ class ResidualGeoTracker(GeoTracker):
     name = "geo_res"
     #: identify the network's last layer online (``geo_rls``)
     learn = False
+    #: settings this tracker applies over ``configs/residual.yaml`` when no ``config`` is given
+    #: (keyword overrides still win): ``geo_res`` low-passes its estimate with 0.2 s — the
+    #: unfiltered offline prediction sustained a 13–19° tilt oscillation in the payload hovers
+    #: (control cost +6 % over ``geo``, ``docs/adaptive.md``)
+    default_settings: dict[str, Any] = {"output_filter": {"tau": 0.2}}
 
     def __init__(
         self,
@@ -57,6 +62,8 @@ class ResidualGeoTracker(GeoTracker):
         **overrides: Any,
     ):
         context = context or ControlContext()
+        if config is None:
+            overrides = {**self.default_settings, **overrides}
         self.config = cfg = residual_config(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
         super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
@@ -134,3 +141,4 @@ class RLSGeoTracker(ResidualGeoTracker):
 
     name = "geo_rls"
     learn = True
+    default_settings: dict[str, Any] = {}  # the shipped config as it is (the source's geo_rls)

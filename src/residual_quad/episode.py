@@ -66,6 +66,8 @@ class EpisodeResult:
         return {
             "rmse": self.rmse,
             "max_error": self.max_error,
+            # m, over the whole episode (the yaw-start bound of docs/adaptive.md)
+            "max_error_episode": float(self.error.max()) if self.error.size else float("nan"),
             "diverged": self.diverged,
             "termination": self.termination,
             "control_cost": self.control_cost,

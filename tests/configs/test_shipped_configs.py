@@ -39,6 +39,13 @@ SHIPPED = {
     "train_residual": (TrainConfig, {}),
     "ppo": (PPOTrainConfig, {}),
     "residual": (ResidualConfig, {}),
+    "adaptive": (
+        ResidualConfig,
+        {
+            "rls": "EFRA covariance management (geo_rls_dob, docs/adaptive.md)",
+            "ood": "the out-of-distribution guard on",
+        },
+    ),
 }
 
 

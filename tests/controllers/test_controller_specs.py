@@ -237,10 +237,10 @@ def test_control_context_reaches_a_user_factory(user_module):
     assert make_controller("rq_user_ctrl:make", ctx).dt == 0.02
 
 
-def test_demo_flies_extra_specs_beside_the_source_trackers(capsys):
+def test_demo_flies_extra_specs_beside_the_source_trackers_and_geo_rls_dob(capsys):
     from residual_quad.cli import main
 
     assert main(["demo", "--controller", "geo:kp=15", "--episode-s", "3.5"]) == 0
     out = capsys.readouterr().out
     rows = [line.split()[0] for line in out.splitlines()[3:] if line.strip()]
-    assert rows == ["pid", "geo", "geo_res", "geo_rls", "geo:kp=15"]
+    assert rows == ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "geo:kp=15"]

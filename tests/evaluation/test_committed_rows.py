@@ -34,6 +34,7 @@ SWEEP_SAMPLE = (
     "geo_res|heavy|windy|helix|0",
     "geo_rls|extra|windy|helix|0",
     "geo_rls|none|calm|hover|1",
+    "geo_rls_dob|extra|windy|figure8|1",
     "hnewton_rls|heavy|breezy|figure8|2",
     "ppo|extra|windy|figure8|0",
 )

@@ -18,6 +18,9 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
+#: flown by ``rquad demo`` after the four source trackers: the adaptive controller of issue 15
+DEMO_EXTRA: tuple[str, ...] = ("geo_rls_dob",)
+
 #: printed for a metric that is not defined (no sample after the metric window, or a crash)
 UNDEFINED = "–"
 
@@ -176,7 +179,11 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
         out = []
         for name, r in rows:
             m = r.metrics()
-            m.update(rmse=_finite(r.rmse), max_error=_finite(r.max_error))
+            m.update(
+                rmse=_finite(r.rmse),
+                max_error=_finite(r.max_error),
+                max_error_episode=_finite(m["max_error_episode"]),
+            )
             out.append(
                 {
                     "controller": name,
@@ -202,7 +209,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, list(SOURCE_TRACKERS) + list(args.controller or [])))
+    _print(args, _fly(args, [*SOURCE_TRACKERS, *DEMO_EXTRA, *(args.controller or [])]))
     return 0
 
 
@@ -265,14 +272,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_cmd_eval)
 
-    p = sub.add_parser("demo", help="pid, geo, geo_res, geo_rls: extra payload, windy, helix")
+    p = sub.add_parser(
+        "demo", help="pid, geo, geo_res, geo_rls, geo_rls_dob: extra payload, windy, helix"
+    )
     p.add_argument(
         "--controller",
         "--controllers",
         dest="controller",
         type=spec_list,
         default=None,
-        help="controller specs to fly beside the four source trackers (e.g. my_pkg.ctrl:Make)",
+        help="controller specs to fly beside the four source trackers and geo_rls_dob "
+        "(e.g. my_pkg.ctrl:Make)",
     )
     add_list_controllers(p)
     _scenario_args(p, "extra", "windy", "helix")

@@ -9,6 +9,7 @@ import pytest
 from residual_quad.controllers.base import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.trackers import ResidualGeoTracker
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.episode import run_episode
@@ -42,8 +43,8 @@ def test_geo_rls_and_hnewton_rls_estimate_the_same_residual(overrides):
 
 
 def test_geo_res_is_geo_rls_whose_rls_layer_is_never_applied():
-    """With a warm-up longer than the flight geo_rls identifies but always predicts with the
-    offline layer: exactly geo_res."""
+    """With a warm-up longer than the flight (and geo_res's output filter) geo_rls identifies but
+    always predicts with the offline layer: exactly geo_res."""
     scenario = dict(payload="heavy", wind="windy", trajectory="helix", seed=1, episode_s=4.0)
 
     def fly(ctrl) -> tuple[np.ndarray, object]:
@@ -52,7 +53,10 @@ def test_geo_res_is_geo_rls_whose_rls_layer_is_never_applied():
         return np.array(acts), res
 
     c_res = make_controller("geo_res")
-    c_rls = make_controller("geo_rls", rls={"warmup_steps": 10**9})
+    # geo_res's own default settings (its output filter) on top of the shipped config
+    c_rls = make_controller(
+        "geo_rls", rls={"warmup_steps": 10**9}, **ResidualGeoTracker.default_settings
+    )
     (a_res, r_res), (a_rls, r_rls) = fly(c_res), fly(c_rls)
     assert np.array_equal(a_res, a_rls)
     assert r_res.rmse == r_rls.rmse

@@ -1,0 +1,124 @@
+"""EFRA covariance management of the last-layer RLS: known answers and bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from residual_quad.controllers.rls import LastLayerRLS, RLSConfig, efra_fixed_point
+
+N, M = 65, 3
+
+
+def _regressor(rng: np.random.Generator) -> np.ndarray:
+    return np.append(np.tanh(2.0 * rng.standard_normal(N - 1)), 1.0)
+
+
+def test_fixed_point_solves_its_equation():
+    cfg = RLSConfig(covariance="efra", forgetting=0.98, efra_beta=1e-3, efra_delta=0.05)
+    s = efra_fixed_point(cfg)
+    assert s == pytest.approx(s / cfg.forgetting + cfg.efra_beta - cfg.efra_delta * s * s)
+
+
+def test_without_excitation_the_covariance_settles_at_the_fixed_point():
+    # the trace-cap scheme grows tr P like λ⁻ᵏ up to the cap; EFRA settles at σ*·I
+    cfg = RLSConfig(covariance="efra", warmup_steps=0)
+    rls = LastLayerRLS(np.zeros((N, M)), cfg)
+    for _ in range(5000):
+        rls.update(np.zeros(N), np.zeros(M))
+    np.testing.assert_allclose(rls.P, efra_fixed_point(cfg) * np.eye(N), rtol=1e-9, atol=1e-12)
+    capped = LastLayerRLS(np.zeros((N, M)), RLSConfig(warmup_steps=0))
+    for _ in range(5000):
+        capped.update(np.zeros(N), np.zeros(M))
+    assert capped.trace == pytest.approx(capped.config.trace_cap)  # lives at the cap
+
+
+def test_one_step_matches_the_textbook_formula():
+    rng = np.random.default_rng(3)
+    cfg = RLSConfig(covariance="efra", p0=0.2, forgetting=0.97, efra_alpha=0.7)
+    theta0 = rng.standard_normal((N, M))
+    rls = LastLayerRLS(theta0, cfg)
+    P, theta = cfg.p0 * np.eye(N), theta0.copy()
+    for _ in range(20):
+        phi, y = _regressor(rng), rng.standard_normal(M)
+        rls.update(phi, y)
+        Pphi = P @ phi
+        d = 1.0 + phi @ Pphi
+        theta = theta + cfg.efra_alpha * np.outer(Pphi, y - theta.T @ phi) / d
+        # [EFRA]: the quadratic damping acts on the covariance before the step
+        P = (
+            (P - cfg.efra_alpha * np.outer(Pphi, Pphi) / d) / cfg.forgetting
+            + cfg.efra_beta * np.eye(N)
+            - cfg.efra_delta * P @ P
+        )
+    np.testing.assert_allclose(rls.P, P, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(rls.theta, theta, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("excitation", ["rich", "one direction", "none then rich"])
+def test_eigenvalues_stay_inside_the_bounds(excitation):
+    rng = np.random.default_rng(7)
+    cfg = RLSConfig(covariance="efra", warmup_steps=0)
+    rls = LastLayerRLS(rng.standard_normal((N, M)), cfg)
+    top = efra_fixed_point(cfg)
+    single = np.append(np.zeros(N - 1), 1.0) * 5.0
+    lo, hi = np.inf, 0.0
+    for k in range(1500):
+        if excitation == "rich" or (excitation == "none then rich" and k >= 500):
+            phi = _regressor(rng)
+        elif excitation == "one direction":
+            phi = single
+        else:
+            phi = np.zeros(N)
+        rls.update(phi, rng.standard_normal(M))
+        if k % 25 == 0:
+            eig = np.linalg.eigvalsh(rls.P)
+            lo, hi = min(lo, eig[0]), max(hi, eig[-1])
+    assert 0.0 < lo
+    assert hi <= top * (1.0 + 1e-12)
+    assert rls.trace <= N * top * (1.0 + 1e-12)
+
+
+def test_non_finite_sample_changes_nothing():
+    cfg = RLSConfig(covariance="efra", warmup_steps=0)
+    rls = LastLayerRLS(np.ones((N, M)), cfg)
+    rls.update(np.full(N, 0.1), np.ones(M))
+    P, theta = rls.P, rls.theta.copy()
+    rls.update(np.full(N, np.nan), np.ones(M))
+    assert rls.rejected == 1
+    np.testing.assert_array_equal(rls.P, P)
+    np.testing.assert_array_equal(rls.theta, theta)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("covariance", "bogus"),
+        ("efra_alpha", 0.0),
+        ("efra_alpha", 1.5),
+        ("efra_beta", 0.0),
+        ("efra_delta", -1.0),
+        ("efra_delta", float("nan")),
+    ],
+)
+def test_bad_settings_are_refused(key, value):
+    with pytest.raises(ValueError, match=key):
+        RLSConfig(**{key: value})
+
+
+def test_reset_restores_the_prior():
+    cfg = RLSConfig(covariance="efra", p0=0.03)
+    rls = LastLayerRLS(np.zeros((N, M)), cfg)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        rls.update(_regressor(rng), rng.standard_normal(M))
+    rls.reset()
+    np.testing.assert_array_equal(rls.P, 0.03 * np.eye(N))
+    assert rls.steps == 0
+
+
+def test_the_batched_rls_refuses_efra():
+    from residual_quad.controllers.rls import BatchLastLayerRLS
+
+    with pytest.raises(ValueError, match="trace_cap"):
+        BatchLastLayerRLS(np.zeros((N, M)), 2, RLSConfig(covariance="efra"))

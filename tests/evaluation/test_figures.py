@@ -1,0 +1,59 @@
+"""The tracking-comparison figure's panel (d) draws the residual estimates beside the truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from residual_quad.evaluation import figures
+from residual_quad.evaluation.figures import has_estimate, tracking_comparison
+
+T = 50
+
+
+def _series(est_z: float | None) -> dict[str, np.ndarray]:
+    t = np.arange(T) * 0.01
+    est = np.full((T, 3), 0.0 if est_z is None else est_z)
+    est[0] = np.nan  # what the sweep stores: no estimate before the first step
+    zeros = np.zeros((T, 3))
+    return dict(t=t, pos=zeros, ref=zeros, residual_true=zeros - 4.0, residual_est=est)
+
+
+def test_has_estimate_ignores_the_nan_first_row_and_all_zero_series():
+    assert has_estimate(_series(-4.0)["residual_est"])  # the row-0 NaN used to hide every line
+    assert not has_estimate(_series(None)["residual_est"])  # zeros: a tracker without estimate
+    broken = _series(-4.0)["residual_est"]
+    broken[10, 2] = np.nan
+    assert not has_estimate(broken)
+
+
+def test_panel_d_draws_truth_and_every_estimate(tmp_path: Path, monkeypatch):
+    series_dir = tmp_path / "series"
+    series_dir.mkdir()
+    rows = []
+    for name, est in (("geo", None), ("geo_rls", -3.9), ("geo_rls_dob", -4.1)):
+        run_id = f"{name}|heavy|windy|helix|0"
+        np.savez(figures._series_path(series_dir, run_id), **_series(est))
+        rows.append(
+            dict(
+                controller=name,
+                payload="heavy",
+                wind="windy",
+                trajectory="helix",
+                seed=0,
+                diverged=False,
+                control_cost=1.0,
+                rmse=0.01,
+            )
+        )
+    saved: list[Figure] = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    tracking_comparison(rows, series_dir, tmp_path)
+    (fig,) = saved
+    panel = next(a for a in fig.axes if a.get_title().startswith("(d)"))
+    labels = {line.get_label() for line in panel.get_lines()}
+    assert labels == {"true", "geo_rls estimate", "geo_rls_dob estimate"}
+    est = next(line for line in panel.get_lines() if line.get_label() == "geo_rls estimate")
+    np.testing.assert_array_equal(est.get_ydata(), np.full(T - 1, -3.9))
