@@ -13,10 +13,10 @@ sampler); ``backend: subproc`` — one :class:`ScenarioEnv` per ``SubprocVecEnv`
 
 Outputs of :func:`train` in ``out``: ``config.yaml`` (resolved), ``tb/`` (TensorBoard: SB3's
 ``train/*`` and ``rollout/*`` plus ``rollout/pos_err_m``, ``rollout/crash_rate`` and the tracking
-evaluation ``eval/*``), ``checkpoints/ppo_<steps>.zip`` (+ ``ppo_<steps>.vecnormalize.pkl``; ``train(..., resume=True)``
-continues from the last one), ``best.zip`` (best evaluation: fewest
+evaluation ``eval/*``), ``checkpoints/ppo_<steps>.zip`` (+ ``ppo_<steps>.vecnormalize.pkl``;
+``train(..., resume=True)`` continues from the last one), ``best.zip`` (best evaluation: fewest
 crashes, then lowest mean RMSE), ``final.zip`` and ``summary.json`` (budget: steps, wall time,
-envs, load average). Every ``.zip`` loads with ``make_controller("ppo", path=...)``.
+envs, backend, load average). Every ``.zip`` loads with ``make_controller("ppo", path=...)``.
 
 stable-baselines3 and torch are imported when :func:`train` runs, never at import time.
 """
@@ -622,6 +622,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
             sampler,
             action_repeat=cfg.action_repeat,
             nthread=cfg.env_threads,
+            scenario_seed=cfg.seed,
             action_mode=cfg.action_mode,
             episode_s=cfg.episode_s,
             reward_weights=cfg.reward_weights or None,
@@ -650,7 +651,7 @@ def train(
     ``config.yaml`` (``total_steps`` may differ); a run without a checkpoint, or already
     finished (``final.zip``), is an error naming it.
     """
-    sb3 = import_sb3()
+    import_sb3()
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -682,7 +683,7 @@ def train(
                     clip_obs=cfg.clip_obs,
                     gamma=cfg.ppo.gamma,
                 )
-            model = _new_model(sb3, torch, cfg, venv, out, verbose)
+            model = new_model(cfg, venv, str(out / "tb"), verbose)
     except BaseException:
         venv.close()
         raise
@@ -736,10 +737,13 @@ def train(
     return summary
 
 
-def _new_model(
-    sb3: Any, torch: Any, cfg: PPOTrainConfig, venv: Any, out: Path, verbose: int
+def new_model(
+    cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
 ) -> Any:
-    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv``."""
+    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
+    sb3 = import_sb3()
+    import torch
+
     h = cfg.ppo
     lr: Any = h.learning_rate
     if h.lr_final is not None:
@@ -764,7 +768,7 @@ def _new_model(
             "activation_fn": act,
             "log_std_init": h.log_std_init,
         },
-        tensorboard_log=str(out / "tb"),
+        tensorboard_log=tensorboard,
         seed=cfg.seed,
         device="cpu",
         verbose=verbose,

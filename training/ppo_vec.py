@@ -19,10 +19,11 @@ Conventions translated from the vector env's to SB3's:
 - **Action repeat.** Each action is held for ``action_repeat`` control periods (rewards summed),
   an env stopping at the end of its episode, as :class:`~residual_quad.training.ppo.ScenarioEnv`
   and the deployed :class:`~residual_quad.controllers.ppo.PPOController` do.
-- **Domain randomization.** Every episode of every env — the first ones after ``reset`` and each
-  autoreset — draws its scenario with :class:`ScenarioSampler` (uniform over the config's
-  payloads × winds × trajectories; the ``extra`` payload is refused by the config) from the vector
-  env's sampler generator; each env's own generator continues across episodes.
+- **Domain randomization.** Every episode of every env draws its scenario with
+  :class:`ScenarioSampler` (uniform over the config's payloads × winds × trajectories; the
+  ``extra`` payload is refused by the config): the first ones at construction (generator seeded
+  ``scenario_seed``), each later one at its autoreset from the vector env's sampler generator;
+  each env's own generator continues across episodes.
 - **Seeding.** ``seed(s)`` then ``reset()`` (what SB3 does): env ``i`` gets seed ``s + i``, the
   sampler ``s + num_envs`` (the vector env's rule). Same seed → same episodes.
 
@@ -35,7 +36,7 @@ it only when training runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from residual_quad.controllers.ppo import FEATURE_DIM, ppo_features_batch
 from residual_quad.envs.observation import OBS_DIM
-from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+from residual_quad.envs.vector_env import ResidualQuadVectorEnv, _check_scenario
 from residual_quad.training.ppo import MAX_VECTOR_ENVS
 
 
@@ -81,7 +82,46 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
     """The vector env with the two operations SB3's convention needs: step a subset of the envs
     (action repeat: an env whose episode ended mid-repeat must not step on) and autoreset given
     envs now (SB3 resets in the same step). Both go through the vector env's own per-env step and
-    autoreset, so every env evolves exactly as under :meth:`step`."""
+    autoreset, so every env evolves exactly as under :meth:`step`.
+
+    One change of cost, not of result: an autoreset that draws a scenario another env left
+    reuses that env object (its plant compiled for the payload) instead of building one (≈3 ms,
+    more than a hundred policy steps of an env): a reset restores an env completely (same
+    generator state → the same episode; the equivalence tests compare with the vector env's
+    own autoreset, which builds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._spare: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+        self._keys = [_build_key(sc) for sc in self.scenarios]
+
+    def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
+        if self._sampler is None:
+            return super()._autoreset_env(i)
+        scenario = _check_scenario(i, self._sampler(self._sampler_rng))
+        key = _build_key(scenario)
+        old = self.envs[i]
+        if key != self._keys[i]:
+            self._spare.setdefault(self._keys[i], []).append(old)
+            spare = self._spare.get(key)
+            if spare:
+                new = spare.pop()
+                self._payload_kg[i] = new.payload_kg
+                self._true_mass[i] = new.plant.true_mass
+                self._noisy[i] = new.sensors.noisy
+            else:
+                new = self._make_env(i, scenario)
+            new._np_random = old.np_random  # the env's generator continues
+            self.envs[i], self._keys[i] = new, key
+        self.scenarios[i] = scenario
+        return self._reset_env(i, None)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        super().close_extras(**kwargs)
+        for spare in self._spare.values():
+            for env in spare:
+                env.close()
+        self._spare.clear()
 
     def step_subset(
         self, active: np.ndarray, actions: np.ndarray
@@ -112,12 +152,21 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
         return obs
 
 
+def _build_key(scenario: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What an env is built from in a scenario (all but its reset ``options``), hashable."""
+    return tuple(sorted((str(k), repr(v)) for k, v in scenario.items() if k != "options"))
+
+
 class QuadVecEnv(VecEnv):
     """SB3 ``VecEnv`` of ``num_envs`` domain-randomized quadrotors on the vector env.
 
     Args:
         num_envs: batch size (1 … :data:`MAX_VECTOR_ENVS`).
-        sampler: scenario per episode, ``(rng) -> scenario`` (:class:`ScenarioSampler`).
+        sampler: scenario of each new episode at an autoreset, ``(rng) -> scenario``
+            (:class:`ScenarioSampler`).
+        scenarios: the first episode's scenario of each env (``None``: drawn with ``sampler``
+            from a generator seeded ``scenario_seed``).
+        scenario_seed: see ``scenarios``.
         action_repeat: control periods each action is held (rewards summed).
         nthread: ``rollout`` threads of the vector env (``None``: the cores).
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
@@ -133,6 +182,8 @@ class QuadVecEnv(VecEnv):
         sampler: ScenarioSampler,
         action_repeat: int = 1,
         nthread: int | None = None,
+        scenarios: Sequence[Mapping[str, Any]] | None = None,
+        scenario_seed: int = 0,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -141,8 +192,11 @@ class QuadVecEnv(VecEnv):
             raise ValueError(f"num_envs must be in [1, {MAX_VECTOR_ENVS}], got {num_envs}")
         if action_repeat < 1:
             raise ValueError(f"action_repeat must be >= 1, got {action_repeat}")
+        if scenarios is None:
+            rng = np.random.default_rng(scenario_seed)
+            scenarios = [sampler(rng) for _ in range(num_envs)]
         self.vector_env = _MaskedVectorEnv(
-            int(num_envs), sampler=sampler, nthread=nthread, **env_kwargs
+            int(num_envs), scenarios=scenarios, sampler=sampler, nthread=nthread, **env_kwargs
         )
         self.sampler = sampler
         self.action_repeat = int(action_repeat)
@@ -153,11 +207,9 @@ class QuadVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> np.ndarray:
-        """Reset every env; each draws its first scenario from the sampler."""
-        seed = self._seeds[0]
-        venv = self.vector_env
-        venv.reset(seed=seed)  # seeds env i with seed + i and the sampler with seed + num_envs
-        obs = venv.reset_ended(range(self.num_envs))  # first episodes: sampled scenarios
+        """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + i``, the sampler
+        ``s + num_envs``), each in its current scenario."""
+        obs, _ = self.vector_env.reset(seed=self._seeds[0])
         self._reset_seeds()
         self._reset_options()
         return ppo_features_batch(obs)
