@@ -351,3 +351,36 @@ def test_resume_errors_name_the_missing_or_corrupt_file(tmp_path, capsys, vec_ru
     argv = ["train", "ppo", "--out", str(run), "--resume", "--seed", "1"]
     assert main(argv) == 2 and "drop --seed" in capsys.readouterr().err
     assert math.isfinite(cfg.total_steps)
+
+
+def test_sb3_eval_and_checkpoint_callbacks_run_on_the_adapter(tmp_path):
+    """SB3's own EvalCallback (normalization synced into a VecNormalize eval env) and
+    CheckpointCallback (with the VecNormalize state) work on the adapter."""
+    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    cfg = _vec_config(n_envs=4, total_steps=1024, ppo=PPOHyperparams(n_steps=128, batch_size=256))
+    train_env = VecNormalize(make_training_env(cfg), gamma=cfg.ppo.gamma)
+    sampler = ScenarioSampler(["light"], ["breezy"], ["hover"])
+    eval_env = VecNormalize(
+        VecMonitor(QuadVecEnv(2, sampler, action_repeat=2, nthread=1, episode_s=0.5)),
+        training=False,
+        norm_reward=False,
+    )
+    model = new_model(cfg, train_env)
+    evaluator = EvalCallback(
+        eval_env, n_eval_episodes=2, eval_freq=128, log_path=str(tmp_path), verbose=0
+    )  # eval_freq and save_freq count calls: 4 envs each → every 512 policy steps
+    saver = CheckpointCallback(128, str(tmp_path), save_vecnormalize=True)
+    model.learn(1024, callback=[evaluator, saver])
+    assert evaluator.evaluations_timesteps == [512, 1024]
+    assert np.all(np.isfinite(evaluator.evaluations_results))
+    assert [len(x) for x in evaluator.evaluations_length] == [2, 2]
+    assert np.array_equal(eval_env.obs_rms.mean, train_env.obs_rms.mean)  # synced
+    assert sorted(p.name for p in tmp_path.glob("rl_model_*")) == [
+        "rl_model_1024_steps.zip",
+        "rl_model_512_steps.zip",
+        "rl_model_vecnormalize_1024_steps.pkl",
+        "rl_model_vecnormalize_512_steps.pkl",
+    ]
+    train_env.close(), eval_env.close()
