@@ -795,6 +795,7 @@ def export_policy(
     keys = ("steps", "control_steps", "train_wall_s", "wall_s", "n_envs", "cpu_count")
     keys += ("load_avg_before", "load_avg_after", "seed", "action_mode", "versions", "host")
     budget = {k: summary[k] for k in keys}
+    budget["backend"] = summary.get("backend", "subproc")  # runs before the vector backend
     budget["action_repeat"] = meta.get("action_repeat", 1)
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which

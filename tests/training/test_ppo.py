@@ -112,6 +112,7 @@ def test_export_copies_the_best_policy_with_its_budget(smoke_run, tmp_path):
     assert on_disk == read_meta(dest)["budget"] == json.loads(json.dumps(budget))
     assert on_disk["steps"] == summary["steps"] and on_disk["train_wall_s"] > 0
     assert on_disk["policy_saved_at_steps"] == summary["best_steps"]
+    assert on_disk["backend"] == "subproc"
     assert make_controller("ppo", path=dest).action_repeat == 2
 
 

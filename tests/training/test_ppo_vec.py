@@ -384,3 +384,18 @@ def test_sb3_eval_and_checkpoint_callbacks_run_on_the_adapter(tmp_path):
         "rl_model_vecnormalize_512_steps.pkl",
     ]
     train_env.close(), eval_env.close()
+
+
+def test_bench_rl_reports_end_to_end_beside_the_ceiling(monkeypatch, capsys):
+    from residual_quad.evaluation import bench_rl
+    from residual_quad.evaluation.bench import SECTIONS
+
+    assert SECTIONS["rl"] == "residual_quad.evaluation.bench_rl:run"
+    monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 512)  # 8 steps of 64 envs: seconds
+    assert main(["bench", "--sections", "rl", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "SB3 ceiling: null VecEnv, N=64" in out and "PPO end to end, vector env, N=64" in out
+    rows = bench_rl.run(quick=True)
+    ceiling, e2e = rows
+    assert ceiling.ratio == 1.0 and e2e.ratio == pytest.approx(e2e.median_us / ceiling.median_us)
+    assert 0 < ceiling.median_us and 0 < e2e.median_us
