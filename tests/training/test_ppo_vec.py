@@ -166,7 +166,8 @@ def test_pooled_autoreset_equals_the_vector_envs_own():
     """The adapter's env reuse at autoreset changes no number: the same sampler draws and
     actions give the vector env's own observations and scenarios."""
     sampler = ScenarioSampler(["none", "heavy"], ["calm", "windy"], ["hover", "helix"], 0.1)
-    kw = {"scenarios": SCENARIOS, "sampler": sampler, "nthread": 1, **ENV_KW}
+    noise = {"pos_noise": 0.01, "gyro_noise": 0.02}  # sensor streams reseeded per episode too
+    kw = {"scenarios": SCENARIOS, "sampler": sampler, "nthread": 1, **ENV_KW, **noise}
     mine, theirs = _MaskedVectorEnv(4, **kw), ResidualQuadVectorEnv(4, **kw)
     a, _ = mine.reset(seed=3)
     b, _ = theirs.reset(seed=3)
