@@ -21,6 +21,7 @@ SECTIONS: dict[str, str] = {
     "vector": "residual_quad.evaluation.bench_vector:run",
     "remote": "residual_quad.remote.bench:run",
     "sweep": "residual_quad.evaluation.bench_sweep:run",
+    "rl": "residual_quad.evaluation.bench_rl:run",
 }
 
 

@@ -5,13 +5,18 @@ config's lists (``extra`` is refused: it is held out for evaluation, as for the 
 — and a fresh env seed from its own seeded generator. The policy sees
 :func:`residual_quad.controllers.ppo.ppo_features` of the observation (the one function the
 deployed adapter uses too), optionally normalized by ``VecNormalize`` whose frozen statistics are
-saved inside the policy file. Environments run in ``SubprocVecEnv`` worker processes (one per env).
+saved inside the policy file. Environments: ``backend: vector`` (default) — all of them in one
+:class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` behind the SB3 ``VecEnv`` adapter
+:class:`~residual_quad.training.ppo_vec.QuadVecEnv` (domain randomization through the vector env's
+sampler); ``backend: subproc`` — one :class:`ScenarioEnv` per ``SubprocVecEnv`` worker process
+(how the shipped ``ppo_default`` was trained).
 
 Outputs of :func:`train` in ``out``: ``config.yaml`` (resolved), ``tb/`` (TensorBoard: SB3's
 ``train/*`` and ``rollout/*`` plus ``rollout/pos_err_m``, ``rollout/crash_rate`` and the tracking
-evaluation ``eval/*``), ``checkpoints/ppo_<steps>.zip``, ``best.zip`` (best evaluation: fewest
+evaluation ``eval/*``), ``checkpoints/ppo_<steps>.zip`` (+ ``ppo_<steps>.vecnormalize.pkl``;
+``train(..., resume=True)`` continues from the last one), ``best.zip`` (best evaluation: fewest
 crashes, then lowest mean RMSE), ``final.zip`` and ``summary.json`` (budget: steps, wall time,
-envs, load average). Every ``.zip`` loads with ``make_controller("ppo", path=...)``.
+envs, backend, load average). Every ``.zip`` loads with ``make_controller("ppo", path=...)``.
 
 stable-baselines3 and torch are imported when :func:`train` runs, never at import time.
 """
@@ -22,6 +27,7 @@ import json
 import math
 import os
 import platform
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +83,8 @@ class PPOTrainConfig:
     seed: int = 0
     total_steps: int = 1_400_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 2  # None → os.cpu_count(); part of the data, so fix it to reproduce
+    backend: str = "vector"  # vector: one ResidualQuadVectorEnv; subproc: one process per env
+    env_threads: int | None = None  # vector: rollout threads (None → the cores)
     action_mode: str = "rotor"  # beat ctbr at equal budget (docs/ppo.md)
     action_repeat: int = 2  # control periods each policy action is held (the adapter does too)
     payloads: list[str] = field(default_factory=lambda: ["none", "light", "heavy"])
@@ -128,6 +136,11 @@ class PPOTrainConfig:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")
         if self.total_steps <= 0 or (self.n_envs is not None and self.n_envs < 1):
             raise ValueError("total_steps and n_envs must be positive")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.env_threads is not None and self.env_threads < 1:
+            raise ValueError(f"env_threads must be >= 1 or null, got {self.env_threads}")
+        self._check_budget()
         if self.action_repeat < 1:
             raise ValueError(f"action_repeat must be >= 1, got {self.action_repeat}")
         reserved = {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
@@ -139,11 +152,39 @@ class PPOTrainConfig:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
 
     def resolved_envs(self) -> int:
-        """Number of training envs (one worker process each)."""
+        """Number of training envs (vector: the batch; subproc: one worker process each)."""
         return self.n_envs or os.cpu_count() or 1
+
+    def _check_budget(self) -> None:
+        """``n_envs`` and budgets that cannot work are errors before anything is built."""
+        n = self.resolved_envs()
+        limit = MAX_VECTOR_ENVS if self.backend == "vector" else MAX_SUBPROC_ENVS
+        if n > limit:
+            hint = "" if self.backend == "vector" else "; the vector backend takes more"
+            raise ValueError(f"n_envs {n} is more than the {self.backend} backend's {limit}{hint}")
+        h = self.ppo
+        if h.n_steps < 1 or h.batch_size < 2 or h.n_epochs < 1:
+            raise ValueError(
+                f"ppo needs n_steps >= 1, batch_size >= 2 and n_epochs >= 1, got n_steps "
+                f"{h.n_steps}, batch_size {h.batch_size}, n_epochs {h.n_epochs}"
+            )
+        rollout = h.n_steps * n
+        if h.batch_size > rollout:
+            raise ValueError(
+                f"ppo.batch_size {h.batch_size} is larger than one rollout (ppo.n_steps {h.n_steps}"
+                f" x n_envs {n} = {rollout} policy steps)"
+            )
+        if self.total_steps < rollout:
+            raise ValueError(
+                f"total_steps {self.total_steps} is less than one rollout (ppo.n_steps "
+                f"{h.n_steps} x n_envs {n} = {rollout} policy steps): no PPO update would run"
+            )
 
 
 _ACTIVATIONS = ("tanh", "relu", "elu")
+BACKENDS = ("vector", "subproc")
+MAX_VECTOR_ENVS = 4096  # vector backend: envs in one ResidualQuadVectorEnv
+MAX_SUBPROC_ENVS = 64  # subproc backend: one worker process per env
 
 
 class ScenarioEnv(gym.Env):
@@ -316,7 +357,25 @@ def evaluate_tracking(
     return rows
 
 
-def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> list[Any]:
+@dataclass
+class _RunState:
+    """What a resumed run carries over from its checkpoint (fresh run: the zeros)."""
+
+    steps: int = 0
+    control_steps: int = 0
+    train_wall_s: float = 0.0
+    evals: list[dict[str, Any]] = field(default_factory=list)  # without the per-flight rows
+    best: tuple[int, float] | None = None
+
+
+def _next_multiple(freq: int, steps: int) -> float:
+    """The first multiple of ``freq`` above ``steps`` (``inf`` when ``freq`` is 0)."""
+    return (steps // freq + 1) * freq if freq > 0 else math.inf
+
+
+def _callbacks(
+    cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool, state: _RunState
+) -> list[Any]:
     """Progress bar, rollout tracking stats, tracking evaluation (+ best.zip) and checkpoints."""
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -328,6 +387,7 @@ def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> 
 
             self.bar = tqdm(
                 total=cfg.total_steps,
+                initial=state.steps,
                 unit="step",
                 unit_scale=True,
                 desc="ppo",
@@ -345,7 +405,7 @@ def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> 
         """Mean position error and crash share of the training episodes (TensorBoard)."""
 
         def _on_training_start(self) -> None:
-            self.control_steps = 0  # env control periods simulated, all envs
+            self.control_steps = state.control_steps  # env control periods simulated, all envs
 
         def _on_rollout_start(self) -> None:
             self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
@@ -371,9 +431,9 @@ def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> 
 
         def __init__(self) -> None:
             super().__init__()
-            self.next_eval = cfg.eval_freq if cfg.eval_freq > 0 else math.inf
-            self.best: tuple[int, float] | None = None
-            self.history: list[dict[str, Any]] = []
+            self.next_eval = _next_multiple(cfg.eval_freq, state.steps)
+            self.best: tuple[int, float] | None = state.best
+            self.history: list[dict[str, Any]] = list(state.evals)
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
@@ -409,97 +469,249 @@ def _callbacks(cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool) -> 
                 )
             return entry
 
+    callbacks: list[Any] = [Progress(), RolloutStats(), TrackingEval()]
+
     class Checkpoint(BaseCallback):
+        """``checkpoints/ppo_<steps>.zip`` (a loadable policy whose record holds what
+        ``--resume`` needs) + ``ppo_<steps>.vecnormalize.pkl`` (the full normalization state)."""
+
         def __init__(self) -> None:
             super().__init__()
-            self.next_save = cfg.checkpoint_freq if cfg.checkpoint_freq > 0 else math.inf
+            self.next_save = _next_multiple(cfg.checkpoint_freq, state.steps)
+            self.t0 = time.perf_counter()
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_save:
                 self.next_save += cfg.checkpoint_freq
-                path = out / "checkpoints" / f"ppo_{self.num_timesteps}.zip"
-                save_policy(self.model, path, cfg, vec_env, steps=self.num_timesteps)
+                evaluator = callbacks[2]
+                save_checkpoint(
+                    self.model,
+                    out / "checkpoints",
+                    cfg,
+                    vec_env,
+                    _RunState(
+                        steps=self.num_timesteps,
+                        control_steps=callbacks[1].control_steps,
+                        train_wall_s=state.train_wall_s + time.perf_counter() - self.t0,
+                        evals=[
+                            {k: v for k, v in e.items() if k != "rows"} for e in evaluator.history
+                        ],
+                        best=evaluator.best,
+                    ),
+                )
             return True
 
-    return [Progress(), RolloutStats(), TrackingEval(), Checkpoint()]
+    callbacks.append(Checkpoint())
+    return callbacks
+
+
+CHECKPOINT_RE = re.compile(r"^ppo_(\d+)\.zip$")
+VECNORM_SUFFIX = ".vecnormalize.pkl"
+
+
+def save_checkpoint(
+    model: Any, folder: Path, cfg: PPOTrainConfig, vec_env: Any, state: _RunState
+) -> Path:
+    """Write ``folder/ppo_<steps>.zip`` (+ the ``VecNormalize`` pickle next to it) atomically:
+    the zip appears last, under its final name, so a run killed mid-write leaves no checkpoint
+    that looks complete."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"ppo_{state.steps}.zip"
+    if isinstance(vec_env, VecNormalize):
+        tmp = folder / f".ppo_{state.steps}{VECNORM_SUFFIX}.tmp"
+        vec_env.save(tmp)
+        os.replace(tmp, path.with_suffix(VECNORM_SUFFIX))
+    tmp_zip = save_policy(
+        model,
+        folder / f".ppo_{state.steps}.tmp.zip",
+        cfg,
+        vec_env,
+        steps=state.steps,
+        resume={
+            "control_steps": state.control_steps,
+            "train_wall_s": state.train_wall_s,
+            "evals": state.evals,
+            "best": list(state.best) if state.best is not None else None,
+        },
+    )
+    os.replace(tmp_zip, path)
+    return path
+
+
+def latest_checkpoint(out: str | Path) -> Path:
+    """The checkpoint with the most steps in ``out/checkpoints``; ``FileNotFoundError`` naming
+    the folder when there is none."""
+    folder = Path(out) / "checkpoints"
+    found = []
+    if folder.is_dir():
+        for p in folder.iterdir():
+            m = CHECKPOINT_RE.match(p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+    if not found:
+        raise FileNotFoundError(f"no checkpoint (ppo_<steps>.zip) in {folder} to resume from")
+    return max(found)[1]
+
+
+def _load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, Any, _RunState]:
+    """The model, the normalized env and the run state of checkpoint ``path``; every problem a
+    :class:`~residual_quad.controllers.ppo.PolicyFileError` or ``FileNotFoundError`` naming the
+    file."""
+    import pickle
+
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from residual_quad.controllers.ppo import PolicyFileError, read_meta
+
+    meta = read_meta(path)  # missing, corrupt or foreign zip: an error naming it
+    record = meta.get("resume")
+    if not isinstance(record, dict) or not isinstance(meta.get("steps"), int):
+        raise PolicyFileError(
+            f"{path} is a policy but not a training checkpoint (no resume record)"
+        )
+    saved = dict(meta["config"]) if isinstance(meta.get("config"), dict) else {}
+    now = configs.to_dict(cfg)
+    saved.pop("total_steps", None), now.pop("total_steps")
+    if saved != now:
+        diff = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+        raise PolicyFileError(
+            f"{path} was written by another training config (differs in {diff}) than the one "
+            f"given; resume with the run's own {path.parent.parent / 'config.yaml'}"
+        )
+    if cfg.normalize_obs or cfg.normalize_reward:
+        pkl = path.with_suffix(VECNORM_SUFFIX)
+        if not pkl.is_file():
+            raise FileNotFoundError(f"normalization state of {path.name} not found: {pkl}")
+        try:
+            venv = VecNormalize.load(str(pkl), venv)
+        except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as err:
+            raise PolicyFileError(f"cannot load the normalization state {pkl}: {err}") from None
+    try:
+        model = PPO.load(path, env=venv, device="cpu")
+    except Exception as err:  # SB3 raises many kinds on a damaged archive
+        raise PolicyFileError(f"cannot load checkpoint {path}: {err}") from None
+    best = record.get("best")
+    state = _RunState(
+        steps=int(meta["steps"]),
+        control_steps=int(record.get("control_steps", 0)),
+        train_wall_s=float(record.get("train_wall_s", 0.0)),
+        evals=[  # JSON wrote a crashed-out mean (inf) as null
+            {**e, "rmse_mean": math.inf if e.get("rmse_mean") is None else e["rmse_mean"]}
+            for e in record.get("evals") or []
+        ],
+        best=(int(best[0]), math.inf if best[1] is None else float(best[1])) if best else None,
+    )
+    return model, venv, state
+
+
+def make_training_env(cfg: PPOTrainConfig) -> Any:
+    """The SB3 ``VecEnv`` of ``cfg`` (monitored, not yet normalized): :class:`QuadVecEnv` on the
+    vector env (``backend: vector``) or ``SubprocVecEnv`` workers (``subproc``)."""
+    n_envs = cfg.resolved_envs()
+    if cfg.backend == "vector":
+        from stable_baselines3.common.vec_env import VecMonitor
+
+        from residual_quad.training.ppo_vec import QuadVecEnv, ScenarioSampler
+
+        sampler = ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+        venv = QuadVecEnv(
+            n_envs,
+            sampler,
+            action_repeat=cfg.action_repeat,
+            nthread=cfg.env_threads,
+            scenario_seed=cfg.seed,
+            action_mode=cfg.action_mode,
+            episode_s=cfg.episode_s,
+            reward_weights=cfg.reward_weights or None,
+            max_position_error=cfg.max_position_error,
+            **cfg.env_kwargs,
+        )
+        return VecMonitor(venv)
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    factories = [_EnvFactory(cfg) for _ in range(n_envs)]
+    return SubprocVecEnv(factories) if n_envs > 1 else DummyVecEnv(factories)
 
 
 def train(
-    cfg: PPOTrainConfig, out: str | Path, progress: bool = True, verbose: int = 0
+    cfg: PPOTrainConfig,
+    out: str | Path,
+    progress: bool = True,
+    verbose: int = 0,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Train PPO per ``cfg``; write the run folder ``out`` (see module docstring); summary dict."""
-    sb3 = import_sb3()
+    """Train PPO per ``cfg``; write the run folder ``out`` (see module docstring); summary dict.
+
+    ``resume``: continue the interrupted run in ``out`` from its last checkpoint (model,
+    normalization state, evaluation history and budget so far; the envs restart with fresh
+    episodes seeded ``seed + steps``) up to ``cfg.total_steps``. ``cfg`` must be the run's
+    ``config.yaml`` (``total_steps`` may differ); a run without a checkpoint, or already
+    finished (``final.zip``), is an error naming it.
+    """
+    import_sb3()
     import torch
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import VecNormalize
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    configs.dump(cfg, out / "config.yaml")
-    n_envs = cfg.resolved_envs()
+    if resume:
+        ckpt = latest_checkpoint(out)
+        if (out / "final.zip").exists():
+            raise ValueError(f"{out} is a finished run (final.zip exists): nothing to resume")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, cfg.torch_threads))
-    factories = [_EnvFactory(cfg) for _ in range(n_envs)]
-    venv = SubprocVecEnv(factories) if n_envs > 1 else DummyVecEnv(factories)
-    venv.seed(cfg.seed)
-    if cfg.normalize_obs or cfg.normalize_reward:
-        venv = VecNormalize(
-            venv,
-            norm_obs=cfg.normalize_obs,
-            norm_reward=cfg.normalize_reward,
-            clip_obs=cfg.clip_obs,
-            gamma=cfg.ppo.gamma,
-        )
-    h = cfg.ppo
-    lr: Any = h.learning_rate
-    if h.lr_final is not None:
-        lr0, lr1 = h.learning_rate, h.lr_final
-        lr = _LinearSchedule(lr0, lr1)
-    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
-    model = sb3.PPO(
-        "MlpPolicy",
-        venv,
-        learning_rate=lr,
-        n_steps=h.n_steps,
-        batch_size=h.batch_size,
-        n_epochs=h.n_epochs,
-        gamma=h.gamma,
-        gae_lambda=h.gae_lambda,
-        clip_range=h.clip_range,
-        ent_coef=h.ent_coef,
-        vf_coef=h.vf_coef,
-        max_grad_norm=h.max_grad_norm,
-        target_kl=h.target_kl,
-        policy_kwargs={
-            "net_arch": {"pi": list(h.net_arch), "vf": list(h.net_arch)},
-            "activation_fn": act,
-            "log_std_init": h.log_std_init,
-        },
-        tensorboard_log=str(out / "tb"),
-        seed=cfg.seed,
-        device="cpu",
-        verbose=verbose,
-    )
-    callbacks = _callbacks(cfg, out, venv, progress)
+    venv = make_training_env(cfg)
+    n_envs = venv.num_envs
+    state = _RunState()
+    try:
+        if resume:
+            model, venv, state = _load_checkpoint(ckpt, venv, cfg)
+            model.set_random_seed(cfg.seed + state.steps)  # fresh episodes, not a replay
+            model._last_obs = None  # SB3 saved it; None makes learn() reset the new envs
+            configs.dump(cfg, out / "config.yaml")
+        else:
+            configs.dump(cfg, out / "config.yaml")
+            venv.seed(cfg.seed)
+            if cfg.normalize_obs or cfg.normalize_reward:
+                venv = VecNormalize(
+                    venv,
+                    norm_obs=cfg.normalize_obs,
+                    norm_reward=cfg.normalize_reward,
+                    clip_obs=cfg.clip_obs,
+                    gamma=cfg.ppo.gamma,
+                )
+            model = new_model(cfg, venv, str(out / "tb"), verbose)
+    except BaseException:
+        venv.close()
+        raise
+    callbacks = _callbacks(cfg, out, venv, progress, state)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     try:
         model.learn(
-            total_timesteps=cfg.total_steps,
+            total_timesteps=max(0, cfg.total_steps - state.steps),
             callback=callbacks,
             tb_log_name="ppo",
+            reset_num_timesteps=not resume,
             progress_bar=False,
         )
-        train_wall = time.perf_counter() - t0
+        train_wall = state.train_wall_s + time.perf_counter() - t0
         evaluator = callbacks[2]
         final_eval = evaluator.evaluate()
     finally:
         venv.close()
-    wall = time.perf_counter() - t0
+    wall = state.train_wall_s + time.perf_counter() - t0
     budget = {
         "steps": int(model.num_timesteps),  # policy decisions (PPO timesteps)
         "control_steps": int(callbacks[1].control_steps),  # 10 ms env periods simulated
         "train_wall_s": round(train_wall, 1),
         "wall_s": round(wall, 1),
         "n_envs": n_envs,
+        "backend": cfg.backend,
+        "resumed_at_steps": state.steps if resume else None,
         "cpu_count": os.cpu_count(),
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
@@ -525,6 +737,44 @@ def train(
     return summary
 
 
+def new_model(
+    cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
+) -> Any:
+    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
+    sb3 = import_sb3()
+    import torch
+
+    h = cfg.ppo
+    lr: Any = h.learning_rate
+    if h.lr_final is not None:
+        lr = _LinearSchedule(h.learning_rate, h.lr_final)
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    return sb3.PPO(
+        "MlpPolicy",
+        venv,
+        learning_rate=lr,
+        n_steps=h.n_steps,
+        batch_size=h.batch_size,
+        n_epochs=h.n_epochs,
+        gamma=h.gamma,
+        gae_lambda=h.gae_lambda,
+        clip_range=h.clip_range,
+        ent_coef=h.ent_coef,
+        vf_coef=h.vf_coef,
+        max_grad_norm=h.max_grad_norm,
+        target_kl=h.target_kl,
+        policy_kwargs={
+            "net_arch": {"pi": list(h.net_arch), "vf": list(h.net_arch)},
+            "activation_fn": act,
+            "log_std_init": h.log_std_init,
+        },
+        tensorboard_log=tensorboard,
+        seed=cfg.seed,
+        device="cpu",
+        verbose=verbose,
+    )
+
+
 def export_policy(
     run_dir: str | Path, dest: str | Path, which: str = "best", command: str | None = None
 ) -> dict[str, Any]:
@@ -545,6 +795,7 @@ def export_policy(
     keys = ("steps", "control_steps", "train_wall_s", "wall_s", "n_envs", "cpu_count")
     keys += ("load_avg_before", "load_avg_after", "seed", "action_mode", "versions", "host")
     budget = {k: summary[k] for k in keys}
+    budget["backend"] = summary.get("backend", "subproc")  # runs before the vector backend
     budget["action_repeat"] = meta.get("action_repeat", 1)
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which

@@ -69,9 +69,12 @@ def _tiny_config(**kw) -> PPOTrainConfig:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> tuple[Path, dict]:
-    """A 4096-step run on two SubprocVecEnv workers (the real training path)."""
+    """A 4096-step run on two SubprocVecEnv workers (how the shipped policy was trained; the
+    vector backend has its own tests in test_ppo_vec.py)."""
     out = tmp_path_factory.mktemp("ppo_smoke")
-    summary = train(_tiny_config(n_envs=2, total_steps=4096), out, progress=False)
+    summary = train(
+        _tiny_config(n_envs=2, total_steps=4096, backend="subproc"), out, progress=False
+    )
     return out, summary
 
 
@@ -80,7 +83,9 @@ def test_smoke_training_writes_tensorboard_checkpoints_and_loadable_policies(smo
     out, summary = smoke_run
     assert summary["steps"] >= 4096 and summary["n_envs"] == 2
     assert (out / "config.yaml").is_file() and (out / "summary.json").is_file()
-    assert load_config(out / "config.yaml") == _tiny_config(n_envs=2, total_steps=4096)
+    assert load_config(out / "config.yaml") == _tiny_config(
+        n_envs=2, total_steps=4096, backend="subproc"
+    )
     events = list((out / "tb").rglob("events.out.tfevents.*"))
     assert events, "no TensorBoard event file"
     scalars = read_scalars(events[0].parent)
@@ -107,6 +112,7 @@ def test_export_copies_the_best_policy_with_its_budget(smoke_run, tmp_path):
     assert on_disk == read_meta(dest)["budget"] == json.loads(json.dumps(budget))
     assert on_disk["steps"] == summary["steps"] and on_disk["train_wall_s"] > 0
     assert on_disk["policy_saved_at_steps"] == summary["best_steps"]
+    assert on_disk["backend"] == "subproc"
     assert make_controller("ppo", path=dest).action_repeat == 2
 
 
@@ -202,7 +208,7 @@ def test_missing_and_corrupt_files_give_clear_errors(tmp_path, smoke_run):
         make_controller("ppo", path=cut)
 
 
-def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path):
+def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path, capsys):
     real = importlib.import_module
 
     def fake_import(name, *args, **kwargs):
@@ -215,7 +221,8 @@ def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path
         make_controller("ppo")
     from residual_quad.cli import main
 
-    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "64"]) == 2
+    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "4096"]) == 2
+    assert INSTALL_HINT in capsys.readouterr().err
     assert not (tmp_path / "x" / "final.zip").exists()
 
 
@@ -232,8 +239,8 @@ def test_config_is_strict_and_holds_extra_out():
         load_config({"payloads": ["none", "extra"]})
     with pytest.raises(ValueError, match="action_mode"):
         load_config({"action_mode": "accel"})
-    cfg = load_config("ppo", total_steps=10, seed=None)
-    assert cfg.total_steps == 10 and cfg.seed == 0 and "extra" not in cfg.payloads
+    cfg = load_config("ppo", total_steps=4096, seed=None)
+    assert cfg.total_steps == 4096 and cfg.seed == 0 and "extra" not in cfg.payloads
 
 
 def test_features_are_heading_invariant_and_scaled():
@@ -281,6 +288,6 @@ def test_cli_trains_from_a_yaml_and_exports(tmp_path, capsys):
     dest = tmp_path / "exported.zip"
     argv = ["train", "ppo", str(yaml_path), "--out", str(tmp_path / "run"), "--seed", "5"]
     assert main([*argv, "--export", str(dest), "--no-progress"]) == 0
-    assert "steps (ctbr, 1 envs, seed 5)" in capsys.readouterr().out
+    assert "steps (ctbr, 1 envs, seed 5, vector backend)" in capsys.readouterr().out
     assert load_config(tmp_path / "run" / "config.yaml").seed == 5
     assert read_meta(dest)["budget"]["seed"] == 5 and dest.with_suffix(".json").is_file()

@@ -123,15 +123,40 @@ def argv_is_train() -> bool:
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
     from residual_quad.training.ppo import PPOTrainConfig, export_policy, train
 
+    if args.resume:
+        given = [
+            flag
+            for flag, value in (
+                ("CONFIG", args.config),
+                ("--seed", args.seed),
+                ("--action-mode", args.action_mode),
+                ("--n-envs", args.n_envs),
+                ("--backend", args.backend),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"--resume continues the run in {args.out} with its own config.yaml; drop "
+                f"{', '.join(given)} (only --steps may change the budget)"
+            )
+        run_config = args.out / "config.yaml"
+        if not run_config.is_file():
+            raise FileNotFoundError(f"nothing to resume in {args.out}: no {run_config}")
+        source: str | Path = run_config
+    else:
+        source = args.config or "ppo"
     cfg = configs.load(
         PPOTrainConfig,
-        args.config,
+        source,
         total_steps=args.steps,
         seed=args.seed,
         action_mode=args.action_mode,
         n_envs=args.n_envs,
-    )
-    s = train(cfg, args.out, progress=not args.no_progress)  # no rl extra: ImportError, the hint
+        backend=args.backend,
+    )  # n_envs or budgets that cannot work: a ValueError here, before anything is built
+    s = train(cfg, args.out, progress=not args.no_progress, resume=args.resume)  # no rl extra:
+    # ImportError with the install hint
     if args.export is not None:
         command = shlex.join(["rquad", *sys.argv[1:]]) if argv_is_train() else None
         export_policy(args.out, args.export, command=command)
@@ -140,7 +165,8 @@ def _cmd_train_ppo(args: argparse.Namespace) -> int:
         return 0
     fe = s["final_eval"]
     print(
-        f"{s['steps']} steps ({s['action_mode']}, {s['n_envs']} envs, seed {s['seed']}) in "
+        f"{s['steps']} steps ({s['action_mode']}, {s['n_envs']} envs, seed {s['seed']}, "
+        f"{s['backend']} backend) in "
         f"{s['train_wall_s']:.0f} s of training, {s['wall_s']:.0f} s in all "
         f"(load average before/after: {s['load_avg_before'][0]:.2f}/{s['load_avg_after'][0]:.2f})\n"
         f"final evaluation: {fe['crashes']} crash(es), mean RMSE {fe['rmse_mean']:.3f} m; "
@@ -157,10 +183,11 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
         "ppo",
         help="stable-baselines3 PPO baseline (needs the rl extra)",
         description="Train PPO with domain randomization; writes config.yaml, tb/, checkpoints/, "
-        "best.zip, final.zip and summary.json under --out.",
+        "best.zip, final.zip and summary.json under --out. --resume continues an interrupted "
+        "run from its last checkpoint.",
     )
     p.add_argument(
-        "config", nargs="?", default="ppo", help="YAML path or shipped name (default: ppo)"
+        "config", nargs="?", default=None, help="YAML path or shipped name (default: ppo)"
     )
     p.add_argument(
         "--out", type=Path, default=DEFAULT_PPO_OUT, help="run folder (default: runs/ppo)"
@@ -169,7 +196,24 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=nonneg_int, default=None, help="seed (override)")
     p.add_argument("--action-mode", choices=("ctbr", "rotor"), default=None, help="override")
     p.add_argument(
-        "--n-envs", type=positive_int, default=None, help="env worker processes (override)"
+        "--n-envs",
+        type=positive_int,
+        default=None,
+        help="training envs (override): the vector env's batch (backend vector, <= 4096) or "
+        "worker processes (backend subproc, <= 64)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("vector", "subproc"),
+        default=None,
+        help="vector: all envs in one ResidualQuadVectorEnv (default); subproc: one process "
+        "per env (how the shipped ppo_default was trained)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run in --out from its last checkpoint (its config.yaml; "
+        "--steps may raise the budget)",
     )
     p.add_argument(
         "--export",

@@ -1,0 +1,115 @@
+"""``rquad bench --sections rl``: end-to-end PPO throughput on the vector env beside SB3's ceiling.
+
+Both rows of a pair run SB3 ``PPO`` with the same settings — the packaged ``configs/ppo.yaml``
+(network, batch size, epochs, normalization, one torch thread) with ``n_steps`` set so that one
+rollout is :data:`ROLLOUT_STEPS` policy steps — for the same number of PPO iterations:
+
+- **end to end**: the training env of ``rquad train ppo`` (``backend: vector``:
+  :class:`~residual_quad.training.ppo_vec.QuadVecEnv` over the vector env, domain randomization,
+  ``VecMonitor`` + ``VecNormalize``, the config's action repeat of 2 control periods);
+- **ceiling**: a :class:`~residual_quad.training.ppo_vec.NullVecEnv` with the same spaces that
+  simulates nothing (``VecMonitor`` + ``VecNormalize`` too), i.e. what SB3's PPO itself costs.
+
+A figure is the median time of one PPO iteration (rollout + update; the first iteration, warm-up,
+is dropped) per policy step: its inverse is policy steps/s. The ratio is end to end over the
+ceiling, same run. The policy is untrained, so its training episodes crash early and often (an
+autoreset rebuilds the env for its new scenario): an early-training figure. The issue's targets:
+>= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us) and >= 50 % of the ceiling (ratio
+<= 2).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from residual_quad.evaluation.bench import BenchRow
+
+SECTION = "rl"
+ROLLOUT_STEPS = 16384  # policy steps per PPO iteration, all envs
+
+
+def _iteration_us(model: Any, iterations: int) -> float:
+    """Median µs per policy step of ``iterations`` PPO iterations after one warm-up."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    marks: list[float] = []
+
+    class Marks(BaseCallback):
+        def _on_rollout_start(self) -> None:
+            marks.append(time.perf_counter())
+
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_training_end(self) -> None:
+            marks.append(time.perf_counter())
+
+    rollout = model.n_steps * model.n_envs
+    model.learn(total_timesteps=(iterations + 1) * rollout, callback=Marks(), progress_bar=False)
+    per_iteration = np.diff(marks)[1:]  # first: warm-up
+    return float(np.median(per_iteration)) / rollout * 1e6
+
+
+def _pair(n_envs: int, iterations: int) -> tuple[float, float]:
+    """(end-to-end, ceiling) µs per policy step at ``n_envs``."""
+    import torch
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    from residual_quad import configs
+    from residual_quad.training.ppo import PPOTrainConfig, make_training_env, new_model
+    from residual_quad.training.ppo_vec import NullVecEnv
+
+    base = configs.load(PPOTrainConfig, "ppo")
+    ppo = configs.to_dict(base.ppo)
+    ppo["n_steps"] = ROLLOUT_STEPS // n_envs
+    cfg = configs.load(
+        PPOTrainConfig,
+        {**configs.to_dict(base), "ppo": ppo, "total_steps": ROLLOUT_STEPS, "n_envs": n_envs},
+    )
+    torch.set_num_threads(max(1, cfg.torch_threads))
+    out = []
+    for venv in (make_training_env(cfg), VecMonitor(NullVecEnv(n_envs))):
+        venv.seed(cfg.seed)
+        venv = VecNormalize(
+            venv,
+            norm_obs=cfg.normalize_obs,
+            norm_reward=cfg.normalize_reward,
+            clip_obs=cfg.clip_obs,
+            gamma=cfg.ppo.gamma,
+        )
+        try:
+            out.append(_iteration_us(new_model(cfg, venv), iterations))
+        finally:
+            venv.close()
+    return out[0], out[1]
+
+
+def run(quick: bool = False) -> list[BenchRow]:
+    sizes = (64,) if quick else (64, 256)
+    iterations = 2 if quick else 4
+    rows = []
+    for n in sizes:
+        e2e, ceiling = _pair(n, iterations)
+        rows.append(
+            BenchRow(
+                SECTION,
+                f"SB3 ceiling: null VecEnv, N={n} ({1e6 / ceiling:,.0f} steps/s)",
+                ceiling,
+                1.0,
+                "ceiling",
+            )
+        )
+        rows.append(
+            BenchRow(
+                SECTION,
+                f"PPO end to end, vector env, N={n} ({1e6 / e2e:,.0f} steps/s)",
+                e2e,
+                e2e / ceiling,
+                "ceiling",
+                target=">= 15k steps/s (<= 66.7 us), ratio <= 2",
+            )
+        )
+    return rows

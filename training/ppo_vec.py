@@ -1,0 +1,344 @@
+"""PPO on the vector env: an SB3 ``VecEnv`` over :class:`ResidualQuadVectorEnv`.
+
+:class:`QuadVecEnv` is what ``rquad train ppo`` trains on (``backend: vector``): all training envs
+live in one :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` (physics batched on
+``mujoco.rollout``), so SB3's side of the hot path holds no per-env Python env objects. It emits
+:func:`~residual_quad.controllers.ppo.ppo_features` of the observations (batched:
+:func:`~residual_quad.controllers.ppo.ppo_features_batch`), so policies trained on it have the
+same input and the same file format as before.
+
+Conventions translated from the vector env's to SB3's:
+
+- **Autoreset.** The vector env autoresets ``NEXT_STEP`` (the step after an episode ended resets
+  that env). SB3 wants the reset *in the same step*: the returned observation of an env whose
+  episode ended is the first observation of its next episode, the last one goes in
+  ``infos[i]["terminal_observation"]`` and ``infos[i]["TimeLimit.truncated"]`` is ``True`` when
+  the episode was cut by the time limit rather than terminated. The adapter resets ended envs
+  right after the step (the vector env's own autoreset, scenario draw included), so the other
+  envs never step an extra time.
+- **Action repeat.** Each action is held for ``action_repeat`` control periods (rewards summed),
+  an env stopping at the end of its episode, as :class:`~residual_quad.training.ppo.ScenarioEnv`
+  and the deployed :class:`~residual_quad.controllers.ppo.PPOController` do.
+- **Domain randomization.** Every episode of every env draws its scenario with
+  :class:`ScenarioSampler` (uniform over the config's payloads × winds × trajectories; the
+  ``extra`` payload is refused by the config): the first ones at construction (generator seeded
+  ``scenario_seed``), each later one at its autoreset from the vector env's sampler generator;
+  each env's own generator continues across episodes.
+- **Seeding.** ``seed(s)`` then ``reset()`` (what SB3 does): env ``i`` gets seed ``s + i``, the
+  sampler ``s + num_envs`` (the vector env's rule). Same seed → same episodes.
+
+``infos[i]`` carries ``position_error`` (m), ``diverged``, ``control_steps`` (periods simulated
+this step) and ``scenario`` (payload, wind, trajectory) — the keys the training callbacks read.
+
+This module needs the ``rl`` extra (stable-baselines3); :mod:`residual_quad.training.ppo` imports
+it only when training runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import VecEnv
+
+from residual_quad.controllers.ppo import FEATURE_DIM, ppo_features_batch
+from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.vector_env import ResidualQuadVectorEnv, _check_scenario
+from residual_quad.training.ppo import MAX_VECTOR_ENVS
+
+
+class ScenarioSampler:
+    """Domain randomization for the vector env: ``sampler(rng) -> scenario`` (picklable).
+
+    Draws payload, wind and trajectory uniformly and independently from the lists (the scenario
+    grid of :class:`~residual_quad.training.ppo.ScenarioEnv`), and, when ``start_pos_noise > 0``,
+    a uniform start offset per axis (m; the vertical one not below ``-start_pos_noise / 2``).
+    """
+
+    def __init__(
+        self,
+        payloads: Sequence[str],
+        winds: Sequence[str],
+        trajectories: Sequence[str],
+        start_pos_noise: float = 0.0,
+    ):
+        self.scenarios = [(p, w, t) for p in payloads for w in winds for t in trajectories]
+        self.start_pos_noise = float(start_pos_noise)
+
+    def __call__(self, rng: np.random.Generator) -> dict[str, Any]:
+        payload, wind, trajectory = self.scenarios[int(rng.integers(len(self.scenarios)))]
+        scenario: dict[str, Any] = {"payload": payload, "wind": wind, "trajectory": trajectory}
+        if self.start_pos_noise > 0:
+            n = self.start_pos_noise
+            offset = rng.uniform(-n, n, 3)
+            offset[2] = max(offset[2], -0.5 * n)  # not into the floor
+            scenario["options"] = {"position_offset": offset}
+        return scenario
+
+
+class _MaskedVectorEnv(ResidualQuadVectorEnv):
+    """The vector env with the two operations SB3's convention needs: step a subset of the envs
+    (action repeat: an env whose episode ended mid-repeat must not step on) and autoreset given
+    envs now (SB3 resets in the same step). Both go through the vector env's own per-env step and
+    autoreset, so every env evolves exactly as under :meth:`step`.
+
+    One change of cost, not of result: an autoreset that draws a scenario another env left
+    reuses that env object (its plant compiled for the payload) instead of building one (≈3 ms,
+    more than a hundred policy steps of an env): a reset restores an env completely (same
+    generator state → the same episode; the equivalence tests compare with the vector env's
+    own autoreset, which builds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._spare: dict[tuple[tuple[str, str], ...], list[Any]] = {}
+        self._keys = [_build_key(sc) for sc in self.scenarios]
+
+    def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
+        if self._sampler is None:
+            return super()._autoreset_env(i)
+        scenario = _check_scenario(i, self._sampler(self._sampler_rng))
+        key = _build_key(scenario)
+        old = self.envs[i]
+        if key != self._keys[i]:
+            self._spare.setdefault(self._keys[i], []).append(old)
+            spare = self._spare.get(key)
+            if spare:
+                new = spare.pop()
+                self._payload_kg[i] = new.payload_kg
+                self._true_mass[i] = new.plant.true_mass
+                self._noisy[i] = new.sensors.noisy
+            else:
+                new = self._make_env(i, scenario)
+            new._np_random = old.np_random  # the env's generator continues
+            self.envs[i], self._keys[i] = new, key
+        self.scenarios[i] = scenario
+        return self._reset_env(i, None)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        super().close_extras(**kwargs)
+        for spare in self._spare.values():
+            for env in spare:
+                env.close()
+        self._spare.clear()
+
+    def step_subset(
+        self, active: np.ndarray, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step the envs ``active`` (sorted indices, none pending autoreset) with ``actions``
+        (one row each); full-size outputs, untouched rows zero."""
+        if not self._started:
+            from gymnasium.error import ResetNeeded
+
+            raise ResetNeeded("call reset() before step()")
+        assert not self._autoreset[active].any(), "reset ended envs before stepping them"
+        n = self.num_envs
+        obs = np.zeros((n, OBS_DIM))
+        reward = np.zeros(n)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        info = self._step_active(active, actions, obs, reward, terminated, truncated)
+        self._autoreset[active] = terminated[active] | truncated[active]
+        return obs, reward, terminated, truncated, info
+
+    def reset_ended(self, ids: Sequence[int]) -> np.ndarray:
+        """Autoreset the envs ``ids`` now (in order: sampler draws as :meth:`step` would make
+        them); their first observations, one row each."""
+        obs = np.zeros((len(ids), OBS_DIM))
+        for k, i in enumerate(ids):
+            obs[k], _ = self._autoreset_env(int(i))
+            self._autoreset[int(i)] = False
+        return obs
+
+
+def _build_key(scenario: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What an env is built from in a scenario (all but its reset ``options``), hashable."""
+    return tuple(sorted((str(k), repr(v)) for k, v in scenario.items() if k != "options"))
+
+
+class QuadVecEnv(VecEnv):
+    """SB3 ``VecEnv`` of ``num_envs`` domain-randomized quadrotors on the vector env.
+
+    Args:
+        num_envs: batch size (1 … :data:`MAX_VECTOR_ENVS`).
+        sampler: scenario of each new episode at an autoreset, ``(rng) -> scenario``
+            (:class:`ScenarioSampler`).
+        scenarios: the first episode's scenario of each env (``None``: drawn with ``sampler``
+            from a generator seeded ``scenario_seed``).
+        scenario_seed: see ``scenarios``.
+        action_repeat: control periods each action is held (rewards summed).
+        nthread: ``rollout`` threads of the vector env (``None``: the cores).
+        **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
+            ``episode_s``, ``reward_weights``, ``max_position_error``, …).
+
+    See the module docstring for the conventions. ``get_attr``/``set_attr``/``env_method`` reach
+    the single envs that hold each env's scenario and generator (``vector_env.envs``).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        sampler: ScenarioSampler,
+        action_repeat: int = 1,
+        nthread: int | None = None,
+        scenarios: Sequence[Mapping[str, Any]] | None = None,
+        scenario_seed: int = 0,
+        **env_kwargs: Any,
+    ):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
+            raise ValueError(f"num_envs must be an integer, got {num_envs!r}")
+        if not 1 <= num_envs <= MAX_VECTOR_ENVS:
+            raise ValueError(f"num_envs must be in [1, {MAX_VECTOR_ENVS}], got {num_envs}")
+        if action_repeat < 1:
+            raise ValueError(f"action_repeat must be >= 1, got {action_repeat}")
+        if scenarios is None:
+            rng = np.random.default_rng(scenario_seed)
+            scenarios = [sampler(rng) for _ in range(num_envs)]
+        self.vector_env = _MaskedVectorEnv(
+            int(num_envs), scenarios=scenarios, sampler=sampler, nthread=nthread, **env_kwargs
+        )
+        self.sampler = sampler
+        self.action_repeat = int(action_repeat)
+        observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
+        action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        super().__init__(int(num_envs), observation_space, action_space)
+        self._actions: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ reset / step
+    def reset(self) -> np.ndarray:
+        """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + i``, the sampler
+        ``s + num_envs``), each in its current scenario."""
+        obs, _ = self.vector_env.reset(seed=self._seeds[0])
+        self._reset_seeds()
+        self._reset_options()
+        return ppo_features_batch(obs)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = actions
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        assert self._actions is not None, "step_async first"
+        venv = self.vector_env
+        n = self.num_envs
+        action = venv._check_actions(self._actions)  # shape, finite, clipped to [-1, 1]
+        self._actions = None
+        reward = np.zeros(n)
+        last = np.zeros((n, OBS_DIM))
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        pos_err = np.zeros(n)
+        steps = np.zeros(n, dtype=np.int64)
+        running = np.ones(n, dtype=bool)
+        for _ in range(self.action_repeat):
+            active = np.flatnonzero(running)
+            obs, rew, term, trunc, info = venv.step_subset(active, action[active])
+            reward[active] += rew[active]
+            last[active] = obs[active]
+            terminated[active] = term[active]
+            truncated[active] = trunc[active]
+            pos_err[active] = info["position_error"][active]
+            steps[active] += 1
+            running[active] = ~(term[active] | trunc[active])
+            if not running.any():
+                break
+        dones = terminated | truncated
+        features = ppo_features_batch(last)
+        scenarios = venv.scenarios
+        infos: list[dict[str, Any]] = []
+        for i in range(n):
+            sc = scenarios[i]
+            infos.append(
+                {
+                    "position_error": float(pos_err[i]),
+                    "diverged": bool(terminated[i]),
+                    "control_steps": int(steps[i]),
+                    "scenario": (sc.get("payload"), sc.get("wind"), sc.get("trajectory")),
+                }
+            )
+        ended = np.flatnonzero(dones)
+        if len(ended):
+            first = ppo_features_batch(venv.reset_ended(ended))
+            for k, i in enumerate(ended.tolist()):
+                infos[i]["terminal_observation"] = features[i].copy()
+                infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+                features[i] = first[k]
+        return features, reward.astype(np.float32), dones, infos
+
+    # ------------------------------------------------------------------ the rest of VecEnv
+    def close(self) -> None:
+        self.vector_env.close()
+
+    def _targets(self, indices: Any) -> list[Any]:
+        return [self.vector_env.envs[i] for i in self._get_indices(indices)]
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        return [getattr(env, attr_name) for env in self._targets(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        for env in self._targets(indices):
+            setattr(env, attr_name, value)
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return [
+            getattr(env, method_name)(*method_args, **method_kwargs)
+            for env in self._targets(indices)
+        ]
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [isinstance(env, wrapper_class) for env in self._targets(indices)]
+
+
+class NullVecEnv(VecEnv):
+    """A ``VecEnv`` with :class:`QuadVecEnv`'s spaces that simulates nothing (the SB3 ceiling).
+
+    Observations are a fixed random batch, rewards zero, and every env's episode ends every
+    ``episode_steps`` steps (with ``terminal_observation``), so PPO does all of its own work
+    (policy forward, buffer, GAE, updates) and the env none.
+    """
+
+    def __init__(self, num_envs: int, episode_steps: int = 1000, seed: int = 0):
+        observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
+        action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        super().__init__(num_envs, observation_space, action_space)
+        rng = np.random.default_rng(seed)
+        self._obs = rng.standard_normal((num_envs, FEATURE_DIM)).astype(np.float32)
+        self.episode_steps = episode_steps
+        self._t = 0
+
+    def reset(self) -> np.ndarray:
+        self._t = 0
+        return self._obs.copy()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        pass
+
+    def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        self._t += 1
+        done = self._t % self.episode_steps == 0
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        if done:
+            for info in infos:
+                info["terminal_observation"] = self._obs[0]
+                info["TimeLimit.truncated"] = True
+        dones = np.full(self.num_envs, done)
+        return self._obs.copy(), np.zeros(self.num_envs, dtype=np.float32), dones, infos
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        return [None for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        pass
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
+    ) -> list[Any]:
+        return [None for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False for _ in self._get_indices(indices)]
