@@ -149,70 +149,20 @@ def test_parent_watch_thread_ends_an_orphan():
 
 
 # ------------------------------------------------------------------ SIGKILL, then resume
-def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_path):
-    cfg = SweepConfig(**MATRIX)
-    full = run_sweep(cfg, tmp_path / "full", backend="local", workers=1, progress=False)
-    cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
-    rng = random.Random(20240611)
-    for trial in range(2):
-        out = tmp_path / f"killed{trial}"
-        after_rows, extra_s = rng.randint(1, 8), rng.uniform(0.0, 0.2)
-        proc = subprocess.Popen(
-            _sweep_cmd(cfg_path, out, "--workers", "2", "--backend", "local"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        seen: set[int] = set()
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None:
-                seen |= _descendants(proc.pid)
-                rows_file = out / "rows.jsonl"
-                if rows_file.exists() and len(read_rows(rows_file)) >= after_rows:
-                    break
-                time.sleep(0.05)
-            time.sleep(extra_s)
-            seen |= _descendants(proc.pid)
-            assert proc.poll() is None, "the sweep ended before the kill point"
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-            assert seen, "no worker process was seen"
-            left = _wait_gone(seen, 5.0)
-            assert not left, f"orphans alive 5 s after the kill: {sorted(left)}"
-        finally:
-            proc.kill()
-            proc.wait(timeout=10)
-            _kill_all(seen)
-        partial = read_rows(out)
-        assert len(partial) < N_RUNS, "the sweep should have been killed midway"
-        resumed = run_sweep(cfg, out, resume=True, backend="local", workers=1, progress=False)
-        assert _strip(resumed) == _strip(full)
-        lines = (out / "rows.jsonl").read_text().splitlines()
-        assert len(lines) == len(set(lines)) == N_RUNS  # nothing lost, nothing duplicated
-
-
-def test_sigkill_of_a_vector_sweep_keeps_finished_batches_and_resumes_exactly(tmp_path):
-    """The vector backend writes a batch's rows when it ends: a kill loses only the batches in
-    flight, no worker outlives the parent, and the resumed rows equal the uninterrupted run bit
-    for bit (a run's numbers do not depend on the batch it flew in)."""
-    cfg = SweepConfig(**MATRIX)
-    full = run_sweep(cfg, tmp_path / "full", backend="vector", workers=2, progress=False)
-    cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
-    out = tmp_path / "killed"
-    proc = subprocess.Popen(
-        _sweep_cmd(cfg_path, out, "--workers", "2", "--backend", "vector", "--batch-size", "2"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _kill_after_rows(cmd: list[str], out: Path, after_rows: int, extra_s: float = 0.0) -> None:
+    """Start the sweep ``cmd``, SIGKILL it once ``out`` holds ``after_rows`` rows (plus
+    ``extra_s``), and check that no process it started outlives it by 5 s."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             seen |= _descendants(proc.pid)
             rows_file = out / "rows.jsonl"
-            if rows_file.exists() and len(read_rows(rows_file)) >= 2:
+            if rows_file.exists() and len(read_rows(rows_file)) >= after_rows:
                 break
             time.sleep(0.02)
+        time.sleep(extra_s)
         seen |= _descendants(proc.pid)
         assert proc.poll() is None, "the sweep ended before the kill point"
         os.kill(proc.pid, signal.SIGKILL)
@@ -224,12 +174,42 @@ def test_sigkill_of_a_vector_sweep_keeps_finished_batches_and_resumes_exactly(tm
         proc.kill()
         proc.wait(timeout=10)
         _kill_all(seen)
-    partial = read_rows(out)
-    assert 2 <= len(partial) < N_RUNS and len(partial) % 2 == 0  # whole batches only
-    resumed = run_sweep(cfg, out, resume=True, backend="vector", workers=1, progress=False)
+
+
+def _assert_resumes_to(cfg: SweepConfig, out: Path, full: list[dict], backend: str) -> None:
+    resumed = run_sweep(cfg, out, resume=True, backend=backend, workers=1, progress=False)
     assert _strip(resumed) == _strip(full)
     lines = (out / "rows.jsonl").read_text().splitlines()
-    assert len(lines) == len(set(lines)) == N_RUNS
+    assert len(lines) == len(set(lines)) == N_RUNS  # nothing lost, nothing duplicated
+
+
+def test_sigkill_at_random_points_then_resume_equals_the_uninterrupted_run(tmp_path):
+    cfg = SweepConfig(**MATRIX)
+    full = run_sweep(cfg, tmp_path / "full", backend="local", workers=1, progress=False)
+    cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
+    rng = random.Random(20240611)
+    for trial in range(2):
+        out = tmp_path / f"killed{trial}"
+        after_rows, extra_s = rng.randint(1, 8), rng.uniform(0.0, 0.2)
+        cmd = _sweep_cmd(cfg_path, out, "--workers", "2", "--backend", "local")
+        _kill_after_rows(cmd, out, after_rows, extra_s)
+        assert len(read_rows(out)) < N_RUNS, "the sweep should have been killed midway"
+        _assert_resumes_to(cfg, out, full, "local")
+
+
+def test_sigkill_of_a_vector_sweep_keeps_finished_batches_and_resumes_exactly(tmp_path):
+    """The vector backend writes a batch's rows when it ends: a kill loses only the batches in
+    flight, no worker outlives the parent, and the resumed rows equal the uninterrupted run bit
+    for bit (a run's numbers do not depend on the batch it flew in)."""
+    cfg = SweepConfig(**MATRIX)
+    full = run_sweep(cfg, tmp_path / "full", backend="vector", workers=2, progress=False)
+    cfg_path = configs.dump(cfg, tmp_path / "cfg.yaml")
+    out = tmp_path / "killed"
+    cmd = _sweep_cmd(cfg_path, out, "--workers", "2", "--backend", "vector", "--batch-size", "2")
+    _kill_after_rows(cmd, out, 2)
+    partial = read_rows(out)
+    assert 2 <= len(partial) < N_RUNS and len(partial) % 2 == 0  # whole batches only
+    _assert_resumes_to(cfg, out, full, "vector")
 
 
 @pytest.mark.slow
