@@ -191,13 +191,16 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._sampler_rng = np.random.default_rng()
         self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
         self._trajectories: dict[str, Any] = {}  # one shared instance per built-in name
-        self._payload_kg = np.zeros(num_envs)  # kg, per env (info)
-        self._true_mass = np.zeros(num_envs)  # kg, per env (info)
-        self._noisy = np.zeros(num_envs, dtype=bool)  # per env: its sensors add noise
+        # per-env facts derived from self.envs[i], kept by _set_env
+        self._payload_kg = np.zeros(num_envs)  # kg (info)
+        self._true_mass = np.zeros(num_envs)  # kg (info)
+        self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
+        self._env_models: list[mujoco.MjModel | None] = [None] * num_envs  # rollout model
+        self._trajectory_groups: list[tuple[Any, np.ndarray]] | None = None  # see _references
         self.envs: list[ResidualQuadEnv] = []
         self.scenarios: list[dict[str, Any]] = []
         for i, scenario in enumerate(scenarios):
-            self.envs.append(self._make_env(i, scenario))
+            self._set_env(i, self._make_env(i, scenario))
             self.scenarios.append(_check_scenario(i, scenario))
         first = self.envs[0]
         self.render_mode = first.render_mode
@@ -257,13 +260,29 @@ class ResidualQuadVectorEnv(VectorEnv):
                 self._trajectories[name] = make_trajectory(name)
             kwargs["trajectory"] = self._trajectories[name]
         try:
-            env = ResidualQuadEnv(**kwargs)
+            return ResidualQuadEnv(**kwargs)
         except ValueError as err:
             raise ValueError(f"env {index}: {err}") from None
+
+    def _set_env(self, index: int, env: ResidualQuadEnv) -> None:
+        """Make ``env`` the env at ``index`` and refresh what the batch keeps about it (every
+        replacement of an env goes through here)."""
+        if index == len(self.envs):
+            self.envs.append(env)
+        else:
+            self.envs[index] = env
         self._payload_kg[index] = env.payload_kg
         self._true_mass[index] = env.plant.true_mass
         self._noisy[index] = env.sensors.noisy
-        return env
+        self._env_models[index] = None
+        self._trajectory_groups = None
+
+    def _env_model(self, index: int) -> mujoco.MjModel:
+        """The rollout model of env ``index`` (cached until the env is replaced)."""
+        model = self._env_models[index]
+        if model is None:
+            model = self._env_models[index] = self._rollout_model(self.envs[index])
+        return model
 
     def _rollout_model(self, env: ResidualQuadEnv) -> mujoco.MjModel:
         """The env's model for ``rollout``: unit actuator gain, no control clamp (the force
@@ -335,7 +354,8 @@ class ResidualQuadVectorEnv(VectorEnv):
             old = self.envs[i]
             new = self._make_env(i, scenario)
             new._np_random = old.np_random  # the env's generator continues
-            self.envs[i], self.scenarios[i] = new, scenario
+            self._set_env(i, new)
+            self.scenarios[i] = scenario
             old.close()
         return self._reset_env(i, None)
 
@@ -540,15 +560,34 @@ class ResidualQuadVectorEnv(VectorEnv):
         """The reference part of the observations of the envs ``active`` at their ``steps``:
         one trajectory call per distinct (trajectory object, step) — envs given the same
         built-in trajectory share one (pure, frozen) instance."""
-        calls: dict[tuple[int, int], list[int]] = {}
-        for k, i in enumerate(active.tolist()):
-            calls.setdefault((id(self.envs[i].trajectory), int(steps[k])), []).append(k)
-        for (_, step), ks in calls.items():
+        if self._trajectory_groups is None:
+            by_object: dict[int, list[int]] = {}
+            for i, env in enumerate(self.envs):
+                by_object.setdefault(id(env.trajectory), []).append(i)
+            self._trajectory_groups = [
+                (self.envs[g[0]].trajectory, np.array(g)) for g in by_object.values()
+            ]
+        position = np.full(self.num_envs, -1)
+        position[active] = np.arange(len(active))
+        calls: list[tuple[int, np.ndarray]] = []  # (step, rows of active) per trajectory call
+        for _, members in self._trajectory_groups:
+            rows = position[members]
+            rows = rows[rows >= 0]
+            if len(rows) == 0:
+                continue
+            group_steps = steps[rows]
+            first = int(group_steps[0])
+            if (group_steps == first).all():  # the usual case: the group steps in lockstep
+                calls.append((first, rows))
+            else:
+                for step in np.unique(group_steps).tolist():
+                    calls.append((int(step), rows[group_steps == step]))
+        for step, ks in calls:
             i = int(active[ks[0]])
             trajectory = self.envs[i].trajectory
             tk = float(step) * self.control_dt
             ref = trajectory(tk)
-            rows = ks if len(ks) > 1 else ks[0]
+            rows = ks if len(ks) > 1 else int(ks[0])
             try:
                 obs[rows, _L.ref_pos] = ref.pos
                 obs[rows, _L.ref_vel] = ref.vel
@@ -587,7 +626,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         unstable."""
         envs = [self.envs[int(active[k])] for k in rows.tolist()]
         winds = np.stack([env.plant._wind_proc.take(self.substeps) for env in envs])
-        models = [self._rollout_model(env) for env in envs]
+        models = [self._env_model(int(active[k])) for k in rows.tolist()]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):
             groups.setdefault(model.nbody, []).append(j)

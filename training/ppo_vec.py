@@ -104,15 +104,10 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
         if key != self._keys[i]:
             self._spare.setdefault(self._keys[i], []).append(old)
             spare = self._spare.get(key)
-            if spare:
-                new = spare.pop()
-                self._payload_kg[i] = new.payload_kg
-                self._true_mass[i] = new.plant.true_mass
-                self._noisy[i] = new.sensors.noisy
-            else:
-                new = self._make_env(i, scenario)
+            new = spare.pop() if spare else self._make_env(i, scenario)
             new._np_random = old.np_random  # the env's generator continues
-            self.envs[i], self._keys[i] = new, key
+            self._set_env(i, new)
+            self._keys[i] = key
         self.scenarios[i] = scenario
         return self._reset_env(i, None)
 
