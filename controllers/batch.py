@@ -586,6 +586,19 @@ def _residual_vectorized(name: str, overrides: dict[str, Any]) -> bool:
     return residual_config(config, **rest).vectorized
 
 
+def has_batch_path(spec: Any, **overrides: Any) -> bool:
+    """Whether :func:`batch_from_spec` gives ``spec`` (with ``overrides``) a numpy-vectorized
+    batch rather than a loop of instances."""
+    if spec.is_import_path or spec.target not in _BATCH_REGISTRY:
+        return False
+    if spec.target in ("geo_res", "geo_rls"):
+        try:
+            return _residual_vectorized(spec.target, {**spec.options, **overrides})
+        except (TypeError, ValueError):
+            return False  # bad settings: building the controller names the problem
+    return True
+
+
 def batch_from_spec(
     spec: Any, n_envs: int, context: ControlContext | None = None, **overrides: Any
 ) -> BatchController:

@@ -35,7 +35,7 @@ import numpy as np
 
 from residual_quad import configs
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.batch import BatchGroups, batch_from_spec
+from residual_quad.controllers.batch import BatchGroups, batch_from_spec, has_batch_path
 from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
@@ -351,6 +351,8 @@ def vector_batches(
     equal share of every controller and scenario (run ``j`` goes to batch ``j mod batches``), so
     the cores finish together. A batch's rows are written when it finishes: smaller batches
     lose less to an interruption and move the progress bar more often, larger ones fly faster."""
+    if not specs:
+        return []
     parts = max(1, min(len(specs), max(workers, math.ceil(len(specs) / batch_size))))
     jobs: list[Job] = []
     for j in range(parts):
@@ -748,7 +750,17 @@ def run_sweep(
         n_workers = None if workers is None and not cfg.workers else (workers or cfg.workers)
 
     def batches(run_ids: list[str], n: int) -> list[Job]:
-        return vector_batches([specs[i] for i in run_ids], cfg, str(series_dir), n, batch_size)
+        # controllers without a vectorized path would only loop inside a batch, where they fly
+        # no faster (measured: 5-10 % slower): they keep one job per run
+        vectorized = {
+            label: has_batch_path(
+                cfg.controller_spec(label), **cfg.controller_options.get(label, {})
+            )
+            for label in cfg.labels
+        }
+        batched = [specs[i] for i in run_ids if vectorized.get(specs[i].controller, False)]
+        single = [jobs[i] for i in run_ids if not vectorized.get(specs[i].controller, False)]
+        return vector_batches(batched, cfg, str(series_dir), n, batch_size) + single
 
     return run_rows(
         jobs,
