@@ -481,7 +481,10 @@ class BatchRLSGeoTracker(BatchResidualGeoTracker):
 
 # ----------------------------------------------------------------------------- PPO
 class BatchedPPO:
-    """``ppo`` for N envs: per-env features, one torch forward for the batch, per-env hold.
+    """``ppo`` for N envs: per-env features, one forward for the batch, per-env hold. With the
+    numpy forward (:class:`~residual_quad.controllers.ppo.NumpyPolicy`, every plain MLP actor)
+    each row equals the single controller's bit for bit; otherwise SB3's batched ``predict``
+    runs, whose float32 rounding depends on the batch.
 
     Args:
         controller: a loaded :class:`~residual_quad.controllers.ppo.PPOController` (its model,
@@ -516,8 +519,7 @@ class BatchedPPO:
             x = np.stack([ppo_features(o) for o in obs[due]])
             if self.single.normalizer is not None:
                 x = self.single.normalizer(x)
-            action, _ = self.single.model.predict(x, deterministic=True)
-            self._held[due] = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+            self._held[due] = self.single.actions(x)
         self._k += 1
         return self._held.copy()
 
@@ -589,6 +591,8 @@ def _residual_vectorized(name: str, overrides: dict[str, Any]) -> bool:
 def has_batch_path(spec: Any, **overrides: Any) -> bool:
     """Whether :func:`batch_from_spec` gives ``spec`` (with ``overrides``) a numpy-vectorized
     batch rather than a loop of instances."""
+    if spec.target == "ppo":
+        return True  # a numpy forward (exact) for plain MLP actors; batch_from_spec checks it
     if spec.is_import_path or spec.target not in _BATCH_REGISTRY:
         return False
     if spec.target in ("geo_res", "geo_rls"):
@@ -604,12 +608,20 @@ def batch_from_spec(
 ) -> BatchController:
     """The :class:`BatchController` of a resolved :class:`~residual_quad.controllers.specs.
     ControllerSpec` (a sweep's entry) whose actions equal the single controller's to ≤ 1e-9:
-    the numpy-vectorized path of its registered name where there is one, else a
-    :class:`BatchedLoop` of ``spec.build`` instances (import paths, ``hnewton``, user controllers,
-    and ``ppo``: a float32 torch forward over a batch rounds differently from one sample's, which
-    a 20 s flight amplifies to 2 % in its metrics). ``overrides`` win over the spec's options."""
+    the numpy-vectorized path of its registered name where there is one (``ppo`` with the numpy
+    forward of its network), else a :class:`BatchedLoop` of ``spec.build`` instances (import
+    paths, ``hnewton``, user controllers, and ``ppo`` policies whose architecture only SB3's
+    ``predict`` runs: its float32 batch forward rounds differently from one sample's, which a
+    20 s flight amplifies to 2 % in the metrics). ``overrides`` win over the spec's options."""
     n_envs = check_n_envs(n_envs)
     options = {**spec.options, **overrides}
+    if spec.target == "ppo":
+        single = spec.build(context, **overrides)
+        if getattr(single, "network", None) is not None:
+            return BatchedPPO(single, n_envs)
+        loop = BatchedLoop([single, *(spec.build(context, **overrides) for _ in range(n_envs - 1))])
+        loop.reset_batch()
+        return loop
     if not spec.is_import_path and spec.target in _BATCH_REGISTRY:
         try:
             return make_batch_controller(spec.target, n_envs, context, **options)

@@ -306,6 +306,62 @@ class ObsNormalizer:
         return cls(vectors["mean"], vectors["var"], float(eps), float(clip))
 
 
+_ACTIVATIONS: dict[str, Any] = {
+    "Tanh": np.tanh,
+    "ReLU": lambda h: np.maximum(h, 0.0),
+    "Identity": lambda h: h,
+}
+
+
+class NumpyPolicy:
+    """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
+    observation and a Gaussian action head), evaluated in float64 numpy.
+
+    Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
+    more than the whole vehicle step; this forward costs a few µs. Its products are
+    ``np.einsum`` contractions, whose summation order does not depend on the batch size, so one
+    observation and a batch of them give bit-identical actions (a BLAS matrix product does not:
+    a one-row product takes another kernel). It equals SB3's float32 forward to float32 rounding
+    (``tests/controllers/test_ppo_numpy.py``).
+    """
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]]):
+        self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
+
+    @classmethod
+    def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
+        """The numpy forward of ``policy``, or ``None`` where its architecture is not a plain
+        MLP actor (another extractor, activation or distribution): then ``predict`` is used."""
+        if (
+            type(policy).__name__ != "ActorCriticPolicy"
+            or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
+            or type(policy.action_dist).__name__ != "DiagGaussianDistribution"
+            or getattr(policy, "squash_output", False)
+        ):
+            return None
+        layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        modules = [*policy.mlp_extractor.policy_net, policy.action_net]
+        for module in modules:
+            kind = type(module).__name__
+            if kind == "Linear":
+                w = module.weight.detach().cpu().numpy().astype(np.float64).T.copy()
+                b = module.bias.detach().cpu().numpy().astype(np.float64).copy()
+                layers.append((w, b, _ACTIVATIONS["Identity"]))
+            elif kind in _ACTIVATIONS and layers:
+                w, b, _ = layers[-1]
+                layers[-1] = (w, b, _ACTIVATIONS[kind])
+            else:
+                return None
+        return cls(layers)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
+        h = np.asarray(x, dtype=np.float64)
+        for w, b, act in self.layers:
+            h = act(np.einsum("nd,dh->nh", h, w) + b)
+        return np.clip(h, -1.0, 1.0)
+
+
 def _is_number(x: Any) -> bool:
     """A JSON number (not a boolean), as Python reads it."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
@@ -357,6 +413,7 @@ class PPOController:
         if not all(bool(p.isfinite().all()) for p in self.model.policy.parameters()):
             raise PolicyFileError(f"{self.path}: the policy network has non-finite parameters")
         self.context = context or ControlContext()
+        self.network = NumpyPolicy.from_sb3(self.model.policy)  # None: SB3's predict
         self._k, self._held = 0, np.zeros(4)
 
     @classmethod
@@ -373,6 +430,7 @@ class PPOController:
         self.action_mode, self.env_kwargs, self.normalizer = action_mode, {}, normalizer
         self.action_repeat = action_repeat
         self.context = ControlContext()
+        self.network = None  # the model is still training: its own predict
         self._k, self._held = 0, np.zeros(4)
         return self
 
@@ -390,7 +448,14 @@ class PPOController:
             x = ppo_features(obs)
             if self.normalizer is not None:
                 x = self.normalizer(x)
-            action, _ = self.model.predict(x, deterministic=True)
-            self._held = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
+            self._held = self.actions(x[None, :])[0]
         self._k += 1
         return self._held.copy()
+
+    def actions(self, x: np.ndarray) -> np.ndarray:
+        """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d): the
+        numpy forward where the architecture allows it, else SB3's ``predict``."""
+        if self.network is not None:
+            return self.network(x)
+        action, _ = self.model.predict(x, deterministic=True)
+        return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), 4), -1.0, 1.0)
