@@ -8,7 +8,7 @@ the interface, :func:`make_batch_controller` the one entry point:
   functions as the single controllers where the arithmetic allows it (the geometric attitude
   torque, the outer loop, the PID integrator, the env's period residual), and results equal to N
   single controllers fed the same observations to ≤ 1e-9 (``tests/controllers/test_batch_*``);
-* ``ppo`` batches its torch forward (:class:`BatchedPPO`);
+* ``ppo`` batches the numpy forward of its network (:class:`BatchedPPO`, bit for bit one env's);
 * any other controller (``hnewton``, ``hnewton_rls``, user controllers) is wrapped by
   :class:`BatchedLoop`, N per-env instances behind the same interface.
 
