@@ -197,6 +197,12 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs  # rollout model
         self._trajectory_groups: list[tuple[Any, np.ndarray]] | None = None  # see _references
+        # a mirror of every env's wind block (see _winds): samples, length, read position, and
+        # which process and block array it copies
+        self._wind_block = np.zeros((num_envs, 0, 3))  # m/s, world
+        self._wind_len = np.zeros(num_envs, dtype=np.int64)
+        self._wind_pos = np.zeros(num_envs, dtype=np.int64)
+        self._wind_src: list[tuple[Any, Any]] = [(None, None)] * num_envs
         self.envs: list[ResidualQuadEnv] = []
         self.scenarios: list[dict[str, Any]] = []
         for i, scenario in enumerate(scenarios):
@@ -346,6 +352,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._true_obs[i] = env._last_true_obs
         self._steps[i] = 0
         self._prev_action[i] = 0.0
+        self._mirror_wind(i)
         return obs, info
 
     def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
@@ -452,7 +459,9 @@ class ResidualQuadVectorEnv(VectorEnv):
             d = plant.data
             mujoco.mj_setState(plant.model, d, state[k], _FULL)
             d.qacc_warmstart[:] = qacc[k]
+            plant._wind_proc._i = int(self._wind_pos[i])  # the mirror read ahead of it
             plant.step(f[k].tolist())
+            self._mirror_wind(i)
             mujoco.mj_getState(plant.model, d, state[k], _FULL)
             qacc[k] = d.qacc
             imu[k] = plant.imu_specific_force()
@@ -556,6 +565,45 @@ class ResidualQuadVectorEnv(VectorEnv):
         info["_reward_terms"][active] = rewarded
         return info
 
+    def _mirror_wind(self, i: int) -> None:
+        """Copy env ``i``'s wind block and read position into the mirror (after its reset, a
+        refill, or a period its own plant flew)."""
+        proc = self.envs[i].plant._wind_proc
+        buf = proc._buf
+        src_proc, src_buf = self._wind_src[i]
+        if src_proc is not proc or src_buf is not buf:
+            if len(buf) > self._wind_block.shape[1]:
+                grown = np.zeros((self.num_envs, len(buf), 3))
+                grown[:, : self._wind_block.shape[1]] = self._wind_block
+                self._wind_block = grown
+            self._wind_block[i, : len(buf)] = buf
+            self._wind_len[i] = len(buf)
+            self._wind_src[i] = (proc, buf)
+        self._wind_pos[i] = proc._i
+
+    def _winds(self, envs: np.ndarray) -> np.ndarray:
+        """The next period's wind samples (len(envs), substeps, 3) of ``envs``, m/s, world: the
+        samples each env's own :class:`~residual_quad.envs.disturbances.WindProcess` would hand
+        out, gathered from the mirror in one indexing; an env whose block runs out takes them from
+        its process (which refills exactly when the single env's would) and is mirrored anew."""
+        n = self.substeps
+        pos = self._wind_pos[envs]
+        out = np.empty((len(envs), n, 3))
+        fits = pos + n <= self._wind_len[envs]
+        if fits.all():
+            out[:] = self._wind_block[envs[:, None], pos[:, None] + np.arange(n)]
+        else:
+            j = np.flatnonzero(fits)
+            out[j] = self._wind_block[envs[j, None], pos[j, None] + np.arange(n)]
+            for k in np.flatnonzero(~fits).tolist():
+                i = int(envs[k])
+                proc = self.envs[i].plant._wind_proc
+                proc._i = int(self._wind_pos[i])
+                out[k] = proc.take(n)
+                self._mirror_wind(i)
+        self._wind_pos[envs[fits]] += n
+        return out
+
     def _references(self, active: np.ndarray, steps: np.ndarray, obs: np.ndarray) -> None:
         """The reference part of the observations of the envs ``active`` at their ``steps``:
         one trajectory call per distinct (trajectory object, step) — envs given the same
@@ -624,8 +672,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         model's default pose at rest and finishes the substep from there without controls: a
         substep that lands exactly on that state, from anywhere but the default pose at rest, was
         unstable."""
-        envs = [self.envs[int(active[k])] for k in rows.tolist()]
-        winds = np.stack([env.plant._wind_proc.take(self.substeps) for env in envs])
+        winds = self._winds(active[rows])
         models = [self._env_model(int(active[k])) for k in rows.tolist()]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):
