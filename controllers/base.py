@@ -154,7 +154,8 @@ def resolve_factory(target: str) -> Factory:
     return factory
 
 
-def _context(env_or_context: Any) -> ControlContext:
+def controller_context(env_or_context: Any) -> ControlContext:
+    """The :class:`ControlContext` of an env, a context or ``None`` (the defaults)."""
     if env_or_context is None:
         return ControlContext()
     if isinstance(env_or_context, ControlContext):
@@ -175,7 +176,7 @@ def make_controller(name: str, env_or_context: Any = None, **overrides: Any) -> 
     """
     from residual_quad.controllers.specs import parse_spec
 
-    return parse_spec(name).build(_context(env_or_context), **overrides)
+    return parse_spec(name).build(controller_context(env_or_context), **overrides)
 
 
 def to_rotor_action(thrusts: np.ndarray, airframe: Airframe) -> np.ndarray:

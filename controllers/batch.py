@@ -31,6 +31,7 @@ from residual_quad.controllers.base import (
     ControlContext,
     Controller,
     available_controllers,
+    controller_context,
     make_controller,
     to_rotor_action,
 )
@@ -562,7 +563,7 @@ def make_batch_controller(
     ):
         factory = None  # settings the vectorized estimator does not implement: the loop
     if factory is not None:
-        context = make_controller_context(env_or_context)
+        context = controller_context(env_or_context)
         if isinstance(factory, str):
             module, attr = factory.split(":")
             factory = getattr(importlib.import_module(module), attr)
@@ -630,12 +631,3 @@ def batch_from_spec(
     loop = BatchedLoop([spec.build(context, **overrides) for _ in range(n_envs)])
     loop.reset_batch()
     return loop
-
-
-def make_controller_context(env_or_context: Any) -> ControlContext:
-    """The :class:`ControlContext` of an env, a context or ``None`` (the defaults)."""
-    if env_or_context is None:
-        return ControlContext()
-    if isinstance(env_or_context, ControlContext):
-        return env_or_context
-    return ControlContext.from_env(env_or_context)

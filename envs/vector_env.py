@@ -358,13 +358,18 @@ class ResidualQuadVectorEnv(VectorEnv):
     def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
         if self._sampler is not None:
             scenario = _check_scenario(i, self._sampler(self._sampler_rng))
-            old = self.envs[i]
-            new = self._make_env(i, scenario)
-            new._np_random = old.np_random  # the env's generator continues
-            self._set_env(i, new)
+            self._replace_env(i, scenario)
             self.scenarios[i] = scenario
-            old.close()
         return self._reset_env(i, None)
+
+    def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
+        """Put an env of ``scenario`` at index ``i``, the old env's generator continuing in it
+        (a subclass may reuse env objects instead of building one)."""
+        old = self.envs[i]
+        new = self._make_env(i, scenario)
+        new._np_random = old.np_random
+        self._set_env(i, new)
+        old.close()
 
     def _check_actions(self, actions: Any) -> np.ndarray:
         n = self.num_envs

@@ -56,10 +56,15 @@ def _iteration_us(model: Any, iterations: int) -> float:
 def _pair(n_envs: int, iterations: int) -> tuple[float, float]:
     """(end-to-end, ceiling) µs per policy step at ``n_envs``."""
     import torch
-    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+    from stable_baselines3.common.vec_env import VecMonitor
 
     from residual_quad import configs
-    from residual_quad.training.ppo import PPOTrainConfig, make_training_env, new_model
+    from residual_quad.training.ppo import (
+        PPOTrainConfig,
+        make_training_env,
+        new_model,
+        normalized,
+    )
     from residual_quad.training.ppo_vec import NullVecEnv
 
     base = configs.load(PPOTrainConfig, "ppo")
@@ -73,13 +78,7 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float]:
     out = []
     for venv in (make_training_env(cfg), VecMonitor(NullVecEnv(n_envs))):
         venv.seed(cfg.seed)
-        venv = VecNormalize(
-            venv,
-            norm_obs=cfg.normalize_obs,
-            norm_reward=cfg.normalize_reward,
-            clip_obs=cfg.clip_obs,
-            gamma=cfg.ppo.gamma,
-        )
+        venv = normalized(venv, cfg)
         try:
             out.append(_iteration_us(new_model(cfg, venv), iterations))
         finally:

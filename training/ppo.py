@@ -653,7 +653,6 @@ def train(
     """
     import_sb3()
     import torch
-    from stable_baselines3.common.vec_env import VecNormalize
 
     out = Path(out)
     if resume:
@@ -676,13 +675,7 @@ def train(
             configs.dump(cfg, out / "config.yaml")
             venv.seed(cfg.seed)
             if cfg.normalize_obs or cfg.normalize_reward:
-                venv = VecNormalize(
-                    venv,
-                    norm_obs=cfg.normalize_obs,
-                    norm_reward=cfg.normalize_reward,
-                    clip_obs=cfg.clip_obs,
-                    gamma=cfg.ppo.gamma,
-                )
+                venv = normalized(venv, cfg)
             model = new_model(cfg, venv, str(out / "tb"), verbose)
     except BaseException:
         venv.close()
@@ -735,6 +728,19 @@ def train(
     }
     (out / "summary.json").write_text(json.dumps(_clean(summary), indent=1))
     return summary
+
+
+def normalized(venv: Any, cfg: PPOTrainConfig) -> Any:
+    """``venv`` behind SB3's ``VecNormalize`` with the run's normalization settings."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    return VecNormalize(
+        venv,
+        norm_obs=cfg.normalize_obs,
+        norm_reward=cfg.normalize_reward,
+        clip_obs=cfg.clip_obs,
+        gamma=cfg.ppo.gamma,
+    )
 
 
 def new_model(

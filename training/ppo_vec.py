@@ -45,7 +45,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from residual_quad.controllers.ppo import FEATURE_DIM, ppo_features_batch
 from residual_quad.envs.observation import OBS_DIM
-from residual_quad.envs.vector_env import ResidualQuadVectorEnv, _check_scenario
+from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo import MAX_VECTOR_ENVS
 
 
@@ -95,21 +95,17 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
         self._spare: dict[tuple[tuple[str, str], ...], list[Any]] = {}
         self._keys = [_build_key(sc) for sc in self.scenarios]
 
-    def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
-        if self._sampler is None:
-            return super()._autoreset_env(i)
-        scenario = _check_scenario(i, self._sampler(self._sampler_rng))
+    def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
         key = _build_key(scenario)
+        if key == self._keys[i]:
+            return  # the same scenario: the env itself serves again
         old = self.envs[i]
-        if key != self._keys[i]:
-            self._spare.setdefault(self._keys[i], []).append(old)
-            spare = self._spare.get(key)
-            new = spare.pop() if spare else self._make_env(i, scenario)
-            new._np_random = old.np_random  # the env's generator continues
-            self._set_env(i, new)
-            self._keys[i] = key
-        self.scenarios[i] = scenario
-        return self._reset_env(i, None)
+        self._spare.setdefault(self._keys[i], []).append(old)
+        spare = self._spare.get(key)
+        new = spare.pop() if spare else self._make_env(i, scenario)
+        new._np_random = old.np_random  # the env's generator continues
+        self._set_env(i, new)
+        self._keys[i] = key
 
     def close_extras(self, **kwargs: Any) -> None:
         super().close_extras(**kwargs)

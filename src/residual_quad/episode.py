@@ -242,6 +242,28 @@ class RunSpec:
     scenario: str | None = None  # label of a named scenario
     group: str | None = None  # scenario group
 
+    def env_scenario(self, shared: dict[Any, Any] | None = None) -> dict[str, Any]:
+        """The run's env scenario (the keys of a vector env scenario): ``payload``, ``wind`` (a
+        name or ``(mean, sigma)``), ``trajectory`` (a name, or the built-in one with
+        ``trajectory_params``) and ``options`` (the reset options, when given). ``shared`` (a
+        dict kept by the caller) hands out one trajectory instance per name and parameters —
+        built-in trajectories are frozen and pure, and a vector env computes a shared one once."""
+        trajectory: Any = self.trajectory
+        if self.trajectory_params:
+            key = (self.trajectory, self.trajectory_params)
+            cache = shared if shared is not None else {}
+            if key not in cache:
+                cache[key] = make_named_trajectory(self.trajectory, **dict(self.trajectory_params))
+            trajectory = cache[key]
+        scenario: dict[str, Any] = {
+            "payload": self.payload,
+            "wind": self.wind if isinstance(self.wind, str) else tuple(self.wind),
+            "trajectory": trajectory,
+        }
+        if self.reset_options is not None:
+            scenario["options"] = dict(self.reset_options)
+        return scenario
+
     @property
     def run_id(self) -> str:
         if self.scenario is not None:
@@ -290,16 +312,14 @@ def fly(
     env = env or {}
     if controller is None or isinstance(controller, ControllerSpec):
         controller = build_controller(controller or spec.controller, env, controller_options)
-    trajectory: Any = spec.trajectory
-    if spec.trajectory_params:
-        trajectory = make_named_trajectory(spec.trajectory, **dict(spec.trajectory_params))
+    scenario = spec.env_scenario()
     return run_episode(
         controller,
-        payload=spec.payload,
-        wind=spec.wind if isinstance(spec.wind, str) else tuple(spec.wind),
-        trajectory=trajectory,
+        payload=scenario["payload"],
+        wind=scenario["wind"],
+        trajectory=scenario["trajectory"],
         seed=spec.seed,
-        reset_options=dict(spec.reset_options) if spec.reset_options is not None else None,
+        reset_options=scenario.get("options"),
         callback=callback,
         episode_s=spec.episode_s,
         **env,
@@ -345,23 +365,8 @@ def fly_batch(
     lengths = sorted({s.episode_s for s in specs})
     if len(lengths) != 1:
         raise ValueError(f"the runs of one batch must share episode_s, got {lengths}")
-    scenarios = []
-    shared: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}  # one instance per params
-    for s in specs:
-        trajectory: Any = s.trajectory
-        if s.trajectory_params:
-            key = (s.trajectory, s.trajectory_params)
-            if key not in shared:
-                shared[key] = make_named_trajectory(s.trajectory, **dict(s.trajectory_params))
-            trajectory = shared[key]
-        scenario: dict[str, Any] = {
-            "payload": s.payload,
-            "wind": s.wind if isinstance(s.wind, str) else tuple(s.wind),
-            "trajectory": trajectory,
-        }
-        if s.reset_options is not None:
-            scenario["options"] = dict(s.reset_options)
-        scenarios.append(scenario)
+    shared: dict[Any, Any] = {}  # one trajectory instance per (name, params)
+    scenarios = [s.env_scenario(shared) for s in specs]
     kwargs = dict(env or {})
     kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
     venv = ResidualQuadVectorEnv(
