@@ -29,8 +29,6 @@ from residual_quad import configs
 from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
-    normalized_entries,
-    resolve_entries,
 )
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
@@ -175,13 +173,7 @@ class StressConfig(ControllerLabels):
     def __post_init__(self) -> None:
         """Unknown labels and duplicates (a controller, seed or scenario name listed twice would
         fly the same ``run_id`` twice) are errors naming the culprit."""
-        if not isinstance(self.controllers, list) or not self.controllers:
-            raise ValueError(
-                f"controllers: expected a non-empty list of specs, got {self.controllers!r}"
-            )
-        specs = resolve_entries(self.controllers)  # labels unique, user modules importable
-        self.controllers = normalized_entries(self.controllers, specs)
-        self._specs = {s.label: s for s in specs}
+        specs = self._resolve_controllers()
         for spec in specs:  # a user factory or a bad option is named now, not mid-study
             if (spec.is_import_path or spec.options) and spec.label not in self.controller_options:
                 build_controller(spec)

@@ -99,6 +99,18 @@ class ControllerLabels:
         """The run label of every controller entry, in config order."""
         return list(self._specs)
 
+    def _resolve_controllers(self) -> list[ControllerSpec]:
+        """Check the ``controllers`` entries (a non-empty list, unique labels, importable user
+        modules), normalize them and keep label → spec; returns the specs."""
+        if not isinstance(self.controllers, list) or not self.controllers:
+            raise ValueError(
+                f"controllers: expected a non-empty list of specs, got {self.controllers!r}"
+            )
+        specs = resolve_entries(self.controllers)
+        self.controllers = normalized_entries(self.controllers, specs)
+        self._specs = {s.label: s for s in specs}
+        return specs
+
     def controller_spec(self, label: str) -> ControllerSpec:
         """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
         spec = self.__dict__.get("_specs", {}).get(label)
@@ -149,13 +161,7 @@ class SweepConfig(ControllerLabels):
         """
         for p in self.payloads:
             resolve_payload(p)
-        if not isinstance(self.controllers, list) or not self.controllers:
-            raise ValueError(
-                f"controllers: expected a non-empty list of specs, got {self.controllers!r}"
-            )
-        specs = resolve_entries(self.controllers)  # labels unique, user modules importable
-        self.controllers = normalized_entries(self.controllers, specs)
-        self._specs = {s.label: s for s in specs}
+        specs = self._resolve_controllers()
         for w in self.winds:
             _check_wind(w)
         for t in self.trajectories:
