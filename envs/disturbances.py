@@ -207,6 +207,22 @@ class WindProcess:
         self._buf = gust + self._mean
         self._i = 0
 
+    @property
+    def block(self) -> np.ndarray:
+        """The samples drawn so far for the current block (m/s, world), shape (n, 3); a new
+        array object after each refill. Do not modify."""
+        return self._buf
+
+    @property
+    def position(self) -> int:
+        """Index in :attr:`block` of the next sample :meth:`sample`/:meth:`take` hand out; a
+        reader that consumed the block elsewhere (the vector env's mirror) sets it back."""
+        return self._i
+
+    @position.setter
+    def position(self, i: int) -> None:
+        self._i = int(i)
+
     def sample(self) -> np.ndarray:
         """Wind velocity (m/s, world) for the next step; the returned row must not be modified."""
         if self._i >= len(self._buf):

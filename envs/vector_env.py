@@ -464,7 +464,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             d = plant.data
             mujoco.mj_setState(plant.model, d, state[k], _FULL)
             d.qacc_warmstart[:] = qacc[k]
-            plant._wind_proc._i = int(self._wind_pos[i])  # the mirror read ahead of it
+            plant._wind_proc.position = self._wind_pos[i]  # the mirror read ahead of it
             plant.step(f[k].tolist())
             self._mirror_wind(i)
             mujoco.mj_getState(plant.model, d, state[k], _FULL)
@@ -574,7 +574,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         """Copy env ``i``'s wind block and read position into the mirror (after its reset, a
         refill, or a period its own plant flew)."""
         proc = self.envs[i].plant._wind_proc
-        buf = proc._buf
+        buf = proc.block
         src_proc, src_buf = self._wind_src[i]
         if src_proc is not proc or src_buf is not buf:
             if len(buf) > self._wind_block.shape[1]:
@@ -584,7 +584,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             self._wind_block[i, : len(buf)] = buf
             self._wind_len[i] = len(buf)
             self._wind_src[i] = (proc, buf)
-        self._wind_pos[i] = proc._i
+        self._wind_pos[i] = proc.position
 
     def _winds(self, envs: np.ndarray) -> np.ndarray:
         """The next period's wind samples (len(envs), substeps, 3) of ``envs``, m/s, world: the
@@ -603,7 +603,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             for k in np.flatnonzero(~fits).tolist():
                 i = int(envs[k])
                 proc = self.envs[i].plant._wind_proc
-                proc._i = int(self._wind_pos[i])
+                proc.position = self._wind_pos[i]
                 out[k] = proc.take(n)
                 self._mirror_wind(i)
         self._wind_pos[envs[fits]] += n
