@@ -62,6 +62,7 @@ _REGISTRY: dict[str, str | Factory] = {
     "hnewton": "residual_quad.controllers.prioritized.quad:HNewtonTracker",
     "hnewton_rls": "residual_quad.controllers.prioritized.quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",
+    "ppo_res": "residual_quad.controllers.ppo_res:ResidualPPOController",
     "sb3": "residual_quad.controllers.sb3:SB3Policy",
 }
 

@@ -535,9 +535,23 @@ _BATCH_REGISTRY: dict[str, str | Callable[..., BatchController]] = {
 }
 
 
+#: learned policies batched around one numpy forward (their policy files decide: an architecture
+#: only SB3's ``predict`` runs flies in a :class:`BatchedLoop`)
+_POLICY_BATCHES = ("ppo", "ppo_res")
+
+
+def _policy_batch(single: Any, name: str, n_envs: int) -> BatchController:
+    """The batched controller of a loaded ``ppo``/``ppo_res`` controller ``single``."""
+    if name == "ppo":
+        return BatchedPPO(single, n_envs)
+    from residual_quad.controllers.ppo_res import BatchedResidualPPO
+
+    return BatchedResidualPPO(single, n_envs)
+
+
 def vectorized_controllers() -> list[str]:
     """Names with a vectorized batch path (the others run in :class:`BatchedLoop`)."""
-    return [*_BATCH_REGISTRY, "ppo"]
+    return [*_BATCH_REGISTRY, *_POLICY_BATCHES]
 
 
 def make_batch_controller(
@@ -568,8 +582,8 @@ def make_batch_controller(
             module, attr = factory.split(":")
             factory = getattr(importlib.import_module(module), attr)
         return factory(context, n_envs, **overrides)
-    if name == "ppo":
-        return BatchedPPO(make_controller(name, env_or_context, **overrides), n_envs)
+    if name in _POLICY_BATCHES:
+        return _policy_batch(make_controller(name, env_or_context, **overrides), name, n_envs)
     loop = BatchedLoop([make_controller(name, env_or_context, **overrides) for _ in range(n_envs)])
     loop.reset_batch()
     return loop
@@ -592,7 +606,7 @@ def _residual_vectorized(name: str, overrides: dict[str, Any]) -> bool:
 def has_batch_path(spec: Any, **overrides: Any) -> bool:
     """Whether :func:`batch_from_spec` gives ``spec`` (with ``overrides``) a numpy-vectorized
     batch rather than a loop of instances."""
-    if spec.target == "ppo":
+    if spec.target in _POLICY_BATCHES:
         return True  # a numpy forward (exact) for plain MLP actors; batch_from_spec checks it
     if spec.is_import_path or spec.target not in _BATCH_REGISTRY:
         return False
@@ -616,10 +630,10 @@ def batch_from_spec(
     20 s flight amplifies to 2 % in the metrics). ``overrides`` win over the spec's options."""
     n_envs = check_n_envs(n_envs)
     options = {**spec.options, **overrides}
-    if spec.target == "ppo":
+    if spec.target in _POLICY_BATCHES:
         single = spec.build(context, **overrides)
         if getattr(single, "network", None) is not None:
-            return BatchedPPO(single, n_envs)
+            return _policy_batch(single, spec.target, n_envs)
         loop = BatchedLoop([single, *(spec.build(context, **overrides) for _ in range(n_envs - 1))])
         loop.reset_batch()
         return loop

@@ -26,6 +26,7 @@ import inspect
 import json
 import math
 import numbers
+import re
 import zipfile
 from importlib import resources
 from pathlib import Path
@@ -42,9 +43,12 @@ INSTALL_HINT = "pip install 'residual-quad[rl]'"
 META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
 META_FORMAT = 1
 FEATURE_VERSION = 1
-DEFAULT_POLICY_NAME = "ppo_default.zip"
 MAX_ACTION_REPEAT = 1000  # control periods an action may be held
 MAX_META_BYTES = 16 * 2**20  # the record is a few kB
+#: action size of each policy kind: ``ppo`` acts on the env (4), ``ppo_res`` on geo's desired
+#: acceleration (3, heading frame; :mod:`residual_quad.controllers.ppo_res`)
+ACTION_DIMS = {"ppo": 4, "ppo_res": 3}
+MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
@@ -172,9 +176,40 @@ def import_sb3() -> Any:
 
 def default_policy_path() -> Path:
     """The shipped default policy (``controllers/weights/ppo_default.zip``)."""
-    return Path(str(resources.files("residual_quad.controllers").joinpath("weights"))).joinpath(
-        DEFAULT_POLICY_NAME
-    )
+    return shipped_policy_path("ppo")
+
+
+def shipped_policy_path(kind: str, training_seed: int = 0) -> Path:
+    """A shipped policy of ``kind`` (``ppo``/``ppo_res``): training seed 0 is the default
+    (``<kind>_default.zip``), the others ``<kind>_seed<k>.zip`` — the training seeds the
+    report's intervals are taken over (docs/ppo.md). A seed that was not shipped is a
+    ``FileNotFoundError`` listing those that were."""
+    if isinstance(training_seed, bool) or not isinstance(training_seed, int) or training_seed < 0:
+        raise ValueError(f"training_seed must be an integer >= 0, got {training_seed!r}")
+    folder = Path(str(resources.files("residual_quad.controllers").joinpath("weights")))
+    name = f"{kind}_default.zip" if training_seed == 0 else f"{kind}_seed{training_seed}.zip"
+    path = folder / name
+    if training_seed and not path.is_file():
+        seeds = sorted(
+            int(m.group(1))
+            for p in folder.glob(f"{kind}_seed*.zip")
+            if (m := re.fullmatch(rf"{kind}_seed(\d+)\.zip", p.name))
+        )
+        raise FileNotFoundError(
+            f"no shipped {kind!r} policy of training seed {training_seed} ({path}); shipped "
+            f"seeds: {', '.join(map(str, [0, *seeds]))}"
+        )
+    return path
+
+
+def policy_path(kind: str, path: str | Path | None, training_seed: int | None) -> Path:
+    """The policy file a ``ppo``/``ppo_res`` controller loads: ``path``, or the shipped policy of
+    ``training_seed`` (default 0); both given is an error."""
+    if path is not None and training_seed is not None:
+        raise ValueError("give a policy path or a shipped training_seed, not both")
+    if path is not None:
+        return Path(path)
+    return shipped_policy_path(kind, 0 if training_seed is None else training_seed)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -223,6 +258,17 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     def fail(what: str) -> PolicyFileError:
         return PolicyFileError(f"PPO policy file {str(path)!r}: {what}")
 
+    kind = meta.get("controller", "ppo")
+    if kind not in ACTION_DIMS:
+        raise fail(f"controller {kind!r}; valid choices: {', '.join(ACTION_DIMS)}")
+    if kind == "ppo_res":
+        scale = meta.get("accel_scale")
+        if not (_is_number(scale) and math.isfinite(scale) and 0 < scale <= MAX_ACCEL_SCALE):
+            raise fail(
+                f"accel_scale must be a number in (0, {MAX_ACCEL_SCALE}] m/s², got {scale!r}"
+            )
+        if meta.get("action_mode") != "rotor":
+            raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
     mode = meta.get("action_mode")
     if not isinstance(mode, str) or mode not in ACTION_MODES:
         raise fail(f"action_mode {mode!r}; valid choices: {', '.join(ACTION_MODES)}")
@@ -367,6 +413,39 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
+    """``(meta, model, normalizer, network)`` of the ``kind`` policy file ``path`` (``ppo`` or
+    ``ppo_res``): the checked record, the SB3 model, the frozen observation normalizer (or
+    ``None``) and the numpy forward (``None``: SB3's ``predict``). Every inconsistency is a
+    :class:`PolicyFileError` naming the file, raised here rather than at the first action."""
+    sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+    meta = read_meta(path)
+    found = meta.get("controller", "ppo")
+    if found != kind:
+        raise PolicyFileError(
+            f"{path} is a {found!r} policy, not a {kind!r} one: fly it with the {found!r} "
+            "controller"
+        )
+    try:
+        model = sb3.PPO.load(path, device=device)
+    except Exception as exc:  # SB3 raises many exception types for a broken archive
+        raise PolicyFileError(
+            f"cannot load PPO policy {path}: {type(exc).__name__}: {exc}"
+        ) from None
+    shape = getattr(model.observation_space, "shape", None)
+    if shape != (FEATURE_DIM,):
+        raise PolicyFileError(f"{path}: policy expects {shape} inputs, features have {FEATURE_DIM}")
+    shape = getattr(model.action_space, "shape", None)
+    if shape != (ACTION_DIMS[kind],):
+        raise PolicyFileError(
+            f"{path}: policy acts with shape {shape}, a {kind!r} policy with ({ACTION_DIMS[kind]},)"
+        )
+    if not all(bool(p.isfinite().all()) for p in model.policy.parameters()):
+        raise PolicyFileError(f"{path}: the policy network has non-finite parameters")
+    normalizer = ObsNormalizer.from_meta(meta.get("obs_norm"))
+    return meta, model, normalizer, NumpyPolicy.from_sb3(model.policy)
+
+
 class PPOController:
     """Deterministic actions of a saved PPO policy (see the module docstring for the file format).
 
@@ -375,6 +454,8 @@ class PPOController:
             registry's ``factory(context, **overrides)`` call.
         path: a policy ``.zip`` written by ``rquad train ppo``; default: the shipped policy.
         device: torch device for inference (``"cpu"``).
+        training_seed: fly the shipped policy of this training seed instead (0: the default;
+            ``ppo:training_seed=1`` in a sweep); not together with ``path``.
 
     ``action_mode`` is the mode the policy was trained in: fly it in an env made with the same
     ``action_mode`` (:func:`residual_quad.episode.run_episode` does this by itself) and
@@ -388,32 +469,15 @@ class PPOController:
         context: ControlContext | None = None,
         path: str | Path | None = None,
         device: str = "cpu",
+        training_seed: int | None = None,
     ):
-        sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
-        self.path = Path(path) if path is not None else default_policy_path()
-        self.meta = read_meta(self.path)
-        try:
-            self.model = sb3.PPO.load(self.path, device=device)
-        except Exception as exc:  # SB3 raises many exception types for a broken archive
-            raise PolicyFileError(
-                f"cannot load PPO policy {self.path}: {type(exc).__name__}: {exc}"
-            ) from None
+        self.path = policy_path("ppo", path, training_seed)
+        policy = load_policy(self.path, "ppo", device)
+        self.meta, self.model, self.normalizer, self.network = policy
         self.action_mode: str = self.meta["action_mode"]
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
-        self.normalizer = ObsNormalizer.from_meta(self.meta.get("obs_norm"))
-        shape = getattr(self.model.observation_space, "shape", None)
-        if shape != (FEATURE_DIM,):
-            raise PolicyFileError(
-                f"{self.path}: policy expects {shape} inputs, features have {FEATURE_DIM}"
-            )
-        shape = getattr(self.model.action_space, "shape", None)
-        if shape != (4,):
-            raise PolicyFileError(f"{self.path}: policy acts with shape {shape}, expected (4,)")
-        if not all(bool(p.isfinite().all()) for p in self.model.policy.parameters()):
-            raise PolicyFileError(f"{self.path}: the policy network has non-finite parameters")
         self.context = context or ControlContext()
-        self.network = NumpyPolicy.from_sb3(self.model.policy)  # None: SB3's predict
         self._k, self._held = 0, np.zeros(4)
 
     @classmethod
@@ -453,9 +517,9 @@ class PPOController:
         return self._held.copy()
 
     def actions(self, x: np.ndarray) -> np.ndarray:
-        """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d): the
+        """Deterministic actions (n, a) in [-1, 1] of normalized feature rows ``x`` (n, d): the
         numpy forward where the architecture allows it, else SB3's ``predict``."""
         if self.network is not None:
             return self.network(x)
         action, _ = self.model.predict(x, deterministic=True)
-        return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), 4), -1.0, 1.0)
+        return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), -1), -1.0, 1.0)

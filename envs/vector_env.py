@@ -371,15 +371,17 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._set_env(i, new)
         old.close()
 
-    def _check_actions(self, actions: Any) -> np.ndarray:
+    def _check_actions(self, actions: Any, dim: int = 4) -> np.ndarray:
+        """``actions`` (num_envs, dim) as float64 clipped to [-1, 1]; a ``ValueError`` naming
+        the problem (shape, dtype, the first env with NaN/inf) otherwise."""
         n = self.num_envs
         try:
             arr = np.asarray(actions)
         except Exception:
             arr = None
-        if arr is None or arr.shape != (n, 4):
+        if arr is None or arr.shape != (n, dim):
             raise ValueError(
-                f"actions must have shape ({n}, 4) (num_envs, 4), got "
+                f"actions must have shape ({n}, {dim}) (num_envs, {dim}), got "
                 f"{'no array' if arr is None else arr.shape}"
             )
         if arr.dtype.kind not in "fiu":

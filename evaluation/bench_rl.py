@@ -70,6 +70,7 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float]:
     base = configs.load(PPOTrainConfig, "ppo")
     ppo = configs.to_dict(base.ppo)
     ppo["n_steps"] = ROLLOUT_STEPS // n_envs
+    ppo["batch_size"] = min(ppo["batch_size"], ROLLOUT_STEPS)  # a tiny test rollout
     cfg = configs.load(
         PPOTrainConfig,
         {**configs.to_dict(base), "ppo": ppo, "total_steps": ROLLOUT_STEPS, "n_envs": n_envs},

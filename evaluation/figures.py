@@ -42,6 +42,7 @@ COLORS = {
     "hnewton": "#9467bd",
     "hnewton_rls": "#8c564b",
     "ppo": "#ff7f0e",
+    "ppo_res": "#ffbb78",
 }
 
 

@@ -45,6 +45,7 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     """Run every stage into ``out_dir``; returns the path of ``report.md``."""
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.report import write_report
+    from residual_quad.evaluation.rl_seeds import figure_rows
     from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
@@ -105,7 +106,9 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
     print("[4/4] tables, figures, report")
     t0 = time.perf_counter()
     training = {"logdir": logdir, "dataset": dataset, "weights": weights}
-    figs = make_figures(rows, out / "sweep", out / "figures", training, animation=cfg.animation)
+    figs = make_figures(
+        figure_rows(rows), out / "sweep", out / "figures", training, animation=cfg.animation
+    )
     timings["report"] = time.perf_counter() - t0
     total = sum(timings.values())
     stage_lines = "\n".join(f"| {k} | {v:.1f} |" for k, v in timings.items())

@@ -16,6 +16,12 @@ import numpy as np
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
+from residual_quad.evaluation.rl_seeds import (
+    figure_rows,
+    pool_training_seeds,
+    rl_section,
+    training_seed,
+)
 from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
@@ -92,6 +98,7 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
                         max(heavy) <= 0.075,
                     ]
                 )
+        checks += _rl_checks(main, rows)
     hover = tables.get("hover_check")
     if hover:
         ratios = [r[4] for r in hover.rows if isinstance(r[4], float) and math.isfinite(r[4])]
@@ -122,6 +129,48 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
     return checks
 
 
+def _rl_checks(main: Table, rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """The RL targets: ``ppo`` ≤ 0.08 m and ``ppo_res`` ≤ ``pid`` in every main-table cell
+    (means over training seeds), and no crash of either."""
+    h = main.headers
+    checks: list[list[Any]] = []
+    if "ppo" in h:
+        vals = [_num(r[h.index("ppo")]) for r in main.rows]
+        worst = max(vals)
+        checks.append(
+            [
+                "ppo RMSE in every payload × wind cell (mean over training seeds)",
+                "≤ 0.08 m",
+                f"max {worst:.4f} m",
+                worst <= 0.08,
+            ]
+        )
+    if "ppo_res" in h and "pid" in h:
+        ratios = [_num(r[h.index("ppo_res")]) / _num(r[h.index("pid")]) for r in main.rows]
+        over = sum(x > 1.0 for x in ratios)
+        checks.append(
+            [
+                "ppo_res RMSE ≤ pid's in every payload × wind cell (mean over training seeds)",
+                "ratio ≤ 1",
+                f"max ratio {max(ratios):.2f} ({over} of {len(ratios)} cells above)",
+                over == 0,
+            ]
+        )
+    for kind in ("ppo", "ppo_res"):
+        runs = [r for r in rows if (training_seed(r["controller"]) or ("",))[0] == kind]
+        if runs:
+            crashes = sum(bool(r["diverged"]) for r in runs)
+            checks.append(
+                [
+                    f"{kind} crashes (every training seed, extra included)",
+                    "0",
+                    f"{crashes} / {len(runs)}",
+                    crashes == 0,
+                ]
+            )
+    return checks
+
+
 def source_comparison(main: Table) -> Table | None:
     """Measured main table next to the source's [RES §9.1], for the four source trackers."""
     h = main.headers
@@ -143,22 +192,6 @@ def source_comparison(main: Table) -> Table | None:
     return Table("source_comparison", "Measured vs the source [RES §9.1] (RMSE, m)", headers, body)
 
 
-def ppo_budget_note() -> str:
-    """The shipped PPO policy's training budget, to be read next to its numbers."""
-    try:
-        from residual_quad.controllers.ppo import default_policy_path, read_meta
-
-        b = read_meta(default_policy_path())["budget"]
-    except Exception as exc:  # the note is informative; never fail a report over it
-        return f"PPO training budget: unavailable ({exc})."
-    return (
-        f"**PPO** (`ppo`, the shipped policy) was trained for {b['steps']:,} policy steps "
-        f"({b['control_steps']:,} control periods) in {b['train_wall_s'] / 60:.1f} min on "
-        f"{b['cpu_count']} cores ({b['action_mode']} actions, seed {b['seed']}); the model-based "
-        "controllers need no training except the residual network's few seconds."
-    )
-
-
 def write_report(
     rows: list[dict[str, Any]],
     out_dir: str | Path,
@@ -168,6 +201,8 @@ def write_report(
 ) -> Path:
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path."""
     out = Path(out_dir)
+    rl = rl_section(rows)
+    rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
     tables = make_tables(rows)
     write_tables(tables, out / "tables")
     lines = [f"# {title}", ""]
@@ -189,8 +224,8 @@ def write_report(
             f"| {a} | {b} | {c} | {'met' if ok else '**missed**'} |" for a, b, c, ok in checks
         ]
         lines.append("")
-    if any(r["controller"] == "ppo" for r in rows):
-        lines += [ppo_budget_note(), ""]
+    if rl is not None:
+        lines += [rl, ""]
     for section in extra_sections or []:
         lines += [section.strip(), ""]
     lines += ["## Tables", ""]
@@ -246,7 +281,9 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
     if not rows:
         raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
     rows = order_rows(rows, Path(run_dir))
-    figs = make_figures(rows, run_dir, run_dir / "figures", training, animation=animation)
+    figs = make_figures(
+        figure_rows(rows), run_dir, run_dir / "figures", training, animation=animation
+    )
     path = write_report(rows, run_dir, figs)
     print(f"report: {path}")
     return path

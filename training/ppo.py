@@ -40,6 +40,7 @@ from gymnasium import spaces
 from residual_quad import configs
 from residual_quad.controllers.ppo import (
     FEATURE_DIM,
+    MAX_ACCEL_SCALE,
     ObsNormalizer,
     PPOController,
     import_sb3,
@@ -81,6 +82,8 @@ class PPOTrainConfig:
     """``rquad train ppo`` settings (``configs/ppo.yaml``)."""
 
     seed: int = 0
+    controller: str = "ppo"  # ppo: actions are the env's; ppo_res: a correction to geo (m/s²)
+    accel_scale: float = 8.0  # m/s², ppo_res: bound of the correction per heading-frame axis
     total_steps: int = 1_400_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 2  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # vector: one ResidualQuadVectorEnv; subproc: one process per env
@@ -116,6 +119,21 @@ class PPOTrainConfig:
     ppo: PPOHyperparams = field(default_factory=PPOHyperparams)
 
     def __post_init__(self) -> None:
+        if self.controller not in POLICY_CONTROLLERS:
+            raise ValueError(
+                f"controller must be one of {POLICY_CONTROLLERS}, got {self.controller!r}"
+            )
+        if self.controller == "ppo_res":
+            if not (math.isfinite(self.accel_scale) and 0 < self.accel_scale <= MAX_ACCEL_SCALE):
+                raise ValueError(
+                    f"accel_scale must be in (0, {MAX_ACCEL_SCALE}] m/s², got {self.accel_scale}"
+                )
+            if self.action_mode != "rotor" or self.backend != "vector":
+                raise ValueError(
+                    "ppo_res acts through geo's inner loop on the vector env: it needs "
+                    f"action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
+                    f"{self.backend!r})"
+                )
         if self.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
         for kind, values, valid in (
@@ -183,6 +201,7 @@ class PPOTrainConfig:
 
 _ACTIVATIONS = ("tanh", "relu", "elu")
 BACKENDS = ("vector", "subproc")
+POLICY_CONTROLLERS = ("ppo", "ppo_res")  # what a training run's policy file flies as
 MAX_VECTOR_ENVS = 4096  # vector backend: envs in one ResidualQuadVectorEnv
 MAX_SUBPROC_ENVS = 64  # subproc backend: one worker process per env
 
@@ -317,9 +336,13 @@ def save_policy(
     if path.suffix != ".zip":  # SB3 appends .zip
         path = path.with_name(path.name + ".zip")
     env_kwargs = dict(cfg.env_kwargs)
+    kind: dict[str, Any] = {"controller": cfg.controller}
+    if cfg.controller == "ppo_res":
+        kind["accel_scale"] = cfg.accel_scale
     write_meta(
         path,
         {
+            **kind,
             "action_mode": cfg.action_mode,
             "action_repeat": cfg.action_repeat,
             "env_kwargs": env_kwargs,
@@ -442,10 +465,7 @@ def _callbacks(
             return True
 
         def evaluate(self) -> dict[str, Any]:
-            normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env))
-            ctrl = PPOController.from_model(
-                self.model, cfg.action_mode, normalizer, cfg.action_repeat
-            )
+            ctrl = policy_controller(self.model, cfg, vec_env)
             rows = evaluate_tracking(ctrl, cfg.eval_scenarios, seed=cfg.eval_seed, **cfg.env_kwargs)
             crashes = sum(r["diverged"] for r in rows)
             finite = [r["rmse"] for r in rows if math.isfinite(r["rmse"])]
@@ -607,6 +627,19 @@ def _load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, A
     return model, venv, state
 
 
+def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
+    """The deployed controller of the in-memory ``model`` (``ppo`` or ``ppo_res``), with the
+    normalization statistics of ``vec_env`` as they are now."""
+    normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env))
+    if cfg.controller == "ppo_res":
+        from residual_quad.controllers.ppo_res import ResidualPPOController
+
+        return ResidualPPOController.from_model(
+            model, cfg.accel_scale, normalizer, cfg.action_repeat
+        )
+    return PPOController.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat)
+
+
 def make_training_env(cfg: PPOTrainConfig) -> Any:
     """The SB3 ``VecEnv`` of ``cfg`` (monitored, not yet normalized): :class:`QuadVecEnv` on the
     vector env (``backend: vector``) or ``SubprocVecEnv`` workers (``subproc``)."""
@@ -617,12 +650,18 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         from residual_quad.training.ppo_vec import QuadVecEnv, ScenarioSampler
 
         sampler = ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+        pilot = None
+        if cfg.controller == "ppo_res":
+            from residual_quad.controllers.ppo_res import ResidualPilot
+
+            pilot = ResidualPilot(n_envs, cfg.accel_scale)
         venv = QuadVecEnv(
             n_envs,
             sampler,
             action_repeat=cfg.action_repeat,
             nthread=cfg.env_threads,
             scenario_seed=cfg.seed,
+            pilot=pilot,
             action_mode=cfg.action_mode,
             episode_s=cfg.episode_s,
             reward_weights=cfg.reward_weights or None,

@@ -160,6 +160,11 @@ class QuadVecEnv(VecEnv):
         scenario_seed: see ``scenarios``.
         action_repeat: control periods each action is held (rewards summed).
         nthread: ``rollout`` threads of the vector env (``None``: the cores).
+        pilot: ``None`` — the actions are the env's (4 rotor or ``ctbr`` values); or what
+            the actions act through (``ppo_res``: a
+            :class:`~residual_quad.controllers.ppo_res.ResidualPilot`, actions of
+            ``pilot.action_dim`` values → rotor actions, every control period from that
+            period's raw observations).
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
             ``episode_s``, ``reward_weights``, ``max_position_error``, …).
 
@@ -175,6 +180,7 @@ class QuadVecEnv(VecEnv):
         nthread: int | None = None,
         scenarios: Sequence[Mapping[str, Any]] | None = None,
         scenario_seed: int = 0,
+        pilot: Any = None,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -191,10 +197,13 @@ class QuadVecEnv(VecEnv):
         )
         self.sampler = sampler
         self.action_repeat = int(action_repeat)
+        self.pilot = pilot
+        self.action_dim = 4 if pilot is None else int(pilot.action_dim)
         observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
-        action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+        action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
         super().__init__(int(num_envs), observation_space, action_space)
         self._actions: np.ndarray | None = None
+        self._raw = np.zeros((int(num_envs), OBS_DIM))  # each env's last raw observation
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> np.ndarray:
@@ -203,6 +212,7 @@ class QuadVecEnv(VecEnv):
         obs, _ = self.vector_env.reset(seed=self._seeds[0])
         self._reset_seeds()
         self._reset_options()
+        self._raw[:] = obs
         return ppo_features_batch(obs)
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -212,7 +222,8 @@ class QuadVecEnv(VecEnv):
         assert self._actions is not None, "step_async first"
         venv = self.vector_env
         n = self.num_envs
-        action = venv._check_actions(self._actions)  # shape, finite, clipped to [-1, 1]
+        # shape, finite, clipped to [-1, 1]
+        action = venv._check_actions(self._actions, self.action_dim)
         self._actions = None
         reward = np.zeros(n)
         last = np.zeros((n, OBS_DIM))
@@ -223,7 +234,9 @@ class QuadVecEnv(VecEnv):
         running = np.ones(n, dtype=bool)
         for _ in range(self.action_repeat):
             active = np.flatnonzero(running)
-            obs, rew, term, trunc, info = venv.step_subset(active, action[active])
+            act = action if self.pilot is None else self.pilot(self._raw, action)
+            obs, rew, term, trunc, info = venv.step_subset(active, act[active])
+            self._raw[active] = obs[active]
             reward[active] += rew[active]
             last[active] = obs[active]
             terminated[active] = term[active]
@@ -249,7 +262,9 @@ class QuadVecEnv(VecEnv):
             )
         ended = np.flatnonzero(dones)
         if len(ended):
-            first = ppo_features_batch(venv.reset_ended(ended))
+            raw_first = venv.reset_ended(ended)
+            self._raw[ended] = raw_first
+            first = ppo_features_batch(raw_first)
             for k, i in enumerate(ended.tolist()):
                 infos[i]["terminal_observation"] = features[i].copy()
                 infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])

@@ -221,7 +221,7 @@ def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path
         make_controller("ppo")
     from residual_quad.cli import main
 
-    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "4096"]) == 2
+    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "16384"]) == 2
     assert INSTALL_HINT in capsys.readouterr().err
     assert not (tmp_path / "x" / "final.zip").exists()
 
@@ -239,8 +239,8 @@ def test_config_is_strict_and_holds_extra_out():
         load_config({"payloads": ["none", "extra"]})
     with pytest.raises(ValueError, match="action_mode"):
         load_config({"action_mode": "accel"})
-    cfg = load_config("ppo", total_steps=4096, seed=None)
-    assert cfg.total_steps == 4096 and cfg.seed == 0 and "extra" not in cfg.payloads
+    cfg = load_config("ppo", total_steps=16384, seed=None)
+    assert cfg.total_steps == 16384 and cfg.seed == 0 and "extra" not in cfg.payloads
 
 
 def test_features_are_heading_invariant_and_scaled():

@@ -21,12 +21,14 @@ from residual_quad.commands.argtypes import episode_seconds, nonneg_int, positiv
 TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.commands.train:register_train_residual",
     "ppo": "residual_quad.commands.train:register_train_ppo",
+    "ppo_res": "residual_quad.commands.train:register_train_ppo_res",
 }
 
 DEFAULT_DATASET = Path("outputs/residual/dataset.npz")
 DEFAULT_WEIGHTS_OUT = Path("outputs/residual/weights.npz")
 DEFAULT_LOGDIR = Path("runs/residual_train")
 DEFAULT_PPO_OUT = Path("runs/ppo")
+DEFAULT_PPO_RES_OUT = Path("runs/ppo_res")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -116,8 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def argv_is_train() -> bool:
-    """Whether this process was started as ``rquad train ppo ...`` (to record the command)."""
-    return len(sys.argv) >= 3 and sys.argv[1:3] == ["train", "ppo"]
+    """Whether this process was started as ``rquad train ppo|ppo_res ...`` (to record the
+    command)."""
+    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in ("ppo", "ppo_res")
 
 
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -145,7 +148,7 @@ def _cmd_train_ppo(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"nothing to resume in {args.out}: no {run_config}")
         source: str | Path = run_config
     else:
-        source = args.config or "ppo"
+        source = args.config or args.default_config
     cfg = configs.load(
         PPOTrainConfig,
         source,
@@ -179,19 +182,42 @@ def _cmd_train_ppo(args: argparse.Namespace) -> int:
 
 def register_train_ppo(targets: argparse._SubParsersAction) -> None:
     """Add the ``ppo`` target to the ``rquad train`` sub-parsers."""
-    p = targets.add_parser(
+    _add_ppo_parser(
+        targets,
         "ppo",
-        help="stable-baselines3 PPO baseline (needs the rl extra)",
-        description="Train PPO with domain randomization; writes config.yaml, tb/, checkpoints/, "
-        "best.zip, final.zip and summary.json under --out. --resume continues an interrupted "
-        "run from its last checkpoint.",
+        "stable-baselines3 PPO baseline (needs the rl extra)",
+        "Train PPO with domain randomization",
+        DEFAULT_PPO_OUT,
+    )
+
+
+def register_train_ppo_res(targets: argparse._SubParsersAction) -> None:
+    """Add the ``ppo_res`` target (residual RL on geo) to the ``rquad train`` sub-parsers."""
+    _add_ppo_parser(
+        targets,
+        "ppo_res",
+        "residual RL: PPO corrects geo's desired acceleration (needs the rl extra)",
+        "Train the ppo_res policy (a bounded correction to geo's desired acceleration) with PPO "
+        "and domain randomization",
+        DEFAULT_PPO_RES_OUT,
+    )
+
+
+def _add_ppo_parser(
+    targets: argparse._SubParsersAction, name: str, summary: str, what: str, out: Path
+) -> None:
+    """One PPO training target: ``name`` is also its default shipped config."""
+    p = targets.add_parser(
+        name,
+        help=summary,
+        description=f"{what}; writes config.yaml, tb/, checkpoints/, best.zip, final.zip and "
+        "summary.json under --out. --resume continues an interrupted run from its last "
+        "checkpoint.",
     )
     p.add_argument(
-        "config", nargs="?", default=None, help="YAML path or shipped name (default: ppo)"
+        "config", nargs="?", default=None, help=f"YAML path or shipped name (default: {name})"
     )
-    p.add_argument(
-        "--out", type=Path, default=DEFAULT_PPO_OUT, help="run folder (default: runs/ppo)"
-    )
+    p.add_argument("--out", type=Path, default=out, help=f"run folder (default: {out})")
     p.add_argument("--steps", type=positive_int, default=None, help="total env steps (override)")
     p.add_argument("--seed", type=nonneg_int, default=None, help="seed (override)")
     p.add_argument("--action-mode", choices=("ctbr", "rotor"), default=None, help="override")
@@ -224,4 +250,4 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=_cmd_train_ppo)
+    p.set_defaults(func=_cmd_train_ppo, default_config=name)

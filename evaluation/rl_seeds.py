@@ -1,0 +1,215 @@
+"""RL controllers over training seeds: pooled rows, bootstrap intervals and training budgets.
+
+A learned controller is one draw of its training run; a fair head-to-head gives its numbers over
+several training seeds with an interval (Henderson et al. 2018; Agarwal et al. 2021 — see
+docs/references.md). The sweep flies each shipped policy as its own label — ``ppo`` (training
+seed 0), ``ppo:training_seed=1``, ``ppo:training_seed=2`` and the same for ``ppo_res`` — and the
+report pools them:
+
+- :func:`pool_training_seeds` relabels the rows of ``<kind>:training_seed=K`` as ``<kind>``
+  (keeping ``training_seed`` in the row), so every table and figure shows one column per RL
+  controller: the mean over its training seeds (and all their runs);
+- :func:`rl_section` gives, per payload × wind cell of the main table, the mean over training
+  seeds of the per-policy cell means with a 95 % percentile-bootstrap interval over training
+  seeds, the per-seed values, an IQM over every run with a stratified bootstrap interval, and
+  the training budget (policy steps, wall time, machine) of every policy, read from the
+  policy files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.specs import parse_spec
+
+POLICY_KINDS = ("ppo", "ppo_res")
+TRACKING = ("helix", "figure8")  # the main table's trajectories
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0  # the intervals are reproducible
+
+
+def training_seed(label: str) -> tuple[str, int] | None:
+    """``(kind, seed)`` of a label that flies a shipped RL policy by training seed (``ppo`` →
+    ``("ppo", 0)``, ``ppo_res:training_seed=2`` → ``("ppo_res", 2)``); ``None`` for any other
+    label (other options, a policy path, model-based controllers)."""
+    try:
+        spec = parse_spec(label)
+    except ValueError:
+        return None
+    if spec.is_import_path or spec.target not in POLICY_KINDS:
+        return None
+    if set(spec.options) - {"training_seed"}:
+        return None
+    seed = spec.options.get("training_seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        return None
+    return spec.target, seed
+
+
+def pool_training_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with every training-seed label relabeled as its kind (``training_seed`` added)."""
+    out = []
+    for r in rows:
+        ts = training_seed(r["controller"])
+        if ts is None or r["controller"] == ts[0] and "training_seed" in r:
+            out.append(r)
+        else:
+            out.append({**r, "controller": ts[0], "training_seed": ts[1]})
+    return out
+
+
+def figure_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the figures plot: every run but those of the other training seeds (a figure's
+    ``ppo``/``ppo_res`` is the shipped default policy, training seed 0)."""
+    return [r for r in rows if (training_seed(r["controller"]) or ("", 0))[1] == 0]
+
+
+def _rmse(r: dict[str, Any]) -> float:
+    v = r.get("rmse")
+    return math.inf if r.get("diverged") or v is None else float(v)
+
+
+def bootstrap_mean(values: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
+    """Mean and 95 % percentile-bootstrap interval of the mean of ``values``."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 or not np.all(np.isfinite(x)):
+        m = float(np.mean(x))
+        return m, m, m
+    idx = rng.integers(0, len(x), (RESAMPLES, len(x)))
+    means = x[idx].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return float(x.mean()), float(lo), float(hi)
+
+
+def iqm(x: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle 50 % (Agarwal et al. 2021)."""
+    from scipy.stats import trim_mean
+
+    return float(trim_mean(x, 0.25))
+
+
+def stratified_iqm(
+    by_seed: dict[int, list[float]], rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """IQM of all runs and its 95 % stratified-bootstrap interval (runs resampled within each
+    training seed, as in Agarwal et al. 2021)."""
+    groups = [np.asarray(v, dtype=float) for _, v in sorted(by_seed.items())]
+    point = iqm(np.concatenate(groups))
+    if not np.all(np.isfinite(np.concatenate(groups))):
+        return point, math.nan, math.nan
+    stats = np.empty(RESAMPLES // 5)
+    for k in range(len(stats)):
+        stats[k] = iqm(np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]))
+    lo, hi = np.quantile(stats, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return point, float(lo), float(hi)
+
+
+def policy_budget(kind: str, seed: int) -> dict[str, Any] | None:
+    """The training budget recorded in the shipped policy of ``kind`` and training ``seed``
+    (``None`` when the file or its record is missing)."""
+    try:
+        from residual_quad.controllers.ppo import read_meta, shipped_policy_path
+
+        return read_meta(shipped_policy_path(kind, seed)).get("budget")
+    except Exception:  # noqa: BLE001 - a note, never a reason to fail a report
+        return None
+
+
+def budget_text(b: dict[str, Any] | None) -> str:
+    """``6.00 M steps, 13.1 min, 2 cores x86_64, 256 envs`` (or ``budget unavailable``)."""
+    if not b:
+        return "budget unavailable"
+    return (
+        f"{b['steps'] / 1e6:.2f} M policy steps, {b['train_wall_s'] / 60:.1f} min on "
+        f"{b['cpu_count']} cores ({b.get('host', '?')}), {b['n_envs']} envs"
+    )
+
+
+def rl_section(rows: list[dict[str, Any]]) -> str | None:
+    """Markdown: the RL controllers over training seeds (see the module docstring); ``None``
+    when the rows hold no shipped RL policy."""
+    pooled = pool_training_seeds(rows)
+    rl = [r for r in pooled if training_seed(r["controller"]) is not None]
+    if not rl:
+        return None
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    kinds = [k for k in POLICY_KINDS if any(r["controller"] == k for r in rl)]
+    seeds = {
+        k: sorted({r.get("training_seed", 0) for r in rl if r["controller"] == k}) for k in kinds
+    }
+    cells: dict[tuple[str, str, str], dict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rl:
+        if r["trajectory"] in TRACKING:
+            key = (r["controller"], r["payload"], str(r["wind"]))
+            cells[key][r.get("training_seed", 0)].append(_rmse(r))
+    pid = defaultdict(list)
+    for r in rows:
+        if r["controller"] == "pid" and r["trajectory"] in TRACKING:
+            pid[(r["payload"], str(r["wind"]))].append(_rmse(r))
+    order = list(dict.fromkeys((r["payload"], str(r["wind"])) for r in rows))
+    lines = [
+        "## RL controllers over training seeds",
+        "",
+        "Steady-state position RMSE (m), mean over helix and figure-8 × env seeds for each "
+        "policy; the cell is the mean over training seeds with its 95 % percentile-bootstrap "
+        f"interval over training seeds ({RESAMPLES:,} resamples, seeded), then the per-seed "
+        "values. The main tables' `ppo`/`ppo_res` columns are the same means. With three seeds "
+        "the interval is coarse (it spans at most the seeds' range): it says how much a "
+        "retraining moves the numbers, not a population statistic.",
+        "",
+    ]
+    for k in kinds:
+        lines.append(
+            f"- `{k}`: training seeds {', '.join(map(str, seeds[k]))}; "
+            + "; ".join(f"seed {s}: {budget_text(policy_budget(k, s))}" for s in seeds[k])
+        )
+    lines.append("")
+    head = ["payload", "wind"]
+    for k in kinds:
+        head += [f"{k} mean [95 % CI]", f"{k} per seed"]
+    if pid:
+        head.append("pid")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for payload, wind in order:
+        line = [payload, wind]
+        for k in kinds:
+            per_seed = cells.get((k, payload, wind), {})
+            means = [float(np.mean(per_seed[s])) for s in seeds[k] if per_seed.get(s)]
+            if not means:
+                line += ["–", "–"]
+                continue
+            m, lo, hi = bootstrap_mean(means, rng)
+            line += [f"{m:.4f} [{lo:.4f}, {hi:.4f}]", " / ".join(f"{v:.4f}" for v in means)]
+        if pid:
+            v = pid.get((payload, wind))
+            line.append(f"{np.mean(v):.4f}" if v else "–")
+        lines.append("| " + " | ".join(line) + " |")
+    lines += ["", "Over every run (helix and figure-8, all cells, all training seeds):", ""]
+    lines += ["| controller | runs | crashes | IQM RMSE (m) [95 % CI] | mean RMSE (m) |"]
+    lines += ["|---|---|---|---|---|"]
+    for k in kinds:
+        by_seed: dict[int, list[float]] = defaultdict(list)
+        for r in rl:
+            if r["controller"] == k and r["trajectory"] in TRACKING:
+                by_seed[r.get("training_seed", 0)].append(_rmse(r))
+        runs = [r for r in rl if r["controller"] == k]
+        crashes = sum(bool(r["diverged"]) for r in runs)
+        point, lo, hi = stratified_iqm(by_seed, rng)
+        flat = np.concatenate([np.asarray(v) for v in by_seed.values()])
+        mean = float(np.mean(flat)) if np.all(np.isfinite(flat)) else math.inf
+        lines.append(
+            f"| {k} | {len(runs)} | {crashes} | {point:.4f} [{lo:.4f}, {hi:.4f}] | {mean:.4f} |"
+        )
+    lines += [
+        "",
+        "IQM: the mean of the middle 50 % of runs; its interval resamples runs within each "
+        "training seed (stratified bootstrap). Crashes count every trajectory, hover included.",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""RL controllers over training seeds: pooling, intervals, the report section and targets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from residual_quad.evaluation.report import target_checks, write_report
+from residual_quad.evaluation.rl_seeds import (
+    bootstrap_mean,
+    figure_rows,
+    iqm,
+    pool_training_seeds,
+    rl_section,
+    stratified_iqm,
+    training_seed,
+)
+from residual_quad.evaluation.tables import make_tables
+
+
+def test_training_seed_labels():
+    assert training_seed("ppo") == ("ppo", 0)
+    assert training_seed("ppo:training_seed=2") == ("ppo", 2)
+    assert training_seed("ppo_res:training_seed=1") == ("ppo_res", 1)
+    assert training_seed("ppo_res") == ("ppo_res", 0)
+    for other in ("geo", "ppo:path=x.zip", "ppo:training_seed=1,path=x.zip", "my.mod:Make"):
+        assert training_seed(other) is None, other
+
+
+def _rows(values: dict[str, dict[tuple[str, str], float]], diverged: str | None = None):
+    rows = []
+    for label, cells in values.items():
+        for (payload, wind), v in cells.items():
+            for traj in ("hover", "helix", "figure8"):
+                for seed in (0, 1):
+                    rows.append(
+                        {
+                            "controller": label,
+                            "run_id": f"{label}|{payload}|{wind}|{traj}|{seed}",
+                            "payload": payload,
+                            "wind": wind,
+                            "trajectory": traj,
+                            "seed": seed,
+                            "rmse": v + 0.001 * seed,
+                            "diverged": label == diverged and traj == "hover" and seed == 1,
+                            "control_cost": 100.0,
+                            "max_error": v,
+                            "wall_time": 0.1,
+                        }
+                    )
+    return rows
+
+
+CELLS = [("none", "calm"), ("heavy", "windy")]
+
+
+def test_pooled_tables_show_the_mean_over_training_seeds():
+    rows = _rows(
+        {
+            "pid": {c: 0.05 for c in CELLS},
+            "ppo": {c: 0.06 for c in CELLS},
+            "ppo:training_seed=1": {c: 0.09 for c in CELLS},
+            "ppo:training_seed=2": {c: 0.12 for c in CELLS},
+            "ppo_res": {c: 0.04 for c in CELLS},
+        }
+    )
+    pooled = pool_training_seeds(rows)
+    assert {r["controller"] for r in pooled} == {"pid", "ppo", "ppo_res"}
+    assert pool_training_seeds(pooled) == pooled  # idempotent
+    main = make_tables(pooled)["main"]
+    col = main.headers.index("ppo")
+    assert all(math.isclose(r[col], 0.0905) for r in main.rows)  # (0.06+0.09+0.12)/3 + 0.0005
+    assert {r["controller"] for r in figure_rows(rows)} == {"pid", "ppo", "ppo_res"}
+    assert len(figure_rows(rows)) == 3 * len(rows) // 5
+
+
+def test_rl_targets_are_checked_on_the_pooled_means():
+    rows = _rows(
+        {
+            "pid": {CELLS[0]: 0.05, CELLS[1]: 0.03},
+            "ppo": {c: 0.06 for c in CELLS},
+            "ppo:training_seed=1": {c: 0.09 for c in CELLS},
+            "ppo_res": {c: 0.04 for c in CELLS},
+        },
+        diverged="ppo_res",
+    )
+    pooled = pool_training_seeds(rows)
+    checks = {c[0].split(" (")[0]: c for c in target_checks(make_tables(pooled), pooled)}
+    ppo = checks["ppo RMSE in every payload × wind cell"]
+    assert ppo[2] == "max 0.0755 m" and ppo[3] is True
+    res = checks["ppo_res RMSE ≤ pid's in every payload × wind cell"]
+    assert res[3] is False and "1 of 2 cells above" in res[2]
+    assert checks["ppo_res crashes"][2] == "2 / 12" and checks["ppo_res crashes"][3] is False
+    assert checks["ppo crashes"][3] is True
+
+
+def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
+    rng = np.random.default_rng(0)
+    m, lo, hi = bootstrap_mean([0.1, 0.2, 0.4], rng)
+    assert math.isclose(m, 0.7 / 3) and 0.1 <= lo < m < hi <= 0.4 + 1e-12
+    assert bootstrap_mean([0.1, 0.2, 0.4], np.random.default_rng(0)) == (m, lo, hi)
+    assert bootstrap_mean([0.3], rng) == (0.3, 0.3, 0.3)
+    assert iqm(np.array([0.0, 1.0, 2.0, 3.0, 100.0, -100.0, 1.5, 2.5])) == pytest.approx(1.75)
+    point, lo, hi = stratified_iqm({0: [1.0, 2.0, 3.0, 4.0], 1: [2.0, 3.0, 4.0, 5.0]}, rng)
+    assert lo <= point <= hi and point == pytest.approx(3.0)
+
+
+def test_report_section_lists_seeds_intervals_and_budgets(tmp_path):
+    rows = _rows(
+        {
+            "pid": {c: 0.05 for c in CELLS},
+            "ppo": {c: 0.06 for c in CELLS},
+            "ppo:training_seed=1": {c: 0.09 for c in CELLS},
+            "ppo:training_seed=2": {c: 0.12 for c in CELLS},
+        }
+    )
+    section = rl_section(rows)
+    assert section is not None
+    assert "training seeds 0, 1, 2" in section
+    assert "seed 0: " in section and "M policy steps" in section  # the shipped budget
+    assert "| none | calm | 0.0905 [" in section and "0.0605 / 0.0905 / 0.1205" in section
+    assert rl_section(_rows({"pid": {c: 0.05 for c in CELLS}})) is None
+    report = write_report(rows, tmp_path).read_text()
+    assert "## RL controllers over training seeds" in report
+    assert "ppo:training_seed=1" not in report.split("## Tables")[1]  # pooled in the tables

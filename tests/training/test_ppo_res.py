@@ -1,0 +1,308 @@
+"""``ppo_res``: residual RL on ``geo`` — the training pilot, the deployed controller and its batch
+agree; training, files and configs fail clearly."""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+from residual_quad.cli import main  # noqa: E402
+from residual_quad.controllers import make_controller  # noqa: E402
+from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
+from residual_quad.controllers.ppo import META_ENTRY, PolicyFileError  # noqa: E402
+from residual_quad.controllers.ppo_res import (  # noqa: E402
+    BatchedResidualPPO,
+    ResidualPilot,
+    ResidualPPOController,
+    heading_to_world,
+    heading_to_world_batch,
+)
+from residual_quad.controllers.trackers import GeoTracker  # noqa: E402
+from residual_quad.envs.observation import ObsLayout as L  # noqa: E402
+from residual_quad.envs.residual_quad_env import ResidualQuadEnv  # noqa: E402
+from residual_quad.episode import RunSpec, fly  # noqa: E402
+from residual_quad.training.ppo import PPOHyperparams, PPOTrainConfig, train  # noqa: E402
+from residual_quad.training.tb_logging import read_scalars  # noqa: E402
+
+
+def _config(**kw) -> PPOTrainConfig:
+    base = {
+        "controller": "ppo_res",
+        "accel_scale": 6.0,
+        "seed": 0,
+        "total_steps": 2048,
+        "n_envs": 8,
+        "episode_s": 5.0,
+        "eval_freq": 1024,
+        "eval_scenarios": [["heavy", "breezy", "hover"]],
+        "checkpoint_freq": 1024,
+        "env_threads": 1,
+        "ppo": PPOHyperparams(n_steps=64, batch_size=256, n_epochs=2, log_std_init=-1.0),
+    }
+    base.update(kw)
+    return PPOTrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def res_run(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("ppo_res")
+    return out, train(_config(), out, progress=False)
+
+
+def _observations(n: int = 24) -> np.ndarray:
+    """Raw observations of varied vehicles: scenario starts stepped with random rotor actions
+    (tilted, turning, any heading)."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for k in range(n):
+        env = ResidualQuadEnv(
+            payload=("none", "heavy")[k % 2],
+            wind="windy",
+            trajectory=("hover", "helix", "figure8")[k % 3],
+        )
+        obs, _ = env.reset(seed=k, options={"yaw_offset": float(rng.uniform(-math.pi, math.pi))})
+        for _ in range(int(rng.integers(1, 40))):
+            obs, *_ = env.step(rng.uniform(-0.2, 0.4, 4))
+        rows.append(obs)
+    return np.array(rows)
+
+
+def test_heading_rotation_batch_equals_scalar_and_turns_with_yaw():
+    obs = _observations(12)
+    R = obs[:, L.rot].reshape(-1, 3, 3)
+    v = np.random.default_rng(1).normal(size=(12, 3))
+    batch = heading_to_world_batch(R, v)
+    for i in range(12):
+        np.testing.assert_allclose(batch[i], heading_to_world(R[i], v[i]), atol=1e-14)
+        assert np.isclose(np.linalg.norm(batch[i]), np.linalg.norm(v[i]))
+    yawed = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # ψ = 90°
+    np.testing.assert_allclose(
+        heading_to_world(yawed, np.array([1.0, 0, 0])), [0, 1, 0], atol=1e-15
+    )
+
+
+def test_training_pilot_equals_geo_with_the_correction():
+    """The pilot the policy acts through in training = the single geo with
+    ``a_eff = a_cmd + R_z(ψ)·(scale·u)`` (what the deployed controller applies)."""
+    obs = _observations()
+    u = np.random.default_rng(2).uniform(-1.0, 1.0, (len(obs), 3))
+    pilot = ResidualPilot(len(obs), accel_scale=6.0)
+    actions = pilot(obs, u)
+    for i, o in enumerate(obs):
+        geo = GeoTracker()
+        R = o[L.rot].reshape(3, 3)
+        correction = heading_to_world(R, 6.0 * u[i])
+        geo.residual_world = lambda *a, c=correction: -c  # noqa: B023
+        np.testing.assert_allclose(actions[i], geo.policy(o), rtol=0, atol=1e-12)
+    # no correction: geo itself
+    np.testing.assert_allclose(
+        pilot(obs, np.zeros_like(u)), np.stack([GeoTracker().policy(o) for o in obs]), atol=1e-12
+    )
+
+
+def test_smoke_training_writes_a_ppo_res_policy(res_run):
+    out, summary = res_run
+    assert summary["steps"] == 2048 and summary["backend"] == "vector"
+    scalars = read_scalars(next((out / "tb").rglob("events.out.tfevents.*")).parent)
+    assert {"train/value_loss", "rollout/pos_err_m", "eval/rmse_mean_m"} <= set(scalars)
+    for name in ("final.zip", "best.zip", "checkpoints/ppo_1024.zip"):
+        ctrl = make_controller("ppo_res", path=out / name)
+        assert isinstance(ctrl, ResidualPPOController)
+        assert ctrl.accel_scale == 6.0 and ctrl.action_repeat == 2 and ctrl.network is not None
+        assert ctrl.model.action_space.shape == (3,)
+
+
+def test_deployed_correction_is_bounded_and_held(res_run):
+    ctrl = make_controller("ppo_res", path=res_run[0] / "final.zip")
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=0)
+    ctrl.reset()
+    held = []
+    for _ in range(6):
+        action = ctrl.policy(obs)
+        assert np.all(np.isfinite(action)) and np.all(np.abs(action) <= 1.0)
+        assert np.all(np.abs(ctrl._held) <= 6.0)  # m/s², heading frame: the bound
+        held.append(ctrl._held.copy())
+        obs, *_ = env.step(action)
+    assert all(np.array_equal(held[k], held[k + 1]) for k in (0, 2, 4))  # held 2 periods
+    assert not np.array_equal(held[0], held[2])
+
+
+def test_batched_controller_equals_the_single_one(res_run):
+    """Corrections bit for bit, rotor actions as batched geo equals geo (≤ 1e-12), on a flight
+    where the single controller's observations drive both."""
+    path = res_run[0] / "final.zip"
+    single = make_controller("ppo_res", path=path)
+    batch = make_batch_controller("ppo_res", 3, path=path)
+    assert isinstance(batch, BatchedResidualPPO)
+    envs = [
+        ResidualQuadEnv(payload=p, wind="windy", trajectory=t)
+        for p, t in (("none", "helix"), ("heavy", "figure8"), ("light", "hover"))
+    ]
+    obs = np.array([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    singles = [make_controller("ppo_res", path=path) for _ in envs]
+    for _ in range(30):
+        actions = batch.policy_batch(obs)
+        for i, env in enumerate(envs):
+            a = singles[i].policy(obs[i])
+            assert np.array_equal(batch._held[i], singles[i]._held)
+            np.testing.assert_allclose(actions[i], a, rtol=0, atol=1e-12)
+            obs[i] = env.step(a)[0]
+    batch.reset_env(1)
+    assert batch._k[1] == 0 and not batch._held[1].any() and batch._k[0] == 30
+    assert single.kp == batch.kp and single.kd == batch.kd
+
+
+def test_fly_and_sweep_row_carry_the_correction_as_residual(res_run):
+    ctrl = make_controller("ppo_res", path=res_run[0] / "final.zip")
+    r = fly(RunSpec("ppo_res", "heavy", "breezy", "hover", 0, episode_s=3.0), {}, controller=ctrl)
+    assert not r.diverged and math.isfinite(r.rmse)
+    assert np.any(ctrl.last_residual != 0.0)
+
+
+def _rewrite(src: Path, dest: Path, **changes) -> Path:
+    with zipfile.ZipFile(src) as archive:
+        entries = {n: archive.read(n) for n in archive.namelist()}
+    meta = json.loads(entries[META_ENTRY])
+    meta.update(changes)
+    with zipfile.ZipFile(dest, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, json.dumps(meta) if name == META_ENTRY else data)
+    return dest
+
+
+def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_path):
+    path = res_run[0] / "final.zip"
+    with pytest.raises(PolicyFileError, match="is a 'ppo_res' policy.*'ppo_res' controller"):
+        make_controller("ppo", path=path)
+    with pytest.raises(PolicyFileError, match="is a 'ppo' policy"):
+        ResidualPPOController(path=_ppo_file())
+    for bad in (0.0, -1.0, 25.0, float("nan"), "8", None):
+        damaged = _rewrite(path, tmp_path / "bad.zip", accel_scale=bad)
+        with pytest.raises(PolicyFileError, match=r"bad\.zip.*accel_scale"):
+            ResidualPPOController(path=damaged)
+    ctbr = _rewrite(path, tmp_path / "ctbr.zip", action_mode="ctbr")
+    with pytest.raises(PolicyFileError, match="ctbr.zip.*action_mode"):
+        ResidualPPOController(path=ctbr)
+    kind = _rewrite(path, tmp_path / "kind.zip", controller="sac")
+    with pytest.raises(PolicyFileError, match="kind.zip.*controller 'sac'"):
+        ResidualPPOController(path=kind)
+    # a ppo_res record on a 4-action network
+    four = _rewrite(_ppo_file(), tmp_path / "four.zip", controller="ppo_res", accel_scale=5.0)
+    with pytest.raises(PolicyFileError, match=r"four\.zip.*shape \(4,\)"):
+        ResidualPPOController(path=four)
+    with pytest.raises(FileNotFoundError, match="nope.zip"):
+        ResidualPPOController(path=tmp_path / "nope.zip")
+
+
+def _ppo_file() -> Path:
+    from residual_quad.controllers.ppo import default_policy_path
+
+    return default_policy_path()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"backend": "subproc", "n_envs": 2}, "needs action_mode 'rotor' and backend 'vector'"),
+        ({"action_mode": "ctbr"}, "needs action_mode 'rotor'"),
+        ({"accel_scale": 0.0}, r"accel_scale must be in \(0, 20"),
+        ({"accel_scale": 21.0}, r"accel_scale must be in \(0, 20"),
+        ({"accel_scale": float("nan")}, "accel_scale"),
+        ({"controller": "sac"}, r"controller must be one of \('ppo', 'ppo_res'\)"),
+    ],
+)
+def test_bad_configs_fail_before_training(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _config(**changes)
+
+
+def test_cli_target_uses_the_shipped_ppo_res_config(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["train", "ppo_res", "--out", str(out), "--steps", "1000"]) == 2
+    assert "total_steps 1000 is less than one rollout" in capsys.readouterr().err
+    assert not out.exists()
+    cfg_path = tmp_path / "res.yaml"
+    cfg_path.write_text("controller: ppo_res\nbackend: subproc\n")
+    assert main(["train", "ppo_res", str(cfg_path), "--out", str(out)]) == 2
+    assert "backend 'vector'" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_adapter_with_the_pilot_equals_geo_stepping_the_vector_env():
+    """QuadVecEnv(pilot=ResidualPilot) = each env alone in a vector env, flown by geo with the
+    held correction recomputed every control period, NEXT_STEP autoreset by hand."""
+    from residual_quad.controllers.ppo import ppo_features_batch
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+    from residual_quad.training.ppo_vec import QuadVecEnv
+
+    scenarios = [
+        {"payload": "none", "wind": "windy", "trajectory": "helix"},
+        {"payload": "heavy", "wind": "breezy", "trajectory": "figure8"},
+        {"payload": "light", "wind": "calm", "trajectory": "hover"},
+    ]
+    kw = {"episode_s": 0.3, "max_position_error": 0.05, "action_mode": "rotor"}
+
+    def same(rng):
+        return dict(scenarios[2])
+
+    def actions(features: np.ndarray) -> np.ndarray:
+        w = np.random.default_rng(3).normal(0.0, 0.3, (3, features.shape[-1]))
+        return np.tanh(features @ w.T).astype(np.float32)
+
+    seed, steps, repeat = 4, 30, 2
+    expected = []
+    for i, sc in enumerate(scenarios):
+        env = ResidualQuadVectorEnv(1, scenarios=[sc], sampler=same, nthread=1, **kw)
+        pilot = ResidualPilot(1, 6.0)
+        obs, _ = env.reset(seed=seed + i)
+        records = []
+        for _ in range(steps):
+            u = actions(ppo_features_batch(obs))
+            total, done = 0.0, False
+            for _ in range(repeat):
+                obs, rew, term, trunc, _ = env.step(pilot(obs, u))
+                total += rew[0]
+                if term[0] or trunc[0]:
+                    done = True
+                    break
+            if done:
+                obs, *_ = env.step(np.zeros((1, 4)))  # NEXT_STEP: the reset
+            records.append((ppo_features_batch(obs)[0], np.float32(total), done))
+        env.close()
+        expected.append(records)
+    venv = QuadVecEnv(
+        3,
+        same,
+        action_repeat=repeat,
+        nthread=1,
+        scenarios=scenarios,
+        pilot=ResidualPilot(3, 6.0),
+        **kw,
+    )
+    assert venv.action_space.shape == (3,)
+    venv.seed(seed)
+    obs = venv.reset()
+    ends, diff = 0, 0.0
+    for t in range(steps):
+        obs, rewards, dones, _ = venv.step(actions(obs))
+        for i in range(3):
+            want = expected[i][t]
+            diff = max(diff, float(np.max(np.abs(obs[i] - want[0]))))
+            assert abs(rewards[i] - want[1]) <= 1e-5 and dones[i] == want[2], (t, i)
+            ends += bool(dones[i])
+    # a batch's numpy loops round some last bits differently from a 1-env batch's (SIMD vs
+    # scalar remainder loops of arctan2/cos): float32 features agree to a few ulps
+    assert diff <= 1e-6  # measured 6e-8
+    with pytest.raises(ValueError, match=r"shape \(3, 3\)"):
+        venv.step(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="env 1 must be finite"):
+        venv.step(np.array([[0, 0, 0], [np.nan, 0, 0], [0, 0, 0]]))
+    venv.close()
+    assert ends >= 3
