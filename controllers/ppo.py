@@ -517,9 +517,14 @@ class PPOController:
         return self._held.copy()
 
     def actions(self, x: np.ndarray) -> np.ndarray:
-        """Deterministic actions (n, a) in [-1, 1] of normalized feature rows ``x`` (n, d): the
-        numpy forward where the architecture allows it, else SB3's ``predict``."""
-        if self.network is not None:
-            return self.network(x)
-        action, _ = self.model.predict(x, deterministic=True)
-        return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), -1), -1.0, 1.0)
+        """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d)."""
+        return policy_actions(self.network, self.model, x)
+
+
+def policy_actions(network: NumpyPolicy | None, model: Any, x: np.ndarray) -> np.ndarray:
+    """Deterministic actions (n, a) in [-1, 1] of normalized feature rows ``x`` (n, d): the
+    numpy forward ``network`` where the architecture allows it, else ``model``'s ``predict``."""
+    if network is not None:
+        return network(x)
+    action, _ = model.predict(x, deterministic=True)
+    return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), -1), -1.0, 1.0)

@@ -33,7 +33,13 @@ import numpy as np
 
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchTracker
-from residual_quad.controllers.ppo import ObsNormalizer, load_policy, policy_path, ppo_features
+from residual_quad.controllers.ppo import (
+    ObsNormalizer,
+    load_policy,
+    policy_actions,
+    policy_path,
+    ppo_features,
+)
 from residual_quad.controllers.trackers import Tracker
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -110,10 +116,7 @@ class ResidualPPOController(Tracker):
 
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
-        if self.network is not None:
-            return self.network(x)
-        action, _ = self.model.predict(x, deterministic=True)
-        return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), 3), -1.0, 1.0)
+        return policy_actions(self.network, self.model, x)
 
     def correction(self, obs: np.ndarray) -> np.ndarray:
         """The policy's correction δa_h (m/s², heading frame) for one raw observation."""
