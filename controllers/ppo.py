@@ -359,6 +359,11 @@ _ACTIVATIONS: dict[str, Any] = {
 }
 
 
+#: action distributions whose deterministic action is the action net's output (gSDE's noise is
+#: state-dependent, its mean is not)
+_MEAN_HEADS = ("DiagGaussianDistribution", "StateDependentNoiseDistribution")
+
+
 class NumpyPolicy:
     """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
     observation and a Gaussian action head), evaluated in float64 numpy.
@@ -381,7 +386,7 @@ class NumpyPolicy:
         if (
             type(policy).__name__ != "ActorCriticPolicy"
             or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
-            or type(policy.action_dist).__name__ != "DiagGaussianDistribution"
+            or type(policy.action_dist).__name__ not in _MEAN_HEADS
             or getattr(policy, "squash_output", False)
         ):
             return None

@@ -30,7 +30,7 @@ import numpy as np
 from residual_quad.evaluation.bench import BenchRow
 
 SECTION = "rl"
-ROLLOUT_STEPS = 16384  # policy steps per PPO iteration, all envs
+ROLLOUT_STEPS = 8192  # policy steps per PPO iteration, all envs (configs/ppo.yaml: 32 × 256)
 
 
 def _iteration_us(model: Any, iterations: int) -> float:

@@ -75,6 +75,11 @@ class PPOHyperparams:
     net_arch: list[int] = field(default_factory=lambda: [64, 64])  # pi and vf, each
     activation: str = "tanh"  # tanh | relu | elu
     log_std_init: float = -1.6  # initial exploration std = exp(log_std_init) in action units
+    # generalized state-dependent exploration (gSDE): noise a function of the state, its matrix
+    # drawn every sde_sample_freq steps (-1: once per rollout) — smooth, correlated exploration
+    use_sde: bool = False
+    sde_sample_freq: int = -1
+    learn_std: bool = True  # False: the exploration scale stays exp(log_std_init) (no collapse)
 
 
 @dataclass
@@ -613,6 +618,7 @@ def _load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, A
         model = PPO.load(path, env=venv, device="cpu")
     except Exception as err:  # SB3 raises many kinds on a damaged archive
         raise PolicyFileError(f"cannot load checkpoint {path}: {err}") from None
+    fix_std(model, cfg)
     best = record.get("best")
     state = _RunState(
         steps=int(meta["steps"]),
@@ -794,7 +800,7 @@ def new_model(
     if h.lr_final is not None:
         lr = _LinearSchedule(h.learning_rate, h.lr_final)
     act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
-    return sb3.PPO(
+    model = sb3.PPO(
         "MlpPolicy",
         venv,
         learning_rate=lr,
@@ -808,6 +814,8 @@ def new_model(
         vf_coef=h.vf_coef,
         max_grad_norm=h.max_grad_norm,
         target_kl=h.target_kl,
+        use_sde=h.use_sde,
+        sde_sample_freq=h.sde_sample_freq,
         policy_kwargs={
             "net_arch": {"pi": list(h.net_arch), "vf": list(h.net_arch)},
             "activation_fn": act,
@@ -818,6 +826,14 @@ def new_model(
         device="cpu",
         verbose=verbose,
     )
+    fix_std(model, cfg)
+    return model
+
+
+def fix_std(model: Any, cfg: PPOTrainConfig) -> None:
+    """Freeze the exploration scale when ``ppo.learn_std`` is off (a new or a loaded model)."""
+    if not cfg.ppo.learn_std:
+        model.policy.log_std.requires_grad_(False)  # Adam skips a parameter without gradient
 
 
 def export_policy(

@@ -79,3 +79,26 @@ def test_a_controller_without_the_numpy_forward_flies_per_env_in_a_batch(shipped
     batch = batch_from_spec(parse_spec("ppo"), 2)
     assert isinstance(batch, BatchedLoop)
     assert all(c.network is None for c in batch.controllers)
+
+
+def test_gsde_actor_mean_is_read_too():
+    """gSDE (the ppo_res policies) changes the noise, not the deterministic action: the numpy
+    forward reads it and equals SB3's predict; a squashed gSDE head keeps predict."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+
+    model = PPO("MlpPolicy", gym.make("Pendulum-v1"), use_sde=True, n_steps=64, seed=0)
+    net = NumpyPolicy.from_sb3(model.policy)
+    assert net is not None
+    x = np.random.default_rng(3).standard_normal((50, 3))
+    theirs, _ = model.predict(x.astype(np.float32), deterministic=True)
+    assert np.abs(net(x) - np.clip(theirs, -1.0, 1.0)).max() < 1e-5
+    squashed = PPO(
+        "MlpPolicy",
+        gym.make("Pendulum-v1"),
+        use_sde=True,
+        policy_kwargs={"squash_output": True},
+        n_steps=64,
+    )
+    assert NumpyPolicy.from_sb3(squashed.policy) is None
+

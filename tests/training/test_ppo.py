@@ -180,6 +180,34 @@ def test_shipped_policy_is_small_documented_and_flies():
 
 
 @needs_sb3
+@pytest.mark.parametrize("kind", ["ppo", "ppo_res"])
+def test_shipped_training_seeds_are_the_committed_configs_within_budget(kind):
+    """Three shipped policies per RL controller (training seeds 0, 1, 2), each trained with the
+    committed config (only the seed differs) within the 30-minute budget on the vector env, and
+    each records the command that rebuilds it."""
+    from residual_quad.controllers.ppo import shipped_policy_path
+    from residual_quad.training.ppo import PPOTrainConfig
+
+    committed = configs.to_dict(configs.load(PPOTrainConfig, kind))
+    for seed in (0, 1, 2):
+        path = shipped_policy_path(kind, seed)
+        meta = read_meta(path)
+        budget = meta["budget"]
+        assert meta.get("controller", "ppo") == kind and budget["seed"] == seed
+        assert 0 < budget["train_wall_s"] <= 30 * 60 and budget["backend"] == "vector"
+        assert budget["command"].startswith(f"rquad train {kind} ")
+        assert f"--seed {seed}" in budget["command"] and path.name in budget["command"]
+        assert json.loads(path.with_suffix(".json").read_text()) == budget
+        assert meta["config"] == {**committed, "seed": seed}
+        ctrl = make_controller(kind, training_seed=seed)
+        assert ctrl.path == path and ctrl.network is not None
+    with pytest.raises(FileNotFoundError, match="shipped seeds: 0, 1, 2"):
+        make_controller(kind, training_seed=7)
+    with pytest.raises(ValueError, match="not both"):
+        make_controller(kind, path=shipped_policy_path(kind), training_seed=1)
+
+
+@needs_sb3
 def test_missing_and_corrupt_files_give_clear_errors(tmp_path, smoke_run):
     missing = tmp_path / "nope.zip"
     with pytest.raises(FileNotFoundError, match="nope.zip"):

@@ -44,7 +44,14 @@ def _config(**kw) -> PPOTrainConfig:
         "eval_scenarios": [["heavy", "breezy", "hover"]],
         "checkpoint_freq": 1024,
         "env_threads": 1,
-        "ppo": PPOHyperparams(n_steps=64, batch_size=256, n_epochs=2, log_std_init=-1.0),
+        "ppo": PPOHyperparams(
+            n_steps=64,
+            batch_size=256,
+            n_epochs=2,
+            log_std_init=-3.0,
+            use_sde=True,  # the shipped ppo_res settings: gSDE, a fixed exploration scale
+            learn_std=False,
+        ),
     }
     base.update(kw)
     return PPOTrainConfig(**base)
@@ -117,6 +124,23 @@ def test_smoke_training_writes_a_ppo_res_policy(res_run):
         assert isinstance(ctrl, ResidualPPOController)
         assert ctrl.accel_scale == 6.0 and ctrl.action_repeat == 2 and ctrl.network is not None
         assert ctrl.model.action_space.shape == (3,)
+        assert type(ctrl.model.policy.action_dist).__name__ == "StateDependentNoiseDistribution"
+        log_std = ctrl.model.policy.log_std.detach().numpy()
+        assert np.all(log_std == -3.0)  # learn_std false: the scale never moved
+
+
+def test_a_resumed_run_keeps_the_exploration_scale_fixed(res_run):
+    from residual_quad.training import ppo as ppo_mod
+
+    cfg = _config()
+    model, venv, state = ppo_mod._load_checkpoint(
+        res_run[0] / "checkpoints" / "ppo_1024.zip", ppo_mod.make_training_env(cfg), cfg
+    )
+    try:
+        assert state.steps == 1024 and not model.policy.log_std.requires_grad
+        assert model.action_space.shape == (3,)
+    finally:
+        venv.close()
 
 
 def test_deployed_correction_is_bounded_and_held(res_run):
