@@ -1,4 +1,4 @@
-"""``ppo_res``: residual RL — a PPO policy corrects ``geo``'s desired acceleration.
+"""``ppo_res``: residual RL [RESRL] — a PPO policy corrects ``geo``'s desired acceleration.
 
 The RL counterpart of ``geo_res``: the tracker is ``geo`` (feed-forward + PD outer loop, the
 shared geometric inner loop), and a PPO policy adds a bounded correction to the desired

@@ -1,14 +1,14 @@
 """RL controllers over training seeds: pooled rows, bootstrap intervals and training budgets.
 
 A learned controller is one draw of its training run; a fair head-to-head gives its numbers over
-several training seeds with an interval (Henderson et al. 2018; Agarwal et al. 2021 — see
-docs/references.md). The sweep flies each shipped policy as its own label — ``ppo`` (training
-seed 0), ``ppo:training_seed=1``, ``ppo:training_seed=2`` and the same for ``ppo_res`` — and the
-report pools them:
+several training seeds with an interval [DRLM], [RLIQM]. The sweep flies each shipped
+policy as its own label — ``ppo`` (training seed 0), ``ppo:training_seed=1``,
+``ppo:training_seed=2`` and the same for ``ppo_res`` — and the report pools them:
 
 - :func:`pool_training_seeds` relabels the rows of ``<kind>:training_seed=K`` as ``<kind>``
-  (keeping ``training_seed`` in the row), so every table and figure shows one column per RL
-  controller: the mean over its training seeds (and all their runs);
+  (keeping ``training_seed`` in the row), so every table shows one column per RL controller:
+  the mean over its training seeds (and all their runs); the figures plot training seed 0
+  (:func:`figure_rows`);
 - :func:`rl_section` gives, per payload × wind cell of the main table, the mean over training
   seeds of the per-policy cell means with a 95 % percentile-bootstrap interval over training
   seeds, the per-seed values, an IQM over every run with a stratified bootstrap interval, and
@@ -87,7 +87,7 @@ def bootstrap_mean(values: list[float], rng: np.random.Generator) -> tuple[float
 
 
 def iqm(x: np.ndarray) -> float:
-    """Interquartile mean: the mean of the middle 50 % (Agarwal et al. 2021)."""
+    """Interquartile mean: the mean of the middle 50 % [RLIQM]."""
     from scipy.stats import trim_mean
 
     return float(trim_mean(x, 0.25))
@@ -97,7 +97,7 @@ def stratified_iqm(
     by_seed: dict[int, list[float]], rng: np.random.Generator
 ) -> tuple[float, float, float]:
     """IQM of all runs and its 95 % stratified-bootstrap interval (runs resampled within each
-    training seed, as in Agarwal et al. 2021)."""
+    training seed, as in [RLIQM])."""
     groups = [np.asarray(v, dtype=float) for _, v in sorted(by_seed.items())]
     point = iqm(np.concatenate(groups))
     if not np.all(np.isfinite(np.concatenate(groups))):

@@ -120,7 +120,8 @@ class ControllerLabels:
 @dataclass
 class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
-    four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and ``ppo`` (756 runs)."""
+    four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and the RL controllers
+    ``ppo`` and ``ppo_res`` in their three shipped training seeds (1 296 runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
@@ -133,6 +134,11 @@ class SweepConfig(ControllerLabels):
             "geo_rls_dob",
             "hnewton_rls",
             "ppo",
+            "ppo:training_seed=1",
+            "ppo:training_seed=2",
+            "ppo_res",
+            "ppo_res:training_seed=1",
+            "ppo_res:training_seed=2",
         ]
     )
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy", "extra"])

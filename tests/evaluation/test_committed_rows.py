@@ -38,6 +38,9 @@ SWEEP_SAMPLE = (
     "geo_rls_dob|extra|windy|figure8|1",
     "hnewton_rls|heavy|breezy|figure8|2",
     "ppo|extra|windy|figure8|0",
+    "ppo:training_seed=2|none|breezy|helix|1",
+    "ppo_res|heavy|windy|helix|0",
+    "ppo_res:training_seed=1|extra|calm|figure8|2",
 )
 # (scenario, controller label, seed): each stress group, each hnewton method, a crash and a loss
 STRESS_SAMPLE = (
@@ -78,7 +81,7 @@ def _without_wall_time(row: dict) -> dict:
 
 @pytest.mark.parametrize("run_id", SWEEP_SAMPLE)
 def test_sweep_rows_reproduce_bit_for_bit(run_id):
-    if run_id.startswith("ppo|"):
+    if run_id.startswith("ppo"):
         pytest.importorskip("stable_baselines3")
         if not SAME_NUMERICS:
             pytest.skip(
