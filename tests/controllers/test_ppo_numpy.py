@@ -101,4 +101,3 @@ def test_gsde_actor_mean_is_read_too():
         n_steps=64,
     )
     assert NumpyPolicy.from_sb3(squashed.policy) is None
-
