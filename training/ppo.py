@@ -62,8 +62,8 @@ class PPOHyperparams:
 
     learning_rate: float = 3e-4
     lr_final: float | None = 1e-4  # linear decay to this at the end; None = constant
-    n_steps: int = 1024
-    batch_size: int = 256
+    n_steps: int = 32
+    batch_size: int = 1024
     n_epochs: int = 10
     gamma: float = 0.99
     gae_lambda: float = 0.95
@@ -89,8 +89,8 @@ class PPOTrainConfig:
     seed: int = 0
     controller: str = "ppo"  # ppo: actions are the env's; ppo_res: a correction to geo (m/s²)
     accel_scale: float = 8.0  # m/s², ppo_res: bound of the correction per heading-frame axis
-    total_steps: int = 1_400_000  # policy decisions (PPO timesteps), all envs together
-    n_envs: int | None = 2  # None → os.cpu_count(); part of the data, so fix it to reproduce
+    total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
+    n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # vector: one ResidualQuadVectorEnv; subproc: one process per env
     env_threads: int | None = None  # vector: rollout threads (None → the cores)
     action_mode: str = "rotor"  # beat ctbr at equal budget (docs/ppo.md)
@@ -107,7 +107,7 @@ class PPOTrainConfig:
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
     clip_obs: float = 10.0
-    eval_freq: int = 140_000  # policy steps between tracking evaluations (0: only at the end)
+    eval_freq: int = 1_000_000  # policy steps between tracking evaluations (0: only at the end)
     eval_scenarios: list[list[str]] = field(
         default_factory=lambda: [
             ["heavy", "windy", "helix"],
@@ -119,7 +119,7 @@ class PPOTrainConfig:
         ]
     )  # [payload, wind, trajectory], flown deterministically for 20 s
     eval_seed: int = 1000
-    checkpoint_freq: int = 280_000  # policy steps between checkpoints (0: none)
+    checkpoint_freq: int = 1_000_000  # policy steps between checkpoints (0: none)
     torch_threads: int = 1  # intra-op threads of the learner (1: reproducible, leaves cores)
     ppo: PPOHyperparams = field(default_factory=PPOHyperparams)
 
@@ -598,6 +598,10 @@ def _load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, A
             f"{path} is a policy but not a training checkpoint (no resume record)"
         )
     saved = dict(meta["config"]) if isinstance(meta.get("config"), dict) else {}
+    try:  # keys added to the config after the checkpoint load as their defaults
+        saved = configs.to_dict(configs.load(PPOTrainConfig, saved))
+    except ValueError:
+        pass  # compared as written: the difference names the keys
     now = configs.to_dict(cfg)
     saved.pop("total_steps", None), now.pop("total_steps")
     if saved != now:

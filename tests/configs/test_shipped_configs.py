@@ -26,6 +26,7 @@ SHIPPED = {
     "sweep_quick": (
         SweepConfig,
         {
+            "controllers": "one training seed per RL controller",
             "payloads": "smoke profile: 3 payloads",
             "winds": "2 winds",
             "trajectories": "2 trajectories",
@@ -38,6 +39,13 @@ SHIPPED = {
     "collect": (CollectConfig, {}),
     "train_residual": (TrainConfig, {}),
     "ppo": (PPOTrainConfig, {}),
+    "ppo_res": (
+        PPOTrainConfig,
+        {
+            "controller": "the residual-RL policy (docs/ppo.md)",
+            "ppo": "smaller updates, gSDE with a fixed exploration scale",
+        },
+    ),
     "residual": (ResidualConfig, {}),
     "adaptive": (
         ResidualConfig,
