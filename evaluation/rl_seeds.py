@@ -69,6 +69,12 @@ def figure_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if (training_seed(r["controller"]) or ("", 0))[1] == 0]
 
 
+def _seed_cell(values: list[float]) -> tuple[float, int, int]:
+    """(mean over the runs that did not diverge, diverged runs, runs) of one policy's cell."""
+    ok = [v for v in values if math.isfinite(v)]
+    return (float(np.mean(ok)) if ok else math.nan), len(values) - len(ok), len(values)
+
+
 def _rmse(r: dict[str, Any]) -> float:
     v = r.get("rmse")
     return math.inf if r.get("diverged") or v is None else float(v)
@@ -100,8 +106,6 @@ def stratified_iqm(
     training seed, as in [RLIQM])."""
     groups = [np.asarray(v, dtype=float) for _, v in sorted(by_seed.items())]
     point = iqm(np.concatenate(groups))
-    if not np.all(np.isfinite(np.concatenate(groups))):
-        return point, math.nan, math.nan
     stats = np.empty(RESAMPLES // 5)
     for k in range(len(stats)):
         stats[k] = iqm(np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups]))
@@ -158,9 +162,10 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
         "## RL controllers over training seeds",
         "",
         "Steady-state position RMSE (m), mean over helix and figure-8 × env seeds for each "
-        "policy; the cell is the mean over training seeds with its 95 % percentile-bootstrap "
-        f"interval over training seeds ({RESAMPLES:,} resamples, seeded), then the per-seed "
-        "values. The main tables' `ppo`/`ppo_res` columns are the same means. With three seeds "
+        "policy (as the main table: over the runs that did not diverge, their count noted); the "
+        "cell is the mean over training seeds with its 95 % percentile-bootstrap interval over "
+        f"training seeds ({RESAMPLES:,} resamples, seeded), then the per-seed values. The main "
+        "tables' `ppo`/`ppo_res` columns are the means over all their runs. With three seeds "
         "the interval is coarse (it spans at most the seeds' range): it says how much a "
         "retraining moves the numbers, not a population statistic.",
         "",
@@ -181,18 +186,24 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
         line = [payload, wind]
         for k in kinds:
             per_seed = cells.get((k, payload, wind), {})
-            means = [float(np.mean(per_seed[s])) for s in seeds[k] if per_seed.get(s)]
-            if not means:
+            stats = [_seed_cell(per_seed[s]) for s in seeds[k] if per_seed.get(s)]
+            if not stats:
                 line += ["–", "–"]
                 continue
-            m, lo, hi = bootstrap_mean(means, rng)
-            line += [f"{m:.4f} [{lo:.4f}, {hi:.4f}]", " / ".join(f"{v:.4f}" for v in means)]
+            means = [m for m, _, _ in stats if math.isfinite(m)]
+            crashed = sum(c for _, c, _ in stats)
+            m, lo, hi = bootstrap_mean(means, rng) if means else (math.nan,) * 3
+            note = f" ({crashed}/{sum(n for _, _, n in stats)} div.)" if crashed else ""
+            line += [
+                f"{m:.4f} [{lo:.4f}, {hi:.4f}]{note}",
+                " / ".join(f"{v:.4f}" + (f" ({c} div.)" if c else "") for v, c, _ in stats),
+            ]
         if pid:
             v = pid.get((payload, wind))
             line.append(f"{np.mean(v):.4f}" if v else "–")
         lines.append("| " + " | ".join(line) + " |")
     lines += ["", "Over every run (helix and figure-8, all cells, all training seeds):", ""]
-    lines += ["| controller | runs | crashes | IQM RMSE (m) [95 % CI] | mean RMSE (m) |"]
+    lines += ["| controller | runs | crashes | IQM RMSE (m) [95 % CI] | mean RMSE, no crash (m) |"]
     lines += ["|---|---|---|---|---|"]
     for k in kinds:
         by_seed: dict[int, list[float]] = defaultdict(list)
@@ -203,13 +214,15 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
         crashes = sum(bool(r["diverged"]) for r in runs)
         point, lo, hi = stratified_iqm(by_seed, rng)
         flat = np.concatenate([np.asarray(v) for v in by_seed.values()])
-        mean = float(np.mean(flat)) if np.all(np.isfinite(flat)) else math.inf
+        mean = float(np.mean(flat[np.isfinite(flat)])) if np.isfinite(flat).any() else math.nan
         lines.append(
             f"| {k} | {len(runs)} | {crashes} | {point:.4f} [{lo:.4f}, {hi:.4f}] | {mean:.4f} |"
         )
     lines += [
         "",
-        "IQM: the mean of the middle 50 % of runs; its interval resamples runs within each "
-        "training seed (stratified bootstrap). Crashes count every trajectory, hover included.",
+        "IQM: the mean of the middle 50 % of runs, a crashed run counted as an infinite error "
+        "(so crashes raise it only once they are more than a quarter of the runs); its interval "
+        "resamples runs within each training seed (stratified bootstrap). Crashes count every "
+        "trajectory, hover included.",
     ]
     return "\n".join(lines)
