@@ -9,6 +9,8 @@ the interface, :func:`make_batch_controller` the one entry point:
   torque, the outer loop, the PID integrator, the env's period residual), and results equal to N
   single controllers fed the same observations to ≤ 1e-9 (``tests/controllers/test_batch_*``);
 * ``ppo`` batches the numpy forward of its network (:class:`BatchedPPO`, bit for bit one env's);
+* ``ppo_res`` is batched ``geo`` around that forward (:class:`~residual_quad.controllers.ppo_res.
+  BatchedResidualPPO`: corrections bit for bit, actions to ≤ 1e-12);
 * any other controller (``hnewton``, ``hnewton_rls``, user controllers) is wrapped by
   :class:`BatchedLoop`, N per-env instances behind the same interface.
 

@@ -102,9 +102,9 @@ def target_checks(tables: dict[str, Table], rows: list[dict[str, Any]]) -> list[
     div = sum(r["diverged"] for r in rows)
     checks.append(["diverged runs", "0", f"{div} / {len(rows)}", div == 0])
     cost = tables.get("control_cost")
-    if cost:
-        spreads = [_num(r[-2]) for r in cost.rows]
-        worst = np.nanmax(spreads)
+    spreads = [v for v in (_num(r[-2]) for r in cost.rows) if math.isfinite(v)] if cost else []
+    if spreads:  # none: fewer than two source trackers flown
+        worst = max(spreads)
         checks.append(
             [
                 "control-cost spread across pid/geo/geo_res/geo_rls per cell",

@@ -9,7 +9,7 @@ saved inside the policy file. Environments: ``backend: vector`` (default) — al
 :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` behind the SB3 ``VecEnv`` adapter
 :class:`~residual_quad.training.ppo_vec.QuadVecEnv` (domain randomization through the vector env's
 sampler); ``backend: subproc`` — one :class:`ScenarioEnv` per ``SubprocVecEnv`` worker process
-(how the shipped ``ppo_default`` was trained).
+(how the first shipped ``ppo`` policy was trained).
 
 Outputs of :func:`train` in ``out``: ``config.yaml`` (resolved), ``tb/`` (TensorBoard: SB3's
 ``train/*`` and ``rollout/*`` plus ``rollout/pos_err_m``, ``rollout/crash_rate`` and the tracking

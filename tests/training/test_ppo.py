@@ -69,7 +69,7 @@ def _tiny_config(**kw) -> PPOTrainConfig:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> tuple[Path, dict]:
-    """A 4096-step run on two SubprocVecEnv workers (how the shipped policy was trained; the
+    """A 4096-step run on two SubprocVecEnv workers (how the first shipped policy was trained; the
     vector backend has its own tests in test_ppo_vec.py)."""
     out = tmp_path_factory.mktemp("ppo_smoke")
     summary = train(

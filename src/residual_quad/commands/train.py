@@ -233,7 +233,7 @@ def _add_ppo_parser(
         choices=("vector", "subproc"),
         default=None,
         help="vector: all envs in one ResidualQuadVectorEnv (default); subproc: one process "
-        "per env (how the shipped ppo_default was trained)",
+        "per env (how the first shipped ppo policy was trained)",
     )
     p.add_argument(
         "--resume",
