@@ -11,8 +11,6 @@ import platform
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
