@@ -330,3 +330,23 @@ def test_adapter_with_the_pilot_equals_geo_stepping_the_vector_env():
         venv.step(np.array([[0, 0, 0], [np.nan, 0, 0], [0, 0, 0]]))
     venv.close()
     assert ends >= 3
+
+
+def _first_update(seed: int) -> list[np.ndarray]:
+    from residual_quad.training.ppo import make_training_env, new_model, normalized
+
+    cfg = _config(seed=seed, total_steps=512)
+    venv = make_training_env(cfg)
+    venv.seed(seed)
+    venv = normalized(venv, cfg)
+    model = new_model(cfg, venv)
+    model.learn(512)  # one rollout of 8 envs x 64 steps (gSDE noise drawn once), one update
+    params = [p.detach().numpy().copy() for p in model.policy.parameters()]
+    venv.close()
+    return params
+
+
+def test_same_seed_same_ppo_res_parameters():
+    a, b, c = _first_update(3), _first_update(3), _first_update(4)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
