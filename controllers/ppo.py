@@ -494,12 +494,9 @@ class PPOController:
         action_repeat: int = 1,
     ) -> PPOController:
         """Wrap an in-memory SB3 model (used by the training's evaluation callback)."""
-        self = cls.__new__(cls)
-        self.path, self.meta, self.model = None, {}, model
-        self.action_mode, self.env_kwargs, self.normalizer = action_mode, {}, normalizer
-        self.action_repeat = action_repeat
+        self = in_memory(cls, model, normalizer, action_repeat)
+        self.action_mode = action_mode
         self.context = ControlContext()
-        self.network = None  # the model is still training: its own predict
         self._k, self._held = 0, np.zeros(4)
         return self
 
@@ -524,6 +521,16 @@ class PPOController:
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d)."""
         return policy_actions(self.network, self.model, x)
+
+
+def in_memory(cls: type, model: Any, normalizer: ObsNormalizer | None, action_repeat: int) -> Any:
+    """A ``ppo``/``ppo_res`` controller of class ``cls`` around an in-memory SB3 model (the
+    training's evaluation callback), before its kind's own fields are set: no file, no record,
+    no numpy forward (the model is still training: its own ``predict``)."""
+    self = cls.__new__(cls)
+    self.path, self.meta, self.model, self.normalizer = None, {}, model, normalizer
+    self.network, self.env_kwargs, self.action_repeat = None, {}, int(action_repeat)
+    return self
 
 
 def policy_actions(network: NumpyPolicy | None, model: Any, x: np.ndarray) -> np.ndarray:

@@ -35,6 +35,7 @@ from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchTracker
 from residual_quad.controllers.ppo import (
     ObsNormalizer,
+    in_memory,
     load_policy,
     policy_actions,
     policy_path,
@@ -101,11 +102,8 @@ class ResidualPPOController(Tracker):
         action_repeat: int = 1,
     ) -> ResidualPPOController:
         """Wrap an in-memory SB3 model (the training's evaluation callback)."""
-        self = cls.__new__(cls)
-        self.path, self.meta, self.model, self.normalizer = None, {}, model, normalizer
-        self.network = None  # the model is still training: its own predict
-        self.accel_scale, self.action_repeat = float(accel_scale), int(action_repeat)
-        self.env_kwargs = {}
+        self = in_memory(cls, model, normalizer, action_repeat)
+        self.accel_scale = float(accel_scale)
         Tracker.__init__(self, None)
         return self
 
