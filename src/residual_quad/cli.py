@@ -31,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.commands.stick",  # stick
     "residual_quad.commands.stress",  # stress
     "residual_quad.commands.serve",  # serve
+    "residual_quad.commands.repro",  # repro
 )
 
 

@@ -1,11 +1,12 @@
 """What the floating-point results of this installation depend on besides the code.
 
 A seeded run is bit-for-bit reproducible on one machine. Across machines, the BLAS kernels that
-OpenBLAS picks for the processor (``DYNAMIC_ARCH``: Haswell, SkylakeX, ...) and the library
-versions change the last bits of matrix products, and a closed-loop flight carries them along:
-two machines differed by at most 7e-12 (relative) on every model-based metric of the committed
-matrix, and by up to 2 % on the PPO policy's (torch's kernels). :func:`fingerprint` names these
-dependencies so that committed results can record where they were produced.
+OpenBLAS picks for the processor (``DYNAMIC_ARCH``: Haswell, SkylakeX, ...), the SIMD loops numpy
+dispatches to (AVX2, AVX-512, ...) and the library versions change the last bits of the
+arithmetic, and a closed-loop flight carries them along: most flights damp them to below 1e-11
+(relative), a few amplify them (a flight near a crash by percents; measured per committed row in
+``docs/reproducibility.md``). :func:`fingerprint` names these dependencies so that committed
+results can record where they were produced.
 """
 
 from __future__ import annotations
@@ -49,10 +50,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def numpy_simd() -> list[str]:
+    """The SIMD targets numpy dispatches to on this processor (e.g. ``["X86_V3", "X86_V4"]``),
+    after ``NPY_DISABLE_CPU_FEATURES``; empty where numpy does not say."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # numpy < 2 or a build without dispatch
+        return []
+    return [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
+
+
 def fingerprint() -> dict[str, Any]:
-    """The BLAS kernel family and the versions of the numerical libraries."""
+    """The BLAS kernel family, numpy's SIMD targets and the versions of the numerical
+    libraries."""
     return {
         "blas_core": blas_core(),
+        "numpy_simd": numpy_simd(),
         "numpy": _version("numpy"),
         "scipy": _version("scipy"),
         "mujoco": _version("mujoco"),
