@@ -78,6 +78,7 @@ def _cmd(args: argparse.Namespace) -> int:
         token=token,
         max_message_bytes=args.max_message_bytes,
         client_timeout_s=args.client_timeout,
+        handshake_timeout_s=args.handshake_timeout,
     )
     if not _is_loopback(args.host):
         print(
@@ -156,7 +157,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--client-timeout",
         type=_positive,
         default=30.0,
-        help="disconnect a client silent this long, s (default 30)",
+        help="release the plant and disconnect the controlling client when it sends no complete "
+        "request for this long, s (default 30; partial frames do not count)",
+    )
+    p.add_argument(
+        "--handshake-timeout",
+        type=_positive,
+        default=5.0,
+        help="close a connection that has not completed hello (with the right token) this long "
+        "after connecting, whatever it sends, s (default 5); until then it holds nothing",
     )
     p.add_argument("--payload", type=_payload, default="none", help="none/light/heavy/extra or kg")
     p.add_argument("--wind", type=_wind, default="calm", help="calm/breezy/windy or MEAN,SIGMA")
