@@ -80,12 +80,6 @@ def _cmd(args: argparse.Namespace) -> int:
         client_timeout_s=args.client_timeout,
         handshake_timeout_s=args.handshake_timeout,
     )
-    if not _is_loopback(args.host):
-        print(
-            f"rquad serve: warning: listening on {args.host}, reachable from other machines; "
-            f"the protocol is not encrypted{'' if token else f' and no {TOKEN_ENV} is set'}",
-            file=sys.stderr,
-        )
     sinks: list[Any] = []
     telemetry = None
     try:
@@ -99,6 +93,12 @@ def _cmd(args: argparse.Namespace) -> int:
         for sink in sinks:
             sink.close()
         raise
+    if not _is_loopback(args.host):  # only once it listens: a bad host is one error line
+        print(
+            f"rquad serve: warning: listening on {args.host}, reachable from other machines; "
+            f"the protocol is not encrypted{'' if token else f' and no {TOKEN_ENV} is set'}",
+            file=sys.stderr,
+        )
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda *_: server.stop())
