@@ -116,8 +116,8 @@ def _cmd(args: argparse.Namespace) -> int:
     counts = server.counts
     print(
         f"stopped: {counts['connections']} connection(s), {counts['requests']} request(s), "
-        f"{counts['errors']} error reply(ies), {counts['refused']} refused"
-        + (f"; flight log {args.record}" if args.record else ""),
+        f"{counts['errors']} error reply(ies), {counts['refused']} refused, "
+        f"{counts['timeouts']} timed out" + (f"; flight log {args.record}" if args.record else ""),
         flush=True,
     )
     return 0
