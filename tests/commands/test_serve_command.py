@@ -144,6 +144,9 @@ def test_example_uses_the_standard_library_only():
     [
         (["serve", "--port", "70000"], ["port"]),
         (["serve", "--client-timeout", "0"], ["> 0"]),
+        (["serve", "--handshake-timeout", "0"], ["> 0"]),
+        (["serve", "--handshake-timeout", "nan"], ["> 0"]),
+        (["serve", "--host", "not a host", "--port", "0"], ["not a host"]),
         (["serve", "--max-message-bytes", "10"], ["max_message_bytes"]),
         (["serve", "--record", "/nonexistent/x.mcap", "--port", "0"], ["does not exist"]),
         (["eval", "--controller", "geo,pid", "--record", "x.mcap"], ["one controller"]),
@@ -188,6 +191,7 @@ def serve_argv(draw) -> list[str]:
     argv = ["serve", "--port", draw(st.sampled_from(["0", "-5", "65536", "x"]))]
     for flag, good in (
         ("--client-timeout", ["0.5", "30"]),
+        ("--handshake-timeout", ["0.5", "5"]),
         ("--max-message-bytes", ["64", "65536", "63"]),
         ("--control-hz", ["50", "100"]),
         ("--episode-s", ["0.5", "20"]),
@@ -230,3 +234,11 @@ def test_serve_with_a_live_view_prints_its_address():
             assert json.loads(ws.recv(timeout=10))["op"] == "serverInfo"
         rc, _ = _stop(proc, signal.SIGTERM)
         assert rc == 0
+
+
+def test_serve_help_explains_the_deadlines(capsys):
+    res = run_main(["serve", "--help"], capsys)
+    assert res.rc == 0
+    text = " ".join(res.out.split())  # argparse wraps lines
+    assert "--handshake-timeout" in text and "has not completed hello" in text
+    assert "(default 5)" in text and "(default 30; partial frames do not count)" in text

@@ -62,11 +62,24 @@ class RawClient:
         return self.recv()
 
     def closed_by_server(self) -> bool:
-        """Whether the server has closed this connection (reads until EOF or timeout)."""
+        """Whether the server closes this connection within the socket timeout (reads and drops
+        what comes before the end, e.g. a ``timeout`` notice; a timeout is ``False``)."""
         try:
-            return self.sock.recv(1) == b""
-        except (ConnectionError, TimeoutError):
+            for _ in range(1000):  # bounded: a notice is one frame
+                if self.sock.recv(1 << 16) == b"":
+                    return True
+        except ConnectionError:
             return True
+        except TimeoutError:
+            return False
+        return False
+
+    def closing_notice(self) -> dict[str, Any] | None:
+        """The unasked message the server sends before it closes (``None`` when it sends none)."""
+        try:
+            return recv_message(self.sock)
+        except ConnectionError:
+            return None
 
     def close(self) -> None:
         self.sock.close()

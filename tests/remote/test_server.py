@@ -200,19 +200,28 @@ def test_the_remote_env_has_the_spaces_and_attributes_of_the_local_one():
 
 
 def test_ipv6_loopback():
-    if not socket.has_ipv6:
-        pytest.skip("no IPv6 on this machine")
     try:
-        ctx = served(host="::1")
-        server = ctx.__enter__()
-    except OSError:
-        pytest.skip("cannot bind ::1")
-    try:
-        env = gym.make(REMOTE_ENV_ID, address=f"[::1]:{server.address[1]}")
-        env.reset(seed=0)
-        env.close()
-    finally:
-        ctx.__exit__(None, None, None)
+        probe = socket.create_server(("::1", 0), family=socket.AF_INET6)
+    except OSError as exc:
+        pytest.skip(f"this machine has no IPv6 loopback: {exc}")
+    probe.close()
+    local = gym.make("ResidualQuad-v0")
+    expected, _ = local.reset(seed=0)
+    expected_step = local.step(np.zeros(4, dtype=np.float32))[0]
+    local.close()
+    with served(host="::1") as server:
+        host, port = server.address
+        assert host == "::1"
+        env = gym.make(REMOTE_ENV_ID, address=f"[::1]:{port}")
+        try:
+            assert env.unwrapped._sock.family == socket.AF_INET6  # really over IPv6
+            obs, info = env.reset(seed=0)
+            np.testing.assert_array_equal(obs, expected)  # the in-process plant, bit for bit
+            obs, reward, terminated, truncated, info = env.step(np.zeros(4, dtype=np.float32))
+            np.testing.assert_array_equal(obs, expected_step)
+            assert info["t"] == pytest.approx(0.01) and not (terminated or truncated)
+        finally:
+            env.close()
 
 
 def test_realtime_holds_the_last_command_and_counts_late_periods():

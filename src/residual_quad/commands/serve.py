@@ -78,13 +78,8 @@ def _cmd(args: argparse.Namespace) -> int:
         token=token,
         max_message_bytes=args.max_message_bytes,
         client_timeout_s=args.client_timeout,
+        handshake_timeout_s=args.handshake_timeout,
     )
-    if not _is_loopback(args.host):
-        print(
-            f"rquad serve: warning: listening on {args.host}, reachable from other machines; "
-            f"the protocol is not encrypted{'' if token else f' and no {TOKEN_ENV} is set'}",
-            file=sys.stderr,
-        )
     sinks: list[Any] = []
     telemetry = None
     try:
@@ -98,6 +93,12 @@ def _cmd(args: argparse.Namespace) -> int:
         for sink in sinks:
             sink.close()
         raise
+    if not _is_loopback(args.host):  # only once it listens: a bad host is one error line
+        print(
+            f"rquad serve: warning: listening on {args.host}, reachable from other machines; "
+            f"the protocol is not encrypted{'' if token else f' and no {TOKEN_ENV} is set'}",
+            file=sys.stderr,
+        )
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.signal(sig, lambda *_: server.stop())
@@ -115,8 +116,8 @@ def _cmd(args: argparse.Namespace) -> int:
     counts = server.counts
     print(
         f"stopped: {counts['connections']} connection(s), {counts['requests']} request(s), "
-        f"{counts['errors']} error reply(ies), {counts['refused']} refused"
-        + (f"; flight log {args.record}" if args.record else ""),
+        f"{counts['errors']} error reply(ies), {counts['refused']} refused, "
+        f"{counts['timeouts']} timed out" + (f"; flight log {args.record}" if args.record else ""),
         flush=True,
     )
     return 0
@@ -156,7 +157,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--client-timeout",
         type=_positive,
         default=30.0,
-        help="disconnect a client silent this long, s (default 30)",
+        help="release the plant and disconnect the controlling client when it sends no complete "
+        "request for this long, s (default 30; partial frames do not count)",
+    )
+    p.add_argument(
+        "--handshake-timeout",
+        type=_positive,
+        default=5.0,
+        help="close a connection that has not completed hello (with the right token) this long "
+        "after connecting, whatever it sends, s (default 5); until then it holds nothing",
     )
     p.add_argument("--payload", type=_payload, default="none", help="none/light/heavy/extra or kg")
     p.add_argument("--wind", type=_wind, default="calm", help="calm/breezy/windy or MEAN,SIGMA")

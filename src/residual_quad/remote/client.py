@@ -187,7 +187,8 @@ class ResidualQuadRemoteEnv(gym.Env):
         message = {"v": PROTOCOL_VERSION, "seq": self._seq, **request}
         self._sock.sendall(frame(message))
         reply = self._receive(self._sock)
-        if reply.get("seq") != self._seq:
+        unasked = reply.get("seq") is None and not reply.get("ok")  # e.g. a timeout notice
+        if reply.get("seq") != self._seq and not unasked:
             raise ConnectionError(f"reply to seq {reply.get('seq')!r}, expected {self._seq}")
         if not reply.get("ok"):
             error = reply.get("error") or {}
@@ -196,7 +197,8 @@ class ResidualQuadRemoteEnv(gym.Env):
                 raise ResetNeeded(text)
             if code == "bad_request":
                 raise ValueError(text)
-            raise RemoteError(code, text)
+            details = {k: v for k, v in error.items() if k not in ("code", "message")}
+            raise RemoteError(code, text, details)
         return reply
 
     def _receive(self, sock: socket.socket) -> dict[str, Any]:

@@ -57,7 +57,10 @@ ERROR_CODES: dict[str, str] = {
     "out_of_order": "seq not increasing, a call before hello, or a step while one is pending",
     "unauthorized": "wrong or missing token (the connection is then closed)",
     "reset_needed": "step before the first reset or after the episode ended",
-    "busy": "another client controls the plant (the connection is then closed)",
+    "busy": "another client controls the plant (the connection is then closed; the error's "
+    "retry_after_s says when the holder's idle deadline passes)",
+    "timeout": "the handshake or idle deadline passed (sent unasked with seq null; the "
+    "connection is then closed)",
     "internal": "the server failed on this request (a bug; the traceback is in its log)",
 }
 """The error codes a reply can carry, and what they mean."""
@@ -104,22 +107,24 @@ INFO_KEYS: tuple[str, ...] = ("t", "position_error", "reward_terms", "diverged",
 class ProtocolError(Exception):
     """A request the server refuses; ``code`` is a key of :data:`ERROR_CODES`."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, **details: Any):
         if code not in ERROR_CODES:
             raise ValueError(f"unknown error code {code!r}")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.details = details  # extra fields of the reply's error map (e.g. retry_after_s)
 
 
 class RemoteError(ConnectionError):
     """An error reply seen by a client (``code`` from :data:`ERROR_CODES`): the server refused
     the request (a ``ConnectionError``, so the command line reports it in one line)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None):
         super().__init__(f"server refused the request ({code}): {message}")
         self.code = code
         self.message = message
+        self.details = dict(details or {})  # the error's other fields (busy: retry_after_s)
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -325,11 +330,12 @@ def env_kwargs(scenario: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def error_reply(seq: Any, code: str, message: str) -> dict[str, Any]:
-    """The reply to a refused request."""
+def error_reply(seq: Any, code: str, message: str, **details: Any) -> dict[str, Any]:
+    """The reply to a refused request; ``details`` are extra fields of its error map (``busy``
+    carries ``retry_after_s``)."""
     return {
         "v": PROTOCOL_VERSION,
         "seq": seq if _is_int(seq) else None,
         "ok": False,
-        "error": {"code": code, "message": message},
+        "error": {"code": code, "message": message, **details},
     }

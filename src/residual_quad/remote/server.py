@@ -1,11 +1,21 @@
 """The simulation server: one ``ResidualQuad-v0`` served over TCP (``rquad serve``).
 
 One thread, one ``selectors`` loop: it accepts connections, reads frames (:mod:`.protocol`),
-steps the plant and, with ``realtime``, advances the plant on the wall clock. One client controls
-the plant at a time; another that connects gets a ``busy`` error to its first request and is
-closed. A client that disconnects or sends nothing for ``client_timeout_s`` frees the plant. Any
-bad request gets an error reply and the server keeps serving; an unexpected exception while
-handling a request is logged with its traceback and answered with ``internal``.
+steps the plant and, with ``realtime``, advances the plant on the wall clock.
+
+Sessions: a connection holds nothing until its ``hello`` succeeds (with the right token when the
+server has one); that makes it the controlling client, which owns the plant. A valid ``hello``
+while another client controls the plant gets ``busy`` (with ``retry_after_s``) and is closed. Two
+deadlines keep the plant from being held hostage, and neither is moved by the bytes of a partial
+frame: a connection must complete its handshake within ``handshake_timeout_s`` of being accepted
+(whatever it trickles), and the controlling client is released ``client_timeout_s`` after its
+last *complete* request. Either way the server sends a ``timeout`` error (seq null) when the
+socket takes it without waiting, then closes the connection. At most :data:`MAX_PENDING`
+connections wait for their handshake; a new one closes the oldest. Replies to a connection
+without a handshake never wait for it to read (one that does not read is closed), so such a
+connection cannot stall the loop either. Any bad request gets an error reply and the server keeps
+serving; an unexpected exception while handling a request is logged with its traceback and
+answered with ``internal``.
 
 Lock-step (default): each ``step`` request advances the plant one control period and is answered
 at once, so a remote episode is the in-process episode bit for bit.
@@ -57,9 +67,12 @@ from residual_quad.remote.protocol import (
 
 log = logging.getLogger(__name__)
 
-MAX_REFUSED = 8  # connections waiting for their busy reply; more are closed at once
-REFUSED_TIMEOUT_S = 5.0  # s a refused connection may take to send its first request
-SEND_TIMEOUT_S = 5.0  # s a reply may wait for a client that does not read
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)  # a send that fails rather than waits
+
+MAX_PENDING = 8  # connections without a completed handshake; a new one closes the oldest
+DEFAULT_HANDSHAKE_TIMEOUT_S = 5.0  # s from accept to a successful hello
+DEFAULT_CLIENT_TIMEOUT_S = 30.0  # s the controlling client may go without a complete request
+SEND_TIMEOUT_S = 5.0  # s a reply may wait for a controlling client that does not read
 POLL_S = 0.5  # s between checks of the stop flag when nothing happens
 
 StepHook = Callable[[int, np.ndarray, dict[str, Any], list[float] | None], None]
@@ -73,7 +86,9 @@ class ServerConfig:
     ``scenario`` holds wire scenario keys (:data:`~.protocol.SCENARIO_KEYS`); a client's
     ``configure`` overrides them for its session. ``token``: a shared secret the client's
     ``hello`` must present (``None``: no token). ``max_message_bytes``: largest frame accepted.
-    ``client_timeout_s``: a controlling client silent this long is disconnected.
+    ``handshake_timeout_s``: a connection without a successful ``hello`` this long after it was
+    accepted is closed, whatever it sends. ``client_timeout_s``: the controlling client is
+    released (and disconnected) this long after its last complete request.
     """
 
     host: str = "127.0.0.1"
@@ -82,7 +97,8 @@ class ServerConfig:
     realtime: bool = False
     token: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # bytes
-    client_timeout_s: float = 30.0  # s
+    client_timeout_s: float = DEFAULT_CLIENT_TIMEOUT_S  # s
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S  # s
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -102,11 +118,12 @@ class ServerConfig:
             raise ValueError(
                 f"max_message_bytes must be <= {MAX_MESSAGE_BYTES_LIMIT}, got {size!r}"
             )
-        timeout = self.client_timeout_s
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
-            raise ValueError(f"client_timeout_s must be a number of seconds, got {timeout!r}")
-        if not (math.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"client_timeout_s must be finite and > 0 s, got {timeout!r}")
+        for name in ("client_timeout_s", "handshake_timeout_s"):
+            timeout = getattr(self, name)
+            if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+                raise ValueError(f"{name} must be a number of seconds, got {timeout!r}")
+            if not (math.isfinite(timeout) and timeout > 0):
+                raise ValueError(f"{name} must be finite and > 0 s, got {timeout!r}")
         try:
             parse_scenario(dict(self.scenario))
         except ProtocolError as exc:
@@ -171,19 +188,21 @@ def result_message(
 
 
 class _Session:
-    """One connection: its framing, the protocol state and, for the controller, the plant."""
+    """One connection: its framing, the protocol state and, for the controller, the plant.
 
-    def __init__(self, sock: socket.socket, peer: Any, max_bytes: int, controller: bool):
+    ``controller`` turns true with a successful ``hello`` (the handshake), never before."""
+
+    def __init__(self, sock: socket.socket, peer: Any, max_bytes: int):
         self.sock = sock
         self.peer = peer
         self.reader = FrameReader(max_bytes)
-        self.controller = controller
+        self.controller = False
         self.encoding = "msgpack"  # of the last readable request (for unreadable ones)
         self.last_seq = -1
         self.hello = False
         self.closed = False
-        self.last_activity = time.monotonic()
-        self.opened = self.last_activity
+        self.opened = time.monotonic()  # s, monotonic: the handshake deadline counts from here
+        self.last_request = self.opened  # s, monotonic: the last complete frame (idle deadline)
         self.env: Any = None
         self.scenario: dict[str, Any] = {}
         self.running = False  # an episode is under way (reset done, not ended)
@@ -222,7 +241,7 @@ class SimServer:
         self._stopping = False
         self._clock_ns = 0  # flight clock of the hook: simulated time over all episodes, ns
         self._episode_offset_ns = 0
-        self.counts = {"connections": 0, "refused": 0, "errors": 0, "requests": 0}
+        self.counts = {"connections": 0, "refused": 0, "errors": 0, "requests": 0, "timeouts": 0}
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -268,12 +287,18 @@ class SimServer:
         self._selector.close()
 
     # ------------------------------------------------------------------ loop pieces
+    def _deadline(self, session: _Session) -> float:
+        """Monotonic time (s) at which ``session`` is closed: the controller's idle deadline from
+        its last complete request, anyone else's handshake deadline from its accept."""
+        if session.controller:
+            return session.last_request + self.config.client_timeout_s
+        return session.opened + self.config.handshake_timeout_s
+
     def _timeout(self) -> float:
         now = time.monotonic()
         deadline = now + POLL_S
         for s in self._sessions:
-            limit = self.config.client_timeout_s if s.controller else REFUSED_TIMEOUT_S
-            deadline = min(deadline, s.last_activity + limit)
+            deadline = min(deadline, self._deadline(s))
         timeout = deadline - now
         ctrl = self._controller()
         if ctrl is not None and ctrl.next_tick is not None:
@@ -299,20 +324,19 @@ class SimServer:
         except OSError:
             return
         self.counts["connections"] += 1
-        controller = self._controller() is None
-        if not controller and len(self._sessions) > MAX_REFUSED:
-            sock.close()
+        pending = [s for s in self._sessions if not s.controller]
+        if len(pending) >= MAX_PENDING:  # the oldest goes: a flood cannot lock newcomers out
+            self._end(pending[0], f"closed: more than {MAX_PENDING} connections without hello")
             self.counts["refused"] += 1
-            return
         try:  # the send timeout bounds sendall; recv runs only when data is ready
             kernel_timeouts(sock, SEND_TIMEOUT_S, send_only=True)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        session = _Session(sock, peer, self.config.max_message_bytes, controller)
+        session = _Session(sock, peer, self.config.max_message_bytes)
         self._sessions.append(session)
         self._selector.register(sock, selectors.EVENT_READ, session)
-        log.info("client %s connected%s", peer, "" if controller else " (refused: busy)")
+        log.info("client %s connected", peer)
 
     def _end(self, session: _Session, why: str) -> None:
         if session.closed:
@@ -332,9 +356,8 @@ class SimServer:
     def _on_time(self) -> None:
         mono = time.monotonic()
         for s in list(self._sessions):
-            limit = self.config.client_timeout_s if s.controller else REFUSED_TIMEOUT_S
-            if mono - s.last_activity > limit:
-                self._end(s, f"silent for {limit:g} s: disconnected")
+            if mono >= self._deadline(s):
+                self._time_out(s)
         ctrl = self._controller()
         if ctrl is not None and ctrl.next_tick is not None:
             now = time.perf_counter()
@@ -352,8 +375,7 @@ class SimServer:
         if not data:
             self._end(session, "disconnected")
             return
-        session.last_activity = time.monotonic()
-        for kind, item in session.reader.feed(data):
+        for kind, item in session.reader.feed(data):  # partial frames move no deadline
             if kind == "too_large":
                 self._error(
                     session,
@@ -364,22 +386,43 @@ class SimServer:
                 )
             else:
                 assert isinstance(item, bytes)
+                session.last_request = time.monotonic()
                 self._on_frame(session, item)
             if session.closed:
                 return
 
     # ------------------------------------------------------------------ requests
+    def _time_out(self, session: _Session) -> None:
+        """Close ``session`` at its deadline, telling it why when its socket takes the notice."""
+        if session.controller:
+            limit = self.config.client_timeout_s
+            why = f"no complete request for {limit:g} s: the plant is released"
+        else:
+            limit = self.config.handshake_timeout_s
+            why = f"no successful hello within {limit:g} s of connecting"
+        self.counts["timeouts"] += 1
+        notice = frame(error_reply(None, "timeout", why), session.encoding)
+        try:
+            session.sock.send(notice, _DONTWAIT)  # never wait for a client that does not read
+        except OSError:
+            pass
+        self._end(session, f"timeout: {why}")
+
     def _send(self, session: _Session, message: Mapping[str, Any], encoding: str) -> None:
         if session.closed:
             return
+        data = frame(message, encoding)
         try:
-            session.sock.sendall(frame(message, encoding))
-        except OSError as exc:  # includes the send timeout
+            if session.controller:  # bounded by the kernel send timeout
+                session.sock.sendall(data)
+            elif session.sock.send(data, _DONTWAIT) < len(data):
+                self._end(session, "reply not delivered: the client does not read its replies")
+        except OSError as exc:  # includes the send timeout and a full buffer without hello
             self._end(session, f"reply not delivered: {exc}")
 
-    def _error(self, session: _Session, seq: Any, code: str, message: str) -> None:
+    def _error(self, session: _Session, seq: Any, code: str, message: str, **details: Any) -> None:
         self.counts["errors"] += 1
-        self._send(session, error_reply(seq, code, message), session.encoding)
+        self._send(session, error_reply(seq, code, message, **details), session.encoding)
 
     def _on_frame(self, session: _Session, payload: bytes) -> None:
         self.counts["requests"] += 1
@@ -391,16 +434,6 @@ class SimServer:
             self._error(session, None, exc.code, exc.message)
             return
         seq = message.get("seq")
-        if not session.controller:
-            self._error(
-                session,
-                seq,
-                "busy",
-                "another client controls the plant; one client at a time (try again later)",
-            )
-            self._end(session, "refused: busy")
-            self.counts["refused"] += 1
-            return
         try:
             request = parse_request(message)
             if request.seq <= session.last_seq:
@@ -411,9 +444,10 @@ class SimServer:
             session.last_seq = request.seq
             reply = self._dispatch(session, request)
         except ProtocolError as exc:
-            self._error(session, seq, exc.code, exc.message)
-            if exc.code == "unauthorized":
-                self._end(session, "unauthorized")
+            self._error(session, seq, exc.code, exc.message, **exc.details)
+            if exc.code in ("unauthorized", "busy"):
+                self._end(session, exc.code)
+                self.counts["refused"] += exc.code == "busy"
             return
         except Exception:  # a bug: keep serving, say so, log the traceback
             log.error("request %r failed:\n%s", message.get("op"), traceback.format_exc())
@@ -450,8 +484,18 @@ class SimServer:
             given = token.encode() if isinstance(token, str) else b""
             if not hmac.compare_digest(given, self.config.token.encode()):
                 raise ProtocolError("unauthorized", "wrong or missing token")
+        holder = self._controller()
+        if holder is not None:
+            wait = max(self._deadline(holder) - time.monotonic(), 0.0)  # s
+            raise ProtocolError(
+                "busy",
+                "another client controls the plant; one client at a time (it is released "
+                f"{self.config.client_timeout_s:g} s after its last request: try again in "
+                f"{wait:.1f} s or later)",
+                retry_after_s=round(wait, 3),
+            )
         self._configure(session, {})
-        session.hello = True
+        session.hello = session.controller = True
         return describe(session.env, session.scenario, self.config.realtime)
 
     def _configure(self, session: _Session, overrides: Mapping[str, Any]) -> None:
