@@ -416,8 +416,12 @@ def make_figures(
     """Every figure the rows and series allow; returns name → path.
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
-    ``weights`` for the learning-curve/scatter figure.
+    ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
+    left out.
     """
+    from residual_quad.evaluation.sweep import flown_rows
+
+    rows = flown_rows(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     series_dir = Path(run_dir) / "series"
