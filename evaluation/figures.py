@@ -177,7 +177,7 @@ def tracking_comparison(
     ax[1, 1].set(ylabel="∫ΣT² dt (N²·s)", title="(e) control cost")
     ax[1, 2].bar(
         names,
-        [np.mean([r["rmse"] for r in by[c]]) for c in names],
+        [np.mean([r["rmse"] for r in by[c] if r["rmse"] is not None] or [np.nan]) for c in names],
         color=[color_of(c) for c in names],
     )
     ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
@@ -213,7 +213,14 @@ def _sweep_plot(
     axes = np.atleast_1d(axes)
     for c in ctrls:
         ys = [
-            np.mean([r["rmse"] for r in sel if r["controller"] == c and r[key] == x] or [np.nan])
+            np.mean(
+                [
+                    r["rmse"]
+                    for r in sel
+                    if r["controller"] == c and r[key] == x and r["rmse"] is not None
+                ]
+                or [np.nan]
+            )
             for x in xs
         ]
         axes[0].plot(xs, ys, "o-", color=color_of(c), label=c)
@@ -416,8 +423,12 @@ def make_figures(
     """Every figure the rows and series allow; returns name → path.
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
-    ``weights`` for the learning-curve/scatter figure.
+    ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
+    left out.
     """
+    from residual_quad.evaluation.sweep import flown_rows
+
+    rows = flown_rows(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     series_dir = Path(run_dir) / "series"

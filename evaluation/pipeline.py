@@ -41,8 +41,12 @@ QUICK = PipelineConfig(
 )
 
 
-def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = False) -> Path:
-    """Run every stage into ``out_dir``; returns the path of ``report.md``."""
+def run_pipeline(
+    cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = False, retry_failed: bool = False
+) -> Path:
+    """Run every stage into ``out_dir``; returns the path of ``report.md``. ``retry_failed``
+    (with ``resume``) flies the sweep's recorded failed runs again; failed runs never stop the
+    pipeline: the report counts and lists them."""
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.report import write_report
     from residual_quad.evaluation.rl_seeds import figure_rows
@@ -100,7 +104,9 @@ def run_pipeline(cfg: PipelineConfig, out_dir: str | Path, *, resume: bool = Fal
             options.setdefault(name, {})["weights"] = str(weights.resolve())
     s_cfg = dataclasses.replace(s_cfg, controller_options=options)
     t0 = time.perf_counter()
-    rows = run_sweep(s_cfg, out / "sweep", resume=resume, workers=workers)
+    rows = run_sweep(
+        s_cfg, out / "sweep", resume=resume, workers=workers, retry_failed=retry_failed
+    )
     timings["evaluate"] = time.perf_counter() - t0
 
     print("[4/4] tables, figures, report")

@@ -20,6 +20,7 @@ from residual_quad.evaluation.rl_seeds import (
     rl_section,
     training_seed,
 )
+from residual_quad.evaluation.sweep import failed_rows, flown_rows
 from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
@@ -184,12 +185,15 @@ def write_report(
     extra_sections: list[str] | None = None,
     title: str = "residual-quad evaluation report",
 ) -> Path:
-    """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path."""
+    """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
+    runs (controller errors) are counted and listed (the ``failures`` table), never averaged."""
     out = Path(out_dir)
     rl = rl_section(rows)
     rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
     tables = make_tables(rows)
     write_tables(tables, out / "tables")
+    failed = failed_rows(rows)
+    rows = flown_rows(rows)
     lines = [f"# {title}", ""]
     n_ctrl = len({r["controller"] for r in rows})
     wall = sum(r.get("wall_time", 0.0) for r in rows)
@@ -201,6 +205,13 @@ def write_report(
         "it.",
         "",
     ]
+    if failed:
+        lines += [
+            f"**{len(failed)} more run(s) failed** (controller errors: an exception or a "
+            "non-finite action); they are left out of every number below and listed in the "
+            "failed-runs table.",
+            "",
+        ]
     checks = target_checks(tables, rows)
     if checks:
         lines += ["## Targets from the source [RES §9]", ""]

@@ -38,6 +38,9 @@ from residual_quad.evaluation.sweep import (
     ControllerLabels,
     SweepConfig,
     expand,
+    failure_row,
+    flown_rows,
+    is_failed,
     run_one,
     run_rows,
 )
@@ -195,8 +198,22 @@ def stress_row(
     controller: ControllerSpec | None = None,
 ) -> dict[str, Any]:
     """Fly one stress run and return its row; the tilt series goes to ``series_dir`` if given.
-    ``controller`` is the resolved spec of the run's label (default: the label parsed)."""
-    res = fly(spec, controller_options=options, controller=controller)
+    ``controller`` is the resolved spec of the run's label (default: the label parsed). A
+    controller that fails (cannot be built, raises, acts non-finite) gives a failure row
+    (:func:`~residual_quad.evaluation.sweep.failure_row`) instead of an exception."""
+    steps = [0]
+
+    def count(step: int, *_: Any) -> None:
+        steps[0] = step
+
+    try:
+        built = build_controller(controller or spec.controller, None, options)
+    except Exception as exc:
+        return failure_row(spec, exc, None)
+    try:
+        res = fly(spec, callback=count, controller=built)
+    except Exception as exc:  # failed at the action after ``steps[0]`` steps
+        return failure_row(spec, exc, steps[0])
 
     def fin(x: float) -> float | None:
         return float(x) if math.isfinite(x) else None
@@ -233,12 +250,15 @@ def run_stress(
     resume: bool = False,
     workers: int | None = None,
     progress: bool = False,
+    retry_failed: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], np.ndarray]]:
     """Fly every (scenario, controller, seed) with the sweep engine.
 
-    Rows go to ``out_dir/rows.jsonl`` (atomic, fsynced, ``resume`` skips finished runs) and come
-    back in the config's order; the second value holds the tilt series (t, rad) of the first seed
-    per (scenario, controller), saved under ``out_dir/series`` (empty without ``out_dir``).
+    Rows go to ``out_dir/rows.jsonl`` (atomic, fsynced, ``resume`` skips finished runs and
+    recorded failures, ``retry_failed`` flies the failures again) and come back in the config's
+    order, failure rows of runs whose controller failed included; the second value holds the
+    tilt series (t, rad) of the first seed per (scenario, controller), saved under
+    ``out_dir/series`` (empty without ``out_dir``).
     """
     if not cfg.scenarios:
         raise ValueError("the stress config lists no scenarios; see the shipped config 'stress'")
@@ -267,6 +287,7 @@ def run_stress(
         workers=workers,
         progress=progress,
         desc="stress",
+        retry_failed=retry_failed,
     )
     series: dict[tuple[str, str], np.ndarray] = {}
     if series_dir is not None:
@@ -279,7 +300,10 @@ def run_stress(
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (scenario, controller): crash/flip counts, tilt and RMSE statistics."""
+    """One entry per (scenario, controller): crash/flip counts, tilt and RMSE statistics.
+
+    Failed runs (controller errors) are counted in ``failed`` and ``runs`` and left out of every
+    statistic; ``max_tilt_deg`` and ``mean_max_tilt_deg`` are None when every run failed."""
     out: list[dict[str, Any]] = []
     keys: list[tuple[str, str]] = []
     for r in rows:
@@ -287,42 +311,57 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if k not in keys:
             keys.append(k)
     for scn, ctl in keys:
-        rs = [r for r in rows if r["scenario"] == scn and r["controller"] == ctl]
+        every = [r for r in rows if r["scenario"] == scn and r["controller"] == ctl]
+        rs = flown_rows(every)
         ok = [r["rmse"] for r in rs if r["survived"] and r["rmse"] is not None]
         terms = sorted({r["termination"] for r in rs if not r["survived"]})
-        out.append(
-            {
-                "scenario": scn,
-                "group": rs[0]["group"],
-                "controller": ctl,
-                "runs": len(rs),
-                "crashes": sum(r["crashed"] for r in rs),
-                "lost": sum(r["lost"] for r in rs),
-                "survived": sum(r["survived"] for r in rs),
-                "flips": sum(r["flipped"] for r in rs),
-                "terminations": terms,
-                "max_tilt_deg": max(r["max_tilt_deg"] for r in rs),
-                "mean_max_tilt_deg": float(np.mean([r["max_tilt_deg"] for r in rs])),
-                "rmse": float(np.mean(ok)) if ok else None,
-            }
-        )
+        tilts = [r["max_tilt_deg"] for r in rs]
+        entry = {
+            "scenario": scn,
+            "group": every[0]["group"],
+            "controller": ctl,
+            "runs": len(every),
+            "crashes": sum(r["crashed"] for r in rs),
+            "lost": sum(r["lost"] for r in rs),
+            "survived": sum(r["survived"] for r in rs),
+            "flips": sum(r["flipped"] for r in rs),
+            "terminations": terms,
+            "max_tilt_deg": max(tilts) if tilts else None,
+            "mean_max_tilt_deg": float(np.mean(tilts)) if tilts else None,
+            "rmse": float(np.mean(ok)) if ok else None,
+        }
+        failed = len(every) - len(rs)
+        if failed:  # the key only where runs failed: summaries of clean studies are unchanged
+            entry["failed"] = failed
+        out.append(entry)
     return out
 
 
 def format_table(summary: list[dict[str, Any]]) -> str:
-    """Markdown table of :func:`summarize`."""
+    """Markdown table of :func:`summarize`; a ``failed`` column (controller errors) only when a
+    run failed."""
+    any_failed = any(s.get("failed") for s in summary)
+    fail_head, fail_rule = (" failed |", "---|") if any_failed else ("", "")
     lines = [
-        "| scenario | controller | survived | crashed | lost (>5 m) | flipped | max tilt (°) "
-        "| mean max tilt (°) | RMSE of survivors (m) | how it ended |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | controller | survived | crashed | lost (>5 m) | flipped |"
+        + fail_head
+        + " max tilt (°) | mean max tilt (°) | RMSE of survivors (m) | how it ended |",
+        "|---|---|---|---|---|---|" + fail_rule + "---|---|---|---|",
     ]
+
+    def deg(v: float | None) -> str:
+        return "–" if v is None else f"{v:.1f}"
+
     for s in summary:
         rmse = f"{s['rmse']:.3f}" if s["rmse"] is not None else "–"
         ended = ", ".join(s["terminations"]) if s["terminations"] else "all survived"
+        if s.get("failed"):
+            ended = (ended + ", " if s["terminations"] else "") + "controller failed"
+        failed = f" {s.get('failed', 0)} |" if any_failed else ""
         lines.append(
             f"| {s['scenario']} | {s['controller']} | {s['survived']}/{s['runs']} "
-            f"| {s['crashes']} | {s['lost']} | {s['flips']} | {s['max_tilt_deg']:.1f} "
-            f"| {s['mean_max_tilt_deg']:.1f} | {rmse} | {ended} |"
+            f"| {s['crashes']} | {s['lost']} | {s['flips']} |{failed} {deg(s['max_tilt_deg'])} "
+            f"| {deg(s['mean_max_tilt_deg'])} | {rmse} | {ended} |"
         )
     return "\n".join(lines)
 
@@ -368,7 +407,7 @@ def plot_stress(
         xs, hs, crashed = [], [], []
         for i, sc in enumerate(scenarios):
             e = next((s for s in summary if s["scenario"] == sc and s["controller"] == c), None)
-            if e is None:
+            if e is None or e["max_tilt_deg"] is None:  # none, or every run failed
                 continue
             xs.append(i + (j - (len(ctls) - 1) / 2) * width)
             hs.append(min(e["max_tilt_deg"], 180.0))
@@ -383,7 +422,8 @@ def plot_stress(
     ax.set_xticklabels(scenarios, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("max tilt over seeds (°)")
     ax.set_title("max tilt per scenario; hatched: at least one run ended early", fontsize=9)
-    ax.set_ylim(0.0, max([100.0] + [min(s["max_tilt_deg"], 180.0) + 5.0 for s in summary]))
+    tilts = [s["max_tilt_deg"] for s in summary if s["max_tilt_deg"] is not None]
+    ax.set_ylim(0.0, max([100.0] + [min(t, 180.0) + 5.0 for t in tilts]))
     ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     p1 = out / "max_tilt.png"
@@ -447,15 +487,19 @@ def nominal_comparison(
         for wind in winds:
             cell: dict[str, Any] = {"payload": payload, "wind": wind}
             for label in controllers:
-                runs = [
+                every = [
                     r
                     for r in rows
                     if (r["controller"], r["payload"], r["wind"]) == (label, payload, wind)
                 ]
+                runs = flown_rows(every)
                 crashed = sum(r["diverged"] for r in runs)
                 vals = [r["rmse"] for r in runs]
-                cell[label] = float(np.mean(vals)) if not crashed else float("inf")
+                mean = float(np.mean(vals)) if vals else float("nan")  # nan: every run failed
+                cell[label] = mean if not crashed else float("inf")
                 cell[f"{label}_crashed"] = crashed
+                if len(every) > len(runs):
+                    cell[f"{label}_failed"] = sum(is_failed(r) for r in every)
             a, b = controllers
             cell["ratio"] = cell[b] / cell[a] if cell[a] > 0 else float("nan")
             cells.append(cell)

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -308,18 +309,28 @@ def _finite(x: float) -> float | None:
 
 
 def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> dict[str, Any]:
-    """Fly one matrix spec and return its row (JSON-ready)."""
-    ctrl = build_controller(
-        cfg.controller_spec(spec.controller),
-        cfg.env,
-        cfg.controller_options.get(spec.controller),
-    )
+    """Fly one matrix spec and return its row (JSON-ready).
+
+    A controller that cannot be built, raises, or returns an action the env refuses (NaN, wrong
+    shape) gives a failure row (:func:`failure_row`) instead of an exception, so one bad run never
+    takes a sweep down; a diverging flight is not a failure (its row says ``diverged``)."""
+    try:
+        ctrl = build_controller(
+            cfg.controller_spec(spec.controller),
+            cfg.env,
+            cfg.controller_options.get(spec.controller),
+        )
+    except Exception as exc:  # a user factory that fails only in this worker
+        return failure_row(spec, exc, None, cfg.env)
     estimates: list[np.ndarray] = []
 
     def record(step: int, obs: np.ndarray, action: np.ndarray, info: dict[str, Any]) -> None:
         estimates.append(np.array(getattr(ctrl, "last_residual", (np.nan,) * 3), dtype=float))
 
-    res = fly(spec, cfg.env, callback=record, controller=ctrl)
+    try:
+        res = fly(spec, cfg.env, callback=record, controller=ctrl)
+    except Exception as exc:  # the controller raised or acted non-finite at step len(estimates)
+        return failure_row(spec, exc, len(estimates), cfg.env)
     est = np.vstack([np.full(3, np.nan), *estimates]) if estimates else np.full((1, 3), np.nan)
     return result_row(spec, res, est, series_dir)
 
@@ -329,7 +340,41 @@ def run_batch(
 ) -> list[dict[str, Any]]:
     """Fly matrix specs together on the vector env (:func:`fly_batch`), every controller in the
     same batch (one vector env per action mode), and return their rows in ``specs`` order, equal
-    to :func:`run_one`'s to ≤ 1e-9 (``wall_time``: the batch's, shared evenly)."""
+    to :func:`run_one`'s to ≤ 1e-9 (``wall_time``: the batch's, shared evenly).
+
+    A failure inside the batch (a controller raising, a non-finite action) never loses the
+    batch's other runs: the batch is flown again one controller label at a time (a run's numbers
+    do not depend on the batch it flies in), and the runs of a label whose own batch fails again
+    are flown one by one with :func:`run_one`, which isolates the failing run(s) into failure
+    rows with the step they failed at."""
+    try:
+        results = _fly_together(specs, cfg)
+    except Exception:
+        results = None
+    if results is not None:
+        return [
+            result_row(s, res, res.extras["residual_est"], d)
+            for s, res, d in zip(specs, results, series_dirs, strict=True)
+        ]
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    by_label: dict[str, list[int]] = {}
+    for i, s in enumerate(specs):
+        by_label.setdefault(s.controller, []).append(i)
+    for idx in by_label.values():
+        try:
+            part = _fly_together([specs[i] for i in idx], cfg)
+        except Exception:  # this label fails: one run at a time finds the failing ones
+            for i in idx:
+                rows[i] = run_one(specs[i], cfg, series_dirs[i])
+            continue
+        for i, res in zip(idx, part, strict=True):
+            rows[i] = result_row(specs[i], res, res.extras["residual_est"], series_dirs[i])
+    return rows  # type: ignore[return-value]
+
+
+def _fly_together(specs: list[RunSpec], cfg: SweepConfig) -> list[EpisodeResult]:
+    """The results of ``specs`` flown in one batch per action mode, in ``specs`` order; raises
+    whatever a batch controller or the vector env raises."""
     context = ControlContext(control_dt=control_dt(cfg.env))
     by_label: dict[str, list[int]] = {}
     for i, s in enumerate(specs):
@@ -340,7 +385,7 @@ def run_batch(
             cfg.controller_spec(label), len(idx), context, **cfg.controller_options.get(label, {})
         )
         by_mode.setdefault(ctrl.action_mode, []).append((ctrl, idx))
-    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    out: list[EpisodeResult | None] = [None] * len(specs)
     for parts in by_mode.values():
         idx = [i for _, part in parts for i in part]
         local = {i: k for k, i in enumerate(idx)}
@@ -348,8 +393,80 @@ def run_batch(
         with blas_threads(1):  # one process per core: a second BLAS thread only contends
             results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
         for i, res in zip(idx, results, strict=True):
-            rows[i] = result_row(specs[i], res, res.extras["residual_est"], series_dirs[i])
-    return rows  # type: ignore[return-value]
+            out[i] = res
+    return out  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------ failed runs
+#: the exit status of ``rquad sweep``, ``rquad stress`` and ``rquad pipeline`` when the sweep
+#: finished but some runs failed (user errors are 2)
+FAILED_RUNS_EXIT = 3
+_MAX_ERROR_CHARS = 500  # a failure reason is one line of at most this many characters
+
+
+def failure_row(
+    spec: RunSpec,
+    exc: BaseException,
+    step: int | None,
+    env: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The row of a run whose controller failed: ``failed: true``, the reason (exception type and
+    message, one line), where it was raised, the step and simulated time it failed at, and the
+    run's scenario. ``step``: control steps flown before the failure (0: at reset or the first
+    action), ``None`` when the controller could not even be built; ``env``: the run's env
+    settings (the control period of the time)."""
+    message = " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
+    reason = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    if len(reason) > _MAX_ERROR_CHARS:
+        reason = reason[: _MAX_ERROR_CHARS - 1] + "…"
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f"{tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name}" if tb else None
+    row: dict[str, Any] = {"run_id": spec.run_id, "controller": spec.controller}
+    if spec.scenario is not None:
+        row.update(scenario=spec.scenario, group=spec.group)
+    row.update(
+        payload=spec.payload,
+        wind=spec.wind if isinstance(spec.wind, str) else list(spec.wind),
+        trajectory=spec.trajectory,
+        seed=spec.seed,
+        failed=True,
+        error=reason,
+        error_type=type(exc).__name__,
+        error_at=where,
+        failed_step=step,
+        failed_t=None if step is None else step * control_dt(env or {}),  # s
+    )
+    return row
+
+
+def is_failed(row: dict[str, Any]) -> bool:
+    """Whether ``row`` records a failed run (a controller error) rather than a flight."""
+    return bool(row.get("failed"))
+
+
+def flown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of runs that flew (finished or diverged): what metrics are computed from."""
+    return [r for r in rows if not is_failed(r)]
+
+
+def failed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failure rows among ``rows``, in their order."""
+    return [r for r in rows if is_failed(r)]
+
+
+def failure_summary(rows: list[dict[str, Any]], limit: int = 3) -> str | None:
+    """A short summary of the failed runs (count, then the first ``limit`` with run id and
+    reason), or None when no run failed."""
+    failed = failed_rows(rows)
+    if not failed:
+        return None
+    lines = [f"{len(failed)} of {len(rows)} runs failed (controller errors):"]
+    for r in failed[:limit]:
+        at = "" if r.get("failed_step") is None else f" at step {r['failed_step']}"
+        lines.append(f"  {r['run_id']}{at}: {r.get('error')}")
+    if len(failed) > limit:
+        lines.append(f'  … and {len(failed) - limit} more (rows with "failed": true)')
+    return "\n".join(lines)
 
 
 def vector_batches(
@@ -591,6 +708,7 @@ def run_rows(
     desc: str = "sweep",
     on_row: Callable[[dict[str, Any]], None] | None = None,
     batches: Callable[[list[str], int], list[Job]] | None = None,
+    retry_failed: bool = False,
 ) -> list[dict[str, Any]]:
     """The sweep engine: fly ``jobs`` (run id → job returning a row with that ``run_id``).
 
@@ -598,15 +716,21 @@ def run_rows(
     batches, each returning a list of rows; they run on the process pool.
 
     Every row is appended to ``out_dir/rows.jsonl`` the moment it arrives (one fsynced line);
-    ``resume`` skips the run ids already there, and without it an existing rows file is an error.
-    ``config`` (a dataclass) is saved as ``out_dir/config_file``. With ``out_dir=None`` nothing is
-    written. Returns every row, old and new, in the order of ``jobs`` (the file keeps completion
-    order), so whatever is computed from them does not depend on the backend's timing.
+    ``resume`` skips the run ids already there — failure rows included, unless ``retry_failed``:
+    then the failure rows are dropped from the file (one atomic rewrite) and those runs fly
+    again —, and without it an existing rows file is an error. A job's failure row (a controller
+    error, ``"failed": true``) is kept like any row and the sweep goes on; nothing here raises
+    because a run failed. ``config`` (a dataclass) is saved as ``out_dir/config_file``. With
+    ``out_dir=None`` nothing is written. Returns every row, old and new, in the order of
+    ``jobs`` (the file keeps completion order), so whatever is computed from them does not
+    depend on the backend's timing.
     """
     if backend not in SWEEP_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(SWEEP_BACKENDS)}")
     if backend == "vector" and batches is None:
         raise ValueError("backend 'vector' needs the batches of the runs (batches=...)")
+    if retry_failed and not resume:
+        raise ValueError("retry_failed (--retry-failed) continues a sweep: it needs resume=True")
     how = (backend, address, workers, progress, desc, on_row, batches)
     if out_dir is None:
         return _fly_rows(jobs, [], None, *how)
@@ -628,6 +752,11 @@ def run_rows(
                 f"{rows_path} already holds {len(rows)} rows; pass resume=True (--resume) to "
                 "continue it or choose another output folder"
             )
+        if retry_failed and failed_rows(rows):
+            try:
+                rows = _drop_failed_rows(rows_path)
+            except OSError as exc:
+                raise _output_error("rewrite", rows_path, exc) from exc
         try:
             if config is not None:
                 configs.dump(config, out / config_file)
@@ -640,6 +769,24 @@ def run_rows(
             writer.close()
     finally:
         lock.release()
+
+
+def _drop_failed_rows(path: Path) -> list[dict[str, Any]]:
+    """Rewrite ``path`` without its failure rows (a temporary file, fsynced, renamed over it: a
+    kill leaves either file whole) and return the rows kept."""
+    keep = flown_rows(read_rows(path))
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(b"".join((json.dumps(r) + "\n").encode("utf-8") for r in keep))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return keep
 
 
 def _fly_rows(
@@ -714,6 +861,8 @@ def _take_row(
         bar.update(1)
         if row.get("diverged"):
             bar.write(f"diverged: {row['run_id']} ({row['termination']})")
+        elif is_failed(row):
+            bar.write(f"failed: {row['run_id']} ({row.get('error')})")
 
 
 def run_sweep(
@@ -727,8 +876,13 @@ def run_sweep(
     progress: bool = True,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     batch_size: int = MAX_BATCH,
+    retry_failed: bool = False,
 ) -> list[dict[str, Any]]:
     """Fly the matrix into ``out_dir/rows.jsonl`` and return every row (old and new).
+
+    A run whose controller fails (raises, or returns a non-finite action) is a failure row
+    (:func:`failure_row`, ``"failed": true``) and the other runs fly on; this never raises
+    because of a failed run (:func:`failure_summary` summarizes them).
 
     Args:
         cfg: the matrix.
@@ -742,6 +896,8 @@ def run_sweep(
         workers: processes (local, vector) or CPUs (local Ray); default ``cfg.workers`` or
             every core.
         batch_size: most runs per batch of the vector backend (:func:`vector_batches`).
+        retry_failed: with ``resume``, fly the runs recorded as failed again (default: keep their
+            failure rows).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
@@ -785,4 +941,5 @@ def run_sweep(
         progress=progress,
         on_row=on_row,
         batches=batches,
+        retry_failed=retry_failed,
     )

@@ -5,7 +5,9 @@
 * ``wind_sweep``: heavy payload, helix, per wind;
 * ``hover_check``: ``geo`` hover offset vs the analytic Δa/K_p (calm);
 * ``control_cost``: ∫ΣT² per payload × wind and its spread across controllers;
-* ``divergence``: diverged runs per controller.
+* ``divergence``: diverged runs per controller;
+* ``failures`` (only when a run failed): failed runs (controller errors) per controller with
+  their reasons. Failed runs are left out of every other table.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.evaluation.sweep import failed_rows, flown_rows
 
 # the orders of rows and columns: one source each (the env's levels, the registry)
 PAYLOAD_ORDER = list(PAYLOAD_LEVELS)
@@ -118,7 +121,10 @@ def _grid(
 
 
 def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
-    """Every table that the rows allow (a table whose slice is absent is omitted)."""
+    """Every table that the rows allow (a table whose slice is absent is omitted). Failure rows
+    (controller errors) are left out of every metric and listed in the ``failures`` table."""
+    every = rows
+    rows = flown_rows(rows)
     controllers = controller_order(rows)
     tracking = {"helix", "figure8"}
     tables: dict[str, Table] = {}
@@ -235,12 +241,34 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     tables["divergence"] = Table(
         "divergence", "Diverged runs", ["controller", "runs", "diverged", "examples"], div_rows
     )
+    failed = failed_rows(every)
+    if failed:
+        fail_rows = []
+        for c in controller_order(every):
+            bad = [r for r in failed if r["controller"] == c]
+            if bad:
+                runs = sum(1 for r in every if r["controller"] == c)
+                shown = "; ".join(f"{r['run_id']}: {r.get('error')}" for r in bad[:3])
+                fail_rows.append([c, runs, len(bad), shown + (" …" if len(bad) > 3 else "")])
+        tables["failures"] = Table(
+            "failures",
+            "Failed runs (controller errors; left out of every table above)",
+            ["controller", "runs", "failed", "examples"],
+            fail_rows,
+        )
     return tables
 
 
 def focus_tables(rows: list[dict[str, Any]], focus: str) -> str:
     """Markdown: ``focus``'s RMSE per payload × (trajectory, wind), then every controller head to
-    head per payload × trajectory (mean over the winds; ``crash`` if any run crashed)."""
+    head per payload × trajectory (mean over the winds; ``crash`` if any run crashed).
+    Failed runs (controller errors) are left out and counted."""
+    failed = failed_rows(rows)
+    if any(r["controller"] == focus for r in failed) and not any(
+        r["controller"] == focus for r in flown_rows(rows)
+    ):
+        raise ValueError(f"every run of controller {focus!r} failed; nothing to tabulate")
+    rows = flown_rows(rows)
     by: dict[tuple[str, Any, Any, Any], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by[(r["controller"], r["payload"], _key(r["wind"]), r["trajectory"])].append(r)
@@ -260,7 +288,9 @@ def focus_tables(rows: list[dict[str, Any]], focus: str) -> str:
 
     n = sum(1 for r in rows if r["controller"] == focus)
     crashes = sum(1 for r in rows if r["controller"] == focus and r["diverged"])
-    out = [f"`{focus}`: {crashes} crash(es) in {n} flights.", ""]
+    n_failed = sum(1 for r in failed if r["controller"] == focus)
+    fails = f" ({n_failed} more run(s) failed: controller errors)" if n_failed else ""
+    out = [f"`{focus}`: {crashes} crash(es) in {n} flights{fails}.", ""]
     out.append(f"Position RMSE after 3 s (m) of `{focus}` per payload × (trajectory, wind):")
     out.append("")
     head = [f"{t} {w}" for t in trajectories for w in winds]

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,24 @@ def _worker(cfg: CollectConfig, run: dict[str, Any]) -> dict[str, Any]:
     return collect_run(cfg, run)
 
 
+def check_output_file(out: Path) -> None:
+    """Raise a one-line ``ValueError`` naming ``out`` unless its folder exists (or can be
+    created) and takes new files: a probe file is created and removed there, so what is checked
+    is what the write will do (also for root, whom permission bits do not stop)."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the dataset's file name (.npz)")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=out.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(
+            f"cannot write the dataset to {out}: {exc.strerror or exc} "
+            f"({exc.filename or out.parent}); choose a writable --out"
+        ) from None
+
+
 def collect(
     cfg: CollectConfig, out: str | Path, *, progress: bool = True, workers: int | None = None
 ) -> dict[str, Any]:
@@ -217,6 +236,7 @@ def collect(
     from tqdm import tqdm
 
     out = Path(out)
+    check_output_file(out)  # before 20-odd seconds of flying, not after
     runs = cfg.runs()
     n_workers = max(1, min(workers or cfg.workers, len(runs)))
     t0 = time.perf_counter()

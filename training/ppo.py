@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -565,9 +566,9 @@ def save_checkpoint(
     return path
 
 
-def latest_checkpoint(out: str | Path) -> Path:
-    """The checkpoint with the most steps in ``out/checkpoints``; ``FileNotFoundError`` naming
-    the folder when there is none."""
+def checkpoints(out: str | Path) -> list[Path]:
+    """The checkpoints in ``out/checkpoints``, the most steps first; ``FileNotFoundError``
+    naming the folder when there is none."""
     folder = Path(out) / "checkpoints"
     found = []
     if folder.is_dir():
@@ -577,7 +578,68 @@ def latest_checkpoint(out: str | Path) -> Path:
                 found.append((int(m.group(1)), p))
     if not found:
         raise FileNotFoundError(f"no checkpoint (ppo_<steps>.zip) in {folder} to resume from")
-    return max(found)[1]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def latest_checkpoint(out: str | Path) -> Path:
+    """The checkpoint with the most steps in ``out/checkpoints``; ``FileNotFoundError`` naming
+    the folder when there is none."""
+    return checkpoints(out)[0]
+
+
+def _load_newest_good(
+    paths: list[Path], venv: Any, cfg: PPOTrainConfig
+) -> tuple[Any, Any, _RunState]:
+    """:func:`_load_checkpoint` of the newest of ``paths`` that loads: a corrupt newest
+    checkpoint (a run killed while its disk filled, a damaged file) costs the steps since the
+    one before, not the run. Each skipped file is named on stderr; when none loads, the error
+    of the only one, or one line naming every file and why."""
+    from residual_quad.controllers.ppo import PolicyFileError
+
+    errors: list[tuple[Path, Exception]] = []
+    for path in paths:
+        try:
+            loaded = _load_checkpoint(path, venv, cfg)
+        except (PolicyFileError, FileNotFoundError) as err:
+            errors.append((path, err))
+            continue
+        for bad, err in errors:
+            print(
+                f"resume: skipped the checkpoint {bad}, which does not load ({err}); "
+                f"resuming from {path.name}",
+                file=sys.stderr,
+            )
+        return loaded
+    if len(errors) == 1:
+        raise errors[0][1]
+    reasons = "; ".join(f"{p.name}: {err}" for p, err in errors)
+    raise PolicyFileError(
+        f"no checkpoint in {paths[0].parent} loads, nothing to resume from ({reasons})"
+    )
+
+
+#: what a run folder holds once a training has written into it
+RUN_FILES = ("final.zip", "best.zip", "summary.json")
+
+
+def _refuse_existing_run(out: Path) -> None:
+    """A fresh training never writes over another run's policies: ``ValueError`` naming what
+    ``out`` holds and what to do instead."""
+    held = [name for name in RUN_FILES if (out / name).exists()]
+    ckpt = out / "checkpoints"
+    if ckpt.is_dir() and any(CHECKPOINT_RE.match(p.name) for p in ckpt.iterdir()):
+        held.append("checkpoints/")
+    if not held:
+        return
+    if (out / "final.zip").exists():
+        raise ValueError(
+            f"{out} already holds a finished training run ({', '.join(held)}); choose a new "
+            "--out (or delete that folder) to train again"
+        )
+    raise ValueError(
+        f"{out} already holds an interrupted training run ({', '.join(held)}); --resume "
+        "continues it, or choose a new --out"
+    )
 
 
 def _load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, Any, _RunState]:
@@ -698,17 +760,21 @@ def train(
     normalization state, evaluation history and budget so far; the envs restart with fresh
     episodes seeded ``seed + steps``) up to ``cfg.total_steps``. ``cfg`` must be the run's
     ``config.yaml`` (``total_steps`` may differ); a run without a checkpoint, or already
-    finished (``final.zip``), is an error naming it.
+    finished (``final.zip``), is an error naming it. A newest checkpoint that does not load is
+    skipped (named on stderr) for the newest one that does. Without ``resume``, a folder that
+    already holds a run (``final.zip``, ``best.zip``, ``summary.json`` or checkpoints) is refused:
+    nothing is overwritten.
     """
     import_sb3()
     import torch
 
     out = Path(out)
     if resume:
-        ckpt = latest_checkpoint(out)
+        found = checkpoints(out)
         if (out / "final.zip").exists():
             raise ValueError(f"{out} is a finished run (final.zip exists): nothing to resume")
     else:
+        _refuse_existing_run(out)
         out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, cfg.torch_threads))
     venv = make_training_env(cfg)
@@ -716,7 +782,7 @@ def train(
     state = _RunState()
     try:
         if resume:
-            model, venv, state = _load_checkpoint(ckpt, venv, cfg)
+            model, venv, state = _load_newest_good(found, venv, cfg)
             model.set_random_seed(cfg.seed + state.steps)  # fresh episodes, not a replay
             model._last_obs = None  # SB3 saved it; None makes learn() reset the new envs
             configs.dump(cfg, out / "config.yaml")

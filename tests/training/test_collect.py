@@ -53,3 +53,30 @@ def test_collect_refuses_extra_and_rejects_large_residuals(tmp_path: Path):
     data = load_dataset(tmp_path / "r.npz")
     assert summary["rejected"] > 0
     assert np.linalg.norm(data["Y"], axis=1).max() <= 5.0
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["under_a_file", "read_only_folder", "a_folder"],
+)
+def test_an_unwritable_out_is_refused_before_flying(tmp_path: Path, monkeypatch, capsys, where):
+    """Root writes into chmod-read-only folders, so the read-only case uses a folder nobody can
+    create files in (``/proc/self``); a path under a regular file fails for every user."""
+    import residual_quad.training.collect as collect_mod
+    from residual_quad.cli import main
+
+    if where == "under_a_file":
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "dataset.npz"
+    elif where == "read_only_folder":
+        if not Path("/proc/self").is_dir():
+            pytest.skip("needs Linux /proc")
+        out = Path("/proc/self/dataset.npz")
+    else:
+        out = tmp_path
+    flown = []
+    monkeypatch.setattr(collect_mod, "map_jobs", lambda *a, **k: flown.append(1) or iter(()))
+    assert main(["collect", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out) in err and "--out" in err
+    assert not flown  # nothing was flown

@@ -350,3 +350,19 @@ def test_same_seed_same_ppo_res_parameters():
     a, b, c = _first_update(3), _first_update(3), _first_update(4)
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
     assert not all(np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+
+
+def test_training_ppo_res_into_a_finished_run_is_refused(tmp_path, capsys):
+    from residual_quad import configs
+    from residual_quad.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "final.zip").write_bytes(b"the first run's policy")
+    tiny = configs.dump(
+        _config(total_steps=512, eval_freq=0, checkpoint_freq=0), tmp_path / "t.yaml"
+    )
+    assert main(["train", "ppo_res", str(tiny), "--out", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a finished training run" in err and "new --out" in err
+    assert (run / "final.zip").read_bytes() == b"the first run's policy"

@@ -401,3 +401,53 @@ def test_bench_rl_reports_end_to_end_beside_the_ceiling(monkeypatch, capsys):
     assert ceiling.ratio == 1.0 and 0 < ceiling.median_us
     for e2e in (scratch, flying):
         assert e2e.ratio == pytest.approx(e2e.median_us / ceiling.median_us) and e2e.median_us > 0
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished", "interrupted"])
+def test_training_into_a_folder_with_a_run_is_refused(tmp_path, capsys, finished):
+    """A fresh ``rquad train ppo`` never writes over another run's policies."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "ppo_2048.zip").write_bytes(b"checkpoint of the first run")
+    if finished:
+        for name in ("final.zip", "best.zip", "summary.json"):
+            (run / name).write_bytes(f"{name} of the first run".encode())
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    tiny = configs.dump(
+        _vec_config(total_steps=1024, eval_freq=0, checkpoint_freq=0), tmp_path / "t.yaml"
+    )
+    assert main(["train", "ppo", str(tiny), "--out", str(run), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run) in err
+    assert ("choose a new --out" in err) if finished else ("--resume continues it" in err)
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_falls_back_past_a_corrupt_newest_checkpoint(tmp_path, capsys, vec_run):
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints"
+    ckpt.mkdir(parents=True)
+    configs.dump(_vec_config(), run / "config.yaml")
+    for name in ("ppo_2048.zip", "ppo_2048.vecnormalize.pkl", "ppo_4096.vecnormalize.pkl"):
+        shutil.copy(vec_run[0] / "checkpoints" / name, ckpt / name)
+    (ckpt / "ppo_4096.zip").write_bytes(b"truncated" * 10)  # the newest: corrupt
+    argv = ["train", "ppo", "--out", str(run), "--resume", "--no-progress"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"skipped the checkpoint {ckpt / 'ppo_4096.zip'}" in err
+    assert "resuming from ppo_2048.zip" in err
+    assert configs_summary(run)["resumed_at_steps"] == 2048
+    assert configs_summary(run)["steps"] == 4096
+
+
+def test_resume_with_no_loadable_checkpoint_names_every_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    ckpt = run / "checkpoints"
+    ckpt.mkdir(parents=True)
+    configs.dump(_vec_config(), run / "config.yaml")
+    for steps in (2048, 4096):
+        (ckpt / f"ppo_{steps}.zip").write_bytes(b"not a zip" * 10)
+    assert main(["train", "ppo", "--out", str(run), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nothing to resume from" in err
+    assert err.index("ppo_4096.zip") < err.index("ppo_2048.zip")  # newest first, both named

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import nonneg_int
+from residual_quad.commands.sweep import add_retry_failed, report_failures
 from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
+from residual_quad.evaluation.sweep import ROWS_FILE, read_rows
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -18,8 +21,11 @@ def _cmd(args: argparse.Namespace) -> int:
         base = dataclasses.replace(base, workers=args.workers)
     if args.no_animation:
         base = dataclasses.replace(base, animation=False)
-    run_pipeline(base, args.out, resume=args.resume)
-    return 0
+    run_pipeline(
+        base, args.out, resume=args.resume or args.retry_failed, retry_failed=args.retry_failed
+    )
+    rows_file = Path(args.out) / "sweep" / ROWS_FILE
+    return report_failures("pipeline", read_rows(rows_file), rows_file)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,5 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workers", type=nonneg_int, default=None, help="processes (default 0: every core)"
     )
     p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
+    add_retry_failed(p)
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
     p.set_defaults(func=_cmd)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import episode_seconds, positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.commands.sweep import add_retry_failed, report_failures
 from residual_quad.evaluation.stress import (
     StressConfig,
     format_nominal,
@@ -19,6 +21,7 @@ from residual_quad.evaluation.stress import (
     summarize,
     survival_check,
 )
+from residual_quad.evaluation.sweep import FAILED_RUNS_EXIT
 
 
 def _cmd(args: Any) -> int:
@@ -43,7 +46,12 @@ def _cmd(args: Any) -> int:
     )  # re-validate the overridden labels
     out = Path(args.out)
     rows, series = run_stress(
-        cfg, out, resume=args.resume, workers=args.workers, progress=not args.quiet
+        cfg,
+        out,
+        resume=args.resume or args.retry_failed,
+        workers=args.workers,
+        progress=not args.quiet,
+        retry_failed=args.retry_failed,
     )
     summary = summarize(rows)
     table = format_table(summary)
@@ -59,7 +67,7 @@ def _cmd(args: Any) -> int:
             chk = survival_check(summary, "geo", cand)
             met = not (chk["crashed_or_flipped"] or chk["lost"])
             print(f"where geo crashes/flips, {cand}: {'survives all' if met else chk}")
-    return 0
+    return report_failures("stress", rows, out / "rows.jsonl")
 
 
 def _cmd_nominal(args: Any) -> int:
@@ -86,6 +94,10 @@ def _cmd_nominal(args: Any) -> int:
     with open(out / "nominal.json", "w", encoding="utf-8") as fh:
         json.dump(cells, fh, indent=2)
     print(table)
+    failed = sum(v for c in cells for k, v in c.items() if k.endswith("_failed"))
+    if failed:
+        print(f"rquad stress: {failed} runs failed (controller errors)", file=sys.stderr)
+        return FAILED_RUNS_EXIT
     return 0
 
 
@@ -115,6 +127,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-plot", action="store_true", help="skip the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    add_retry_failed(p)
     p.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: all cores)"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -12,13 +13,31 @@ from residual_quad.commands.controller_args import add_list_controllers, spec_li
 from residual_quad.evaluation.report import order_rows, report_from_rows
 from residual_quad.evaluation.sweep import (
     DEFAULT_BACKEND,
+    FAILED_RUNS_EXIT,
     MAX_BATCH,
     SWEEP_BACKENDS,
     SweepConfig,
+    failure_summary,
+    flown_rows,
     read_rows,
     run_sweep,
 )
 from residual_quad.evaluation.tables import focus_tables
+
+
+def report_failures(command: str, rows: list[dict], out: object) -> int:
+    """Print the summary of the failed runs of a finished sweep to stderr; returns the exit
+    status: 0 without failures, :data:`FAILED_RUNS_EXIT` with."""
+    summary = failure_summary(rows)
+    if summary is None:
+        return 0
+    print(f"rquad {command}: {summary}", file=sys.stderr)
+    print(
+        f"rquad {command}: the other runs' rows are in {out}; fix the controller, then "
+        "--retry-failed flies the failed runs again",
+        file=sys.stderr,
+    )
+    return FAILED_RUNS_EXIT
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -32,20 +51,33 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     rows = run_sweep(
         cfg,
         args.out,
-        resume=args.resume,
+        resume=args.resume or args.retry_failed,
         backend=args.backend,
         address=args.address,
         workers=args.workers,
         batch_size=args.batch_size,
+        retry_failed=args.retry_failed,
     )
-    div = sum(r["diverged"] for r in rows)
+    flown = flown_rows(rows)
+    div = sum(r["diverged"] for r in flown)
+    failed = len(rows) - len(flown)
     print(
-        f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged), "
+        f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged, {failed} failed), "
         f"{time.perf_counter() - t0:.1f} s wall"
     )
-    if not args.no_report:
+    if not args.no_report and flown:
         report_from_rows(Path(args.out), animation=False)
-    return 0
+    return report_failures("sweep", rows, Path(args.out) / "rows.jsonl")
+
+
+def add_retry_failed(p: argparse.ArgumentParser) -> None:
+    """The ``--retry-failed`` flag of the commands that fly sweeps."""
+    p.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="resume, and fly the runs recorded as failed again (plain --resume keeps their "
+        "failure rows)",
+    )
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -76,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="runs/sweep", help="output folder (rows.jsonl, series/)")
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    add_retry_failed(p)
     p.add_argument(
         "--backend",
         choices=SWEEP_BACKENDS,
