@@ -41,6 +41,7 @@ setup(
         "residual_quad.envs": ["assets/*.xml"],
         "residual_quad.configs": ["*.yaml"],
         "residual_quad.controllers": ["weights/*.npz", "weights/*.zip", "weights/*.json"],
+        "residual_quad.evaluation": ["committed_outcome.json"],
         "residual_quad.evaluation.studies.stick": ["scenarios/*.yaml"],
     },
     include_package_data=False,

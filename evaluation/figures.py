@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual.config import residual_config
@@ -419,8 +421,9 @@ def make_figures(
     out_dir: str | Path,
     training: dict[str, Path] | None = None,
     animation: bool = True,
+    progress: bool = False,
 ) -> dict[str, Path]:
-    """Every figure the rows and series allow; returns name → path.
+    """Every figure the rows and series allow; returns name → path (``progress``: a bar).
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
@@ -432,16 +435,14 @@ def make_figures(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     series_dir = Path(run_dir) / "series"
-    figs: dict[str, Path | None] = {
-        "disturbance_models": disturbance_models(out),
-        "residual_learning": residual_learning(
-            (training or {}).get("logdir"),
-            (training or {}).get("dataset"),
-            (training or {}).get("weights"),
-            out,
+    train = training or {}
+    makers: dict[str, Callable[[], Path | None]] = {
+        "disturbance_models": lambda: disturbance_models(out),
+        "residual_learning": lambda: residual_learning(
+            train.get("logdir"), train.get("dataset"), train.get("weights"), out
         ),
-        "tracking_comparison": tracking_comparison(rows, series_dir, out),
-        "payload_sweep": _sweep_plot(
+        "tracking_comparison": lambda: tracking_comparison(rows, series_dir, out),
+        "payload_sweep": lambda: _sweep_plot(
             rows,
             "payload",
             PAYLOAD_ORDER,
@@ -451,7 +452,7 @@ def make_figures(
             out / "payload_sweep.png",
             bias=True,
         ),
-        "wind_sweep": _sweep_plot(
+        "wind_sweep": lambda: _sweep_plot(
             rows,
             "wind",
             WIND_ORDER,
@@ -460,9 +461,14 @@ def make_figures(
             "wind",
             out / "wind_sweep.png",
         ),
-        "rls_adaptation": rls_adaptation(series_dir, out),
+        "rls_adaptation": lambda: rls_adaptation(series_dir, out),
     }
     if animation:
         ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
-        figs["flight_animation"] = flight_animation(out, ctrls or _controllers(rows)[:3])
+        makers["flight_animation"] = lambda: flight_animation(out, ctrls or _controllers(rows)[:3])
+    figs: dict[str, Path | None] = {}
+    with tqdm(makers.items(), desc="figures", unit="fig", disable=not progress) as bar:
+        for name, make in bar:
+            bar.set_postfix_str(name)
+            figs[name] = make()
     return {k: v for k, v in figs.items() if v is not None}

@@ -8,6 +8,7 @@ to its output; the pipeline's own config is ``pipeline_config.yaml`` in the outp
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,10 @@ from residual_quad import configs
 from residual_quad.evaluation.sweep import SweepConfig, run_sweep
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
+#: targets and diverged runs of the committed full run (``docs/results/report.md``): what a default
+#: ``rquad pipeline`` should reproduce, and what its closing lines compare with
+COMMITTED_OUTCOME = Path(__file__).with_name("committed_outcome.json")
+COMMITTED_REPORT = "docs/results/report.md in the repository"
 
 
 @dataclass
@@ -48,7 +53,7 @@ def run_pipeline(
     (with ``resume``) flies the sweep's recorded failed runs again; failed runs never stop the
     pipeline: the report counts and lists them."""
     from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.report import write_report
+    from residual_quad.evaluation.report import OUTCOME_FILE, write_report
     from residual_quad.evaluation.rl_seeds import figure_rows
     from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import TrainConfig, train_from_dataset
@@ -103,6 +108,13 @@ def run_pipeline(
         if name in s_cfg.controllers:
             options.setdefault(name, {})["weights"] = str(weights.resolve())
     s_cfg = dataclasses.replace(s_cfg, controller_options=options)
+    committed = committed_outcome() if is_committed_run(cfg) else None
+    if committed is not None and committed["diverged"]:
+        crashes = ", ".join(f"{c} {n}" for c, n in committed["diverged"].items())
+        print(
+            f"      the committed run has {sum(committed['diverged'].values())} diverged runs "
+            f"({crashes}): a 'diverged:' line below is such a crash, flagged, not a fault"
+        )
     t0 = time.perf_counter()
     rows = run_sweep(
         s_cfg, out / "sweep", resume=resume, workers=workers, retry_failed=retry_failed
@@ -113,7 +125,12 @@ def run_pipeline(
     t0 = time.perf_counter()
     training = {"logdir": logdir, "dataset": dataset, "weights": weights}
     figs = make_figures(
-        figure_rows(rows), out / "sweep", out / "figures", training, animation=cfg.animation
+        figure_rows(rows),
+        out / "sweep",
+        out / "figures",
+        training,
+        animation=cfg.animation,
+        progress=True,
     )
     timings["report"] = time.perf_counter() - t0
     total = sum(timings.values())
@@ -128,5 +145,72 @@ def run_pipeline(
     if notes:
         section += "\n\n" + "\n".join(f"- {n}" for n in notes)
     report = write_report(rows, out, figs, extra_sections=[section])
+    outcome = json.loads((out / OUTCOME_FILE).read_text())
+    for line in closing_lines(outcome, committed):
+        print(line)
     print(f"report: {report} ({total:.0f} s)")
     return report
+
+
+def is_committed_run(cfg: PipelineConfig) -> bool:
+    """Whether ``cfg`` runs the committed experiment (worker count and GIF aside)."""
+    return dataclasses.replace(cfg, workers=0, animation=True) == PipelineConfig()
+
+
+def committed_outcome() -> dict[str, Any]:
+    """The targets and diverged runs of the committed full run."""
+    return json.loads(COMMITTED_OUTCOME.read_text(encoding="utf-8"))
+
+
+def closing_lines(outcome: dict[str, Any], committed: dict[str, Any] | None) -> list[str]:
+    """What the pipeline says last: which targets are met or missed, how many runs diverged, and
+    whether that is what the committed run gives (``committed``: its outcome, ``None`` when this
+    run's settings differ from it)."""
+    targets = outcome["targets"]
+    missed = [t for t in targets if not t["met"]]
+    line = f"targets: {len(targets) - len(missed)} of {len(targets)} met"
+    if missed:
+        line += "; missed: " + "; ".join(
+            f"{t['target']} ({t['measured']}, goal {t['goal']})" for t in missed
+        )
+    crashes = outcome["diverged"]
+    n_div = sum(crashes.values())
+    div = f"diverged runs: {n_div} of {outcome['runs']}"
+    if n_div:
+        div += " (" + ", ".join(f"{c} {n}" for c, n in crashes.items()) + ")"
+    lines = [line, div]
+    if committed is None:
+        lines.append(
+            "this run's settings differ from the committed run's, so its numbers are its own; "
+            f"the committed full run: {COMMITTED_REPORT}"
+        )
+        return lines
+    differences = outcome_differences(outcome, committed)
+    if not differences:
+        lines.append(
+            f"as expected: the committed run ({COMMITTED_REPORT}) meets and misses the same "
+            "targets and has the same diverged runs; its report and docs/ppo.md explain the misses"
+        )
+    else:
+        lines.append(
+            f"differs from the committed run ({COMMITTED_REPORT}): " + "; ".join(differences)
+        )
+    return lines
+
+
+def outcome_differences(outcome: dict[str, Any], committed: dict[str, Any]) -> list[str]:
+    """How a run's targets and diverged runs differ from the committed run's (empty: the same)."""
+    mine = {t["target"]: t["met"] for t in outcome["targets"]}
+    theirs = {t["target"]: t["met"] for t in committed["targets"]}
+    out = []
+    for name, met in theirs.items():
+        if name not in mine:
+            out.append(f"target not checked here: {name}")
+        elif mine[name] != met:
+            out.append(f"{name} now {'met' if mine[name] else 'missed'}")
+    out += [f"new target: {name}" for name in mine.keys() - theirs.keys()]
+    if outcome["diverged"] != committed["diverged"]:
+        out.append(f"diverged runs {outcome['diverged']} (committed: {committed['diverged']})")
+    if outcome["runs"] != committed["runs"]:
+        out.append(f"{outcome['runs']} runs (committed: {committed['runs']})")
+    return out

@@ -5,6 +5,7 @@ Everything is computed from the sweep rows (and the saved series for the figures
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -178,6 +179,37 @@ def source_comparison(main: Table) -> Table | None:
     return Table("source_comparison", "Measured vs the source [RES §9.1] (RMSE, m)", headers, body)
 
 
+#: the run's targets and crash counts next to ``report.md`` (the pipeline's closing lines read it)
+OUTCOME_FILE = "outcome.json"
+
+
+def run_outcome(
+    rows: list[dict[str, Any]], checks: list[list[Any]], failed: int = 0
+) -> dict[str, Any]:
+    """What a reader checks first: every target (met or missed, with its measured value) and the
+    diverged runs per controller (training seeds pooled), from flown ``rows``."""
+    diverged: dict[str, int] = {}
+    for r in rows:
+        if r.get("diverged"):
+            diverged[r["controller"]] = diverged.get(r["controller"], 0) + 1
+    return {
+        "runs": len(rows),
+        "failed": failed,
+        "diverged": dict(sorted(diverged.items())),
+        "targets": [
+            {"target": a, "goal": b, "measured": c, "met": bool(ok)} for a, b, c, ok in checks
+        ],
+    }
+
+
+def outcome_of_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`run_outcome` of raw sweep rows, computed as :func:`write_report` does."""
+    pooled = pool_training_seeds(rows)
+    tables = make_tables(pooled)
+    flown = flown_rows(pooled)
+    return run_outcome(flown, target_checks(tables, flown), failed=len(failed_rows(pooled)))
+
+
 def write_report(
     rows: list[dict[str, Any]],
     out_dir: str | Path,
@@ -213,6 +245,8 @@ def write_report(
             "",
         ]
     checks = target_checks(tables, rows)
+    outcome = run_outcome(rows, checks, failed=len(failed))
+    (out / OUTCOME_FILE).write_text(json.dumps(outcome, indent=1, ensure_ascii=False) + "\n")
     if checks:
         lines += ["## Targets from the source [RES §9]", ""]
         lines += ["| target | goal | measured | |", "|---|---|---|---|"]
@@ -278,7 +312,12 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
         raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
     rows = order_rows(rows, Path(run_dir))
     figs = make_figures(
-        figure_rows(rows), run_dir, run_dir / "figures", training, animation=animation
+        figure_rows(rows),
+        run_dir,
+        run_dir / "figures",
+        training,
+        animation=animation,
+        progress=True,
     )
     path = write_report(rows, run_dir, figs)
     print(f"report: {path}")

@@ -1,0 +1,68 @@
+"""The pipeline's closing lines: which targets are met or missed, how many runs diverged, and
+whether that is what the committed run gives."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+from residual_quad.evaluation.pipeline import (
+    QUICK,
+    PipelineConfig,
+    closing_lines,
+    committed_outcome,
+    is_committed_run,
+    outcome_differences,
+)
+from residual_quad.evaluation.report import outcome_of_rows
+from residual_quad.evaluation.sweep import read_rows
+
+ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "sweep" / "rows.jsonl"
+
+
+def test_the_shipped_outcome_is_the_committed_rows_outcome():
+    """The expectation the pipeline prints against is computed from the committed rows, the way
+    the report computes it; it cannot go stale when the rows are re-flown."""
+    shipped = committed_outcome()
+    shipped.pop("what")
+    assert outcome_of_rows(read_rows(ROWS)) == shipped
+
+
+def test_the_committed_report_shows_the_shipped_targets():
+    report = (ROWS.parents[1] / "report.md").read_text()
+    for t in committed_outcome()["targets"]:
+        verdict = "met" if t["met"] else "**missed**"
+        assert f"| {t['target']} | {t['goal']} | {t['measured']} | {verdict} |" in report
+
+
+def test_a_run_like_the_committed_one_says_so():
+    committed = committed_outcome()
+    lines = closing_lines(copy.deepcopy(committed), committed)
+    n = len(committed["targets"])
+    met = sum(t["met"] for t in committed["targets"])
+    assert lines[0].startswith(f"targets: {met} of {n} met; missed: ")
+    assert "geo_rls RMSE in every payload × wind cell (max 0.0280 m, goal ≤ 0.026 m)" in lines[0]
+    assert lines[1] == "diverged runs: 8 of 1296 (ppo_res 8)"
+    assert lines[2].startswith("as expected: the committed run")
+
+
+def test_a_different_outcome_is_named():
+    committed = committed_outcome()
+    mine = copy.deepcopy(committed)
+    mine["targets"][0]["met"] = True
+    mine["diverged"] = {}
+    mine["targets"] = [t for t in mine["targets"] if not t["target"].startswith("ppo ")]
+    diffs = outcome_differences(mine, committed)
+    assert f"{committed['targets'][0]['target']} now met" in diffs
+    assert any(d.startswith("target not checked here: ppo ") for d in diffs)
+    assert any(d.startswith("diverged runs {}") for d in diffs)
+    assert closing_lines(mine, committed)[2].startswith("differs from the committed run")
+
+
+def test_only_the_default_pipeline_is_compared_with_the_committed_run():
+    assert is_committed_run(PipelineConfig())
+    assert is_committed_run(dataclasses.replace(PipelineConfig(), workers=1, animation=False))
+    assert not is_committed_run(QUICK)
+    lines = closing_lines(committed_outcome(), None)
+    assert "settings differ from the committed run's" in lines[2]
