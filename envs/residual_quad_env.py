@@ -272,8 +272,7 @@ class ResidualQuadEnv(gym.Env):
             )
         if not isinstance(ground_effect, bool | np.bool_):
             raise ValueError(f"ground_effect must be True or False, got {ground_effect!r}")
-        if seed is not None:
-            integer("seed", seed, low=0)
+        seed = checks.seed_value(seed)
         checks.instance("drag", drag, DragModel | None, "a DragModel or None")
         checks.instance("airframe", airframe, Airframe | None, "an Airframe or None")
         checks.instance("sensor_noise", sensor_noise, SensorNoise | None, "a SensorNoise or None")
@@ -348,8 +347,7 @@ class ResidualQuadEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:
-            integer("seed", seed, low=0)
+        seed = checks.seed_value(seed)
         position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None

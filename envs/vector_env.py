@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from residual_quad.envs.actions import CtbrActions
-from residual_quad.envs.checks import integer
+from residual_quad.envs.checks import integer, seed_value
 from residual_quad.envs.disturbances import drag_world_force
 from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
@@ -26,6 +26,11 @@ from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS, position_error, reward_terms, total_reward
 from residual_quad.envs.termination import NO_REWARD_REASONS, TERMINATION_REASONS
 from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
+
+MAX_NUM_ENVS = 16_384
+"""The largest ``num_envs``: each env holds a single env, its MuJoCo model and data (≈ 1.4 MB and
+≈ 4 ms to build), so 16 384 envs are ≈ 23 GB and a minute of construction — more is a typo, and
+is refused before anything is allocated."""
 
 SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "options")
 """The keys of a scenario: ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
@@ -158,8 +163,15 @@ class ResidualQuadVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         **env_kwargs: Any,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        if (
+            isinstance(num_envs, bool)
+            or not isinstance(num_envs, int | np.integer)
+            or not 1 <= num_envs <= MAX_NUM_ENVS
+        ):
+            raise ValueError(
+                f"num_envs must be an integer in [1, {MAX_NUM_ENVS}] (MAX_NUM_ENVS), "
+                f"got {num_envs!r}"
+            )
         num_envs = int(num_envs)
         if "seed" in env_kwargs:
             raise ValueError(
@@ -317,17 +329,9 @@ class ResidualQuadVectorEnv(VectorEnv):
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-            if seed < 0:
-                raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-            seeds = [int(seed) + i for i in range(n)]
+        seeds = self._seeds(seed)
+        if seed is not None and not isinstance(seed, Sequence | np.ndarray):
             self._sampler_rng = np.random.default_rng(int(seed) + n)
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"seed list has {len(seeds)} entries, num_envs is {n}")
         obs = np.zeros((n, OBS_DIM))
         infos = []
         for i in range(n):
@@ -336,6 +340,31 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._autoreset[:] = False
         self._started = True
         return obs, self._batch_infos(infos)
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        """The seed of every env for ``reset(seed=...)``: ``None``, an integer ``s >= 0`` (env
+        ``i`` gets ``s + i``) or a sequence of ``num_envs`` entries, each an integer ``>= 0`` or
+        ``None``; numpy integers are accepted, anything else is a ``ValueError`` naming ``seed``
+        and what it accepts."""
+        n = self.num_envs
+        if seed is None:
+            return [None] * n
+        if isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes):
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(
+                    f"seed list has {len(seeds)} entries, num_envs is {n}: give one seed per env"
+                )
+            return [seed_value(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+        try:
+            first = seed_value(seed)
+        except ValueError:
+            raise ValueError(
+                f"seed must be an integer >= 0 (env i gets seed + i), a list of {n} integers "
+                f">= 0 or None (one per env), or None; got {seed!r}"
+            ) from None
+        assert first is not None
+        return [first + i for i in range(n)]
 
     def _reset_env(
         self, i: int, seed: int | None, options: dict[str, Any] | None = None

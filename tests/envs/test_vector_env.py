@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-from residual_quad.envs.vector_env import SCENARIO_KEYS, ResidualQuadVectorEnv
+from residual_quad.envs.vector_env import MAX_NUM_ENVS, SCENARIO_KEYS, ResidualQuadVectorEnv
 
 MIXED = [
     {"payload": "none", "wind": "windy", "trajectory": "helix"},
@@ -202,3 +202,50 @@ def test_make_vec_episode_is_the_shorter_of_episode_s_and_the_limit():
     assert ResidualQuadVectorEnv(2, episode_s=25.0).max_steps == 2500  # built directly: no limit
     with pytest.raises(ValueError, match="max_episode_steps"):
         ResidualQuadVectorEnv(2, max_episode_steps=0)
+
+
+# ------------------------------------------------------------------ bad arguments
+@pytest.mark.parametrize("num_envs", [10**9, MAX_NUM_ENVS + 1, 0, -3, 2.0, True, "4", None])
+def test_num_envs_out_of_range_is_a_value_error_naming_it(num_envs):
+    """Checked before anything is allocated: 10⁹ envs is a clear error, not a MemoryError."""
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    with pytest.raises(ValueError, match=rf"num_envs must be an integer in \[1, {MAX_NUM_ENVS}\]"):
+        gym.make_vec(ENV_ID, num_envs=num_envs)
+    with pytest.raises(ValueError, match="num_envs"):
+        ResidualQuadVectorEnv(num_envs)
+
+
+@pytest.mark.parametrize(
+    "seed, match",
+    [
+        (1.5, r"seed must be an integer >= 0 \(env i gets seed \+ i\), a list of 2"),
+        (True, "seed must be an integer >= 0"),
+        (np.bool_(False), "seed must be an integer >= 0"),
+        (-1, "seed must be an integer >= 0"),
+        ("7", "seed must be an integer >= 0"),
+        ([0, 1.5], r"seed\[1\] must be an integer >= 0 or None, got 1.5"),
+        ([True, 1], r"seed\[0\] must be an integer >= 0 or None"),
+        (np.array([0.0, 1.0]), r"seed\[0\] must be an integer >= 0 or None"),
+        ([0], "seed list has 1 entries, num_envs is 2"),
+    ],
+)
+def test_a_bad_seed_is_a_value_error_naming_seed(seed, match):
+    env = ResidualQuadVectorEnv(2, nthread=1)
+    with pytest.raises(ValueError, match=match):
+        env.reset(seed=seed)
+    env.close()
+
+
+def test_numpy_integer_seeds_are_accepted_and_equal_python_ints():
+    env = ResidualQuadVectorEnv(2, nthread=1, wind="windy")
+    a = env.reset(seed=np.int64(3))[0]
+    b = env.reset(seed=3)[0]
+    c = env.reset(seed=np.array([3, 4]))[0]
+    d = env.reset(seed=[np.uint8(3), None])[0]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(a[0], d[0])
+    env.close()
