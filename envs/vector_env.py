@@ -115,7 +115,9 @@ class ResidualQuadVectorEnv(VectorEnv):
     ## Seeding
 
     ``reset(seed=s)`` seeds env ``i`` with ``s + i`` — the single env reset with that seed and the
-    same scenario gives the same observations (to ≤ 1e-9); a list of ``num_envs`` seeds sets each.
+    same scenario gives the same observations (to ≤ 1e-9); a list of ``num_envs`` seeds (each an
+    integer ``>= 0`` or ``None``) sets each. numpy integers count as integers; a float, a bool, a
+    negative number, a string or a list of another length is a ``ValueError`` naming ``seed``.
     Later resets (and autoresets) continue each env's generator, as the single env's do.
 
     ## Autoreset
@@ -136,7 +138,7 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     | argument | default | meaning |
     |---|---|---|
-    | ``num_envs`` | 1 | batch size |
+    | ``num_envs`` | 1 | batch size, an integer in [1, :data:`MAX_NUM_ENVS`] (16 384) |
     | ``scenarios`` | ``None`` | see Scenarios |
     | ``sampler`` | ``None`` | see Scenarios |
     | ``nthread`` | cores | rollout threads (1: on the calling thread) |
