@@ -386,6 +386,40 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._mirror_wind(i)
         return obs, info
 
+    def _autoreset_envs(self, ids: list[int]) -> dict[int, tuple[np.ndarray, dict[str, Any]]]:
+        """Autoreset the envs ``ids`` (in order), all or nothing; their reset observations and
+        infos by index.
+
+        The sampler draws every scenario first, then each env is replaced and reset. If anything
+        raises (the sampler, a scenario the env refuses, a reset), the exception propagates with
+        the vector env as it was before the call: the sampler's generator, every env's generator,
+        env object and scenario restored and the envs still pending autoreset, so a retry of
+        ``step`` redoes the same autoresets with the same draws (no env is reset twice, no draw
+        is lost)."""
+        rng_state = self._sampler_rng.bit_generator.state
+        saved = [
+            (i, self.envs[i], self.envs[i].np_random.bit_generator.state, self.scenarios[i])
+            for i in ids
+        ]
+        out: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
+        try:
+            if self._sampler is not None:
+                drawn = [_check_scenario(i, self._sampler(self._sampler_rng)) for i in ids]
+                for i, scenario in zip(ids, drawn, strict=True):
+                    self._replace_env(i, scenario)
+                    self.scenarios[i] = scenario
+            for i in ids:
+                out[i] = self._reset_env(i, None)
+        except BaseException:
+            self._sampler_rng.bit_generator.state = rng_state
+            for i, env, state, scenario in saved:
+                if self.envs[i] is not env:
+                    self._set_env(i, env)
+                env.np_random.bit_generator.state = state
+                self.scenarios[i] = scenario
+            raise
+        return out
+
     def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
         if self._sampler is not None:
             scenario = _check_scenario(i, self._sampler(self._sampler_rng))
@@ -395,7 +429,8 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
         """Put an env of ``scenario`` at index ``i``, the old env's generator continuing in it
-        (a subclass may reuse env objects instead of building one)."""
+        (a subclass may reuse env objects instead of building one). The old env stays usable:
+        a failed autoreset puts it back (:meth:`_autoreset_envs`)."""
         old = self.envs[i]
         new = self._make_env(i, scenario)
         new._np_random = old.np_random
@@ -440,10 +475,11 @@ class ResidualQuadVectorEnv(VectorEnv):
         reward = np.zeros(n)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
-        reset_ids = np.flatnonzero(self._autoreset)
         reset_infos = {}
-        for i in reset_ids.tolist():
-            obs[i], reset_infos[i] = self._autoreset_env(i)
+        for i, (reset_obs, reset_info) in self._autoreset_envs(
+            np.flatnonzero(self._autoreset).tolist()
+        ).items():
+            obs[i], reset_infos[i] = reset_obs, reset_info
         active = np.flatnonzero(~self._autoreset)
         info = self._step_active(active, action[active], obs, reward, terminated, truncated)
         for i, env_info in reset_infos.items():

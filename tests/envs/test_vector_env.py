@@ -249,3 +249,60 @@ def test_numpy_integer_seeds_are_accepted_and_equal_python_ints():
     np.testing.assert_array_equal(a, c)
     np.testing.assert_array_equal(a[0], d[0])
     env.close()
+
+
+def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was():
+    """The exception propagates with nothing changed; the retried step redoes the same
+    autoresets with the same draws: no env is reset twice, no draw is lost, the other envs did
+    not step — the run equals one whose sampler never failed."""
+    calls = {"n": 0, "fail_at": None}
+
+    def sampler(rng):
+        calls["n"] += 1
+        draw = float(rng.choice([0.0, 0.25, 0.5, 0.75]))
+        if calls["n"] == calls["fail_at"]:
+            raise RuntimeError("sampler outage")
+        return {"payload": draw, "wind": "breezy"}
+
+    # env 1 diverges at once (autoresets alone at step 2); envs 0, 2 end together after 3 steps
+    scenarios = [{}, {"options": {"velocity": [1e6, 0.0, 0.0]}}, {"wind": "windy"}]
+
+    def run(fail_at):
+        calls.update(n=0, fail_at=fail_at)
+        env = ResidualQuadVectorEnv(
+            3, scenarios=scenarios, sampler=sampler, nthread=1, episode_s=0.03
+        )
+        env.reset(seed=7)
+        trace, failures = [], 0
+        for _ in range(9):
+            action = np.full((3, 4), 0.1)
+            before = (
+                list(env.envs),
+                list(env.scenarios),
+                env._autoreset.copy(),
+                env._sampler_rng.bit_generator.state,
+                env._state.copy(),
+            )
+            try:
+                obs, rew, term, trunc, info = env.step(action)
+            except RuntimeError:
+                failures += 1
+                assert env.envs == before[0] and env.scenarios == before[1]
+                np.testing.assert_array_equal(env._autoreset, before[2])
+                assert env._sampler_rng.bit_generator.state == before[3]
+                np.testing.assert_array_equal(env._state, before[4])  # nobody stepped
+                obs, rew, term, trunc, info = env.step(action)  # the retry
+            trace.append((obs, rew, term, trunc, info["payload_kg"].copy()))
+        env.close()
+        return trace, failures
+
+    clean, _ = run(None)
+    # call 3 is env 2's draw in the autoreset of envs 0 and 2 (call 2, env 0's, succeeded)
+    flaky, failures = run(3)
+    assert failures == 1
+    for (o, r, te, tr, kg), (o2, r2, te2, tr2, kg2) in zip(clean, flaky, strict=True):
+        np.testing.assert_array_equal(o2, o)
+        np.testing.assert_array_equal(r2, r)
+        assert te2.tolist() == te.tolist() and tr2.tolist() == tr.tolist()
+        np.testing.assert_array_equal(kg2, kg)
+    assert len({kg for *_, row in clean for kg in row.tolist()}) > 1  # the draws matter
