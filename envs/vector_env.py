@@ -128,6 +128,12 @@ class ResidualQuadVectorEnv(VectorEnv):
     envs step on untouched. A diverging env (``info["diverged"]``, reason in
     ``info["termination"]``) ends and autoresets like any other.
 
+    Autoresets are all or nothing: the sampler draws the scenarios of every env due, then each is
+    replaced and reset. An exception on the way (the sampler raising, a scenario the env refuses)
+    propagates from ``step`` with the vector env exactly as before the call — every generator,
+    env and scenario restored, no env stepped — so calling ``step`` again redoes the same
+    autoresets with the same draws (as if the sampler had never failed).
+
     ## Bad input
 
     Actions of another shape than ``(num_envs, 4)``, not real, or with NaN or inf in any row are a
