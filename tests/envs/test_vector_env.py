@@ -251,17 +251,21 @@ def test_numpy_integer_seeds_are_accepted_and_equal_python_ints():
     env.close()
 
 
-def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was():
-    """The exception propagates with nothing changed; the retried step redoes the same
-    autoresets with the same draws: no env is reset twice, no draw is lost, the other envs did
-    not step — the run equals one whose sampler never failed."""
+@pytest.mark.parametrize("failure", ["raises", "refused"])
+def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was(failure):
+    """The exception (the sampler's own, or the env refusing its scenario) propagates with
+    nothing changed; the retried step redoes the same autoresets with the same draws: no env is
+    reset twice, no draw is lost, the other envs did not step — the run equals one whose sampler
+    never failed."""
     calls = {"n": 0, "fail_at": None}
 
     def sampler(rng):
         calls["n"] += 1
         draw = float(rng.choice([0.0, 0.25, 0.5, 0.75]))
         if calls["n"] == calls["fail_at"]:
-            raise RuntimeError("sampler outage")
+            if failure == "raises":
+                raise RuntimeError("sampler outage")
+            return {"payload": "huge"}  # a ValueError when the env is built
         return {"payload": draw, "wind": "breezy"}
 
     # env 1 diverges at once (autoresets alone at step 2); envs 0, 2 end together after 3 steps
@@ -285,7 +289,7 @@ def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was():
             )
             try:
                 obs, rew, term, trunc, info = env.step(action)
-            except RuntimeError:
+            except (RuntimeError, ValueError):
                 failures += 1
                 assert env.envs == before[0] and env.scenarios == before[1]
                 np.testing.assert_array_equal(env._autoreset, before[2])
