@@ -140,6 +140,9 @@ class ResidualQuadVectorEnv(VectorEnv):
     ``ValueError`` naming the env index; a scenario list of the wrong length, an unknown scenario
     key or name is a ``ValueError`` naming the env index and listing the valid choices.
 
+    After :meth:`close`, ``step``, ``reset`` and ``render`` raise Gymnasium's
+    ``ClosedEnvironmentError`` ("the vector env is closed"); ``close`` again does nothing.
+
     ## Arguments
 
     | argument | default | meaning |
@@ -336,6 +339,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         seed: int | Sequence[int] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        self._check_open("reset")
         n = self.num_envs
         seeds = self._seeds(seed)
         if seed is not None and not isinstance(seed, Sequence | np.ndarray):
@@ -348,6 +352,16 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._autoreset[:] = False
         self._started = True
         return obs, self._batch_infos(infos)
+
+    def _check_open(self, method: str) -> None:
+        """Gymnasium's ``ClosedEnvironmentError`` naming ``method`` once :meth:`close` ran (its
+        thread pool and renderers are gone; ``close`` itself may be called again)."""
+        if self.closed:
+            from gymnasium.error import ClosedEnvironmentError
+
+            raise ClosedEnvironmentError(
+                f"the vector env is closed: {method}() after close(); build a new one"
+            )
 
     def _seeds(self, seed: Any) -> list[int | None]:
         """The seed of every env for ``reset(seed=...)``: ``None``, an integer ``s >= 0`` (env
@@ -471,6 +485,7 @@ class ResidualQuadVectorEnv(VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self._check_open("step")
         if not self._started:
             from gymnasium.error import ResetNeeded
 
@@ -906,6 +921,7 @@ class ResidualQuadVectorEnv(VectorEnv):
     # ------------------------------------------------------------------ render, close
     def render(self) -> np.ndarray | None:
         """The frame of env ``render_env`` (``render_mode="rgb_array"``), else ``None``."""
+        self._check_open("render")
         if self.render_mode != "rgb_array":
             return None
         i = self.render_env

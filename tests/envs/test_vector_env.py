@@ -310,3 +310,25 @@ def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was(failure):
         assert te2.tolist() == te.tolist() and tr2.tolist() == tr.tolist()
         np.testing.assert_array_equal(kg2, kg)
     assert len({kg for *_, row in clean for kg in row.tolist()}) > 1  # the draws matter
+
+
+def test_step_reset_and_render_after_close_say_the_env_is_closed():
+    from gymnasium.error import ClosedEnvironmentError
+
+    env = ResidualQuadVectorEnv(2, nthread=2)
+    env.reset(seed=0)
+    env.step(np.zeros((2, 4)))
+    env.close()
+    env.close()  # twice is fine
+    for call in (
+        lambda: env.step(np.zeros((2, 4))),
+        lambda: env.reset(seed=0),
+        lambda: env.reset(),
+        env.render,
+    ):
+        with pytest.raises(ClosedEnvironmentError, match=r"the vector env is closed: \w+\(\)"):
+            call()
+    never_reset = ResidualQuadVectorEnv(1, nthread=1)
+    never_reset.close()
+    with pytest.raises(ClosedEnvironmentError, match=r"closed: step\(\) after close"):
+        never_reset.step(np.zeros((1, 4)))
