@@ -3,6 +3,9 @@
 YAML only ever *loads into* a dataclass: unknown keys are errors (with the valid keys listed),
 nested dataclasses are built recursively, and :func:`dump` writes the resolved config back so that
 every output folder records exactly what produced it.
+
+Numbers are read as Python and YAML 1.2 read them: ``1e9``, ``1.0e9`` and ``1E-3`` are floats
+(PyYAML's YAML 1.1 resolver alone wants a dot and a signed exponent and makes them strings).
 """
 
 from __future__ import annotations
