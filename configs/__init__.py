@@ -3,12 +3,16 @@
 YAML only ever *loads into* a dataclass: unknown keys are errors (with the valid keys listed),
 nested dataclasses are built recursively, and :func:`dump` writes the resolved config back so that
 every output folder records exactly what produced it.
+
+Numbers are read as Python and YAML 1.2 read them: ``1e9``, ``1.0e9`` and ``1E-3`` are floats
+(PyYAML's YAML 1.1 resolver alone wants a dot and a signed exponent and makes them strings).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from importlib import resources
@@ -198,9 +202,24 @@ def _coerce(tp: Any, value: Any, where: str, path: str) -> Any:
     return value
 
 
+FLOAT_PATTERN = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+"""The plain scalars read as floats: PyYAML's YAML 1.1 float pattern, with the exponent's sign
+optional and the dot optional before an exponent (``1e9``, ``1.0e9``, ``1E-3``, ``.5e3`` — floats
+in YAML 1.2 and in Python — which PyYAML alone reads as strings)."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key repeated in one mapping is an error (PyYAML
-    silently keeps the last one, so a duplicated key would hide the first value)."""
+    silently keeps the last one, so a duplicated key would hide the first value), and that
+    ``1e9``, ``1.0e9`` and ``1E-3`` are floats (:data:`FLOAT_PATTERN`)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -221,6 +240,20 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# the float resolver replaced in this loader's own copy of the table (yaml.SafeLoader unchanged)
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", FLOAT_PATTERN, list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML text with the config loader (duplicate keys are errors, ``1e9`` is a float);
+    PyYAML's errors propagate."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: str | Path) -> Any:
     """Parse one YAML file strictly (duplicate keys are errors); ``ValueError`` names the file."""
     path = Path(path)
@@ -231,7 +264,7 @@ def read_yaml(path: str | Path) -> Any:
     except IsADirectoryError:
         raise ValueError(f"{path}: is a folder, not a YAML file") from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return parse_yaml(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from residual_quad import configs
 from residual_quad.controllers.base import (
     ControlContext,
     Controller,
@@ -129,7 +130,7 @@ def _parse_value(spec: str, key: str, text: str) -> Any:
     if text == "":
         raise ValueError(f"controller spec {spec!r}: option {key!r} has no value (key=value)")
     try:
-        value = yaml.safe_load(text)
+        value = configs.parse_yaml(text)  # the config loader's scalars: 1e3 is a float
     except yaml.YAMLError:
         raise ValueError(
             f"controller spec {spec!r}: option {key}={text!r} is not a YAML scalar"

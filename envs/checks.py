@@ -94,6 +94,21 @@ def integer(name: str, value: Any, *, low: int | None = None, high: int | None =
     return n
 
 
+def seed_value(value: Any, name: str = "seed") -> int | None:
+    """A reset seed as a Python ``int`` (numpy integers accepted), or ``None``; anything else
+    (a float, a bool, a negative number, a string, ...) is a ``ValueError`` naming ``name`` and
+    saying what is accepted."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, numbers.Integral)
+        and not isinstance(value, bool | np.bool_)
+        and int(value) >= 0
+    ):
+        return int(value)
+    raise ValueError(f"{name} must be an integer >= 0 or None, got {value!r}")
+
+
 def instance(name: str, value: Any, cls: type, what: str) -> None:
     """``ValueError`` unless ``value`` is a ``cls`` (``what`` says what is expected)."""
     if not isinstance(value, cls):

@@ -31,15 +31,21 @@ MAX_PAYLOAD_KG = 1e9
 which MuJoCo's composite inertia stays well conditioned."""
 
 
-def _choice_error(kind: str, value: object, valid: Mapping[str, object]) -> ValueError:
-    return ValueError(f"unknown {kind} {value!r}; valid choices: {', '.join(valid)}")
+def _choice_error(
+    kind: str, value: object, valid: Mapping[str, object], other: str = ""
+) -> ValueError:
+    """The error for an unknown level name: the names, and ``other`` (what else is accepted)."""
+    extra = f", or {other}" if other else ""
+    return ValueError(f"unknown {kind} {value!r}; valid choices: {', '.join(valid)}{extra}")
 
 
 def resolve_payload(payload: str | float) -> float:
     """Payload mass in kg from a level name or a finite number in ``[0, MAX_PAYLOAD_KG]``."""
     if isinstance(payload, str):
         if payload not in PAYLOAD_LEVELS:
-            raise _choice_error("payload", payload, PAYLOAD_LEVELS)
+            raise _choice_error(
+                "payload", payload, PAYLOAD_LEVELS, f"a mass in kg in [0, {MAX_PAYLOAD_KG:g}]"
+            )
         return PAYLOAD_LEVELS[payload]
     if not is_real(payload) or not 0.0 <= float(payload) <= MAX_PAYLOAD_KG:
         raise ValueError(
@@ -131,7 +137,9 @@ class WindModel:
             base = wind
         elif isinstance(wind, str):
             if wind not in WIND_LEVELS:
-                raise _choice_error("wind", wind, WIND_LEVELS)
+                raise _choice_error(
+                    "wind", wind, WIND_LEVELS, "a (mean, sigma) pair in m/s, or a WindModel"
+                )
             mean, sigma = WIND_LEVELS[wind]
             base = cls(mean=mean, sigma=sigma)
         else:

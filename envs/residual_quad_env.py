@@ -26,6 +26,7 @@ from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
 from residual_quad.envs.registration import time_limit_warning
+from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights, position_error, reward_terms, total_reward
 from residual_quad.envs.sensors import SensorNoise, Sensors
 from residual_quad.envs.termination import (
@@ -197,7 +198,7 @@ class ResidualQuadEnv(gym.Env):
     | ``episode_s`` | 20.0 | episode length, s: one control period to :data:`MAX_EPISODE_S`
     (3600 s) |
     | ``action_mode`` | ``"rotor"`` | ``rotor`` or ``ctbr`` |
-    | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless: ``MUJOCO_GL=egl``) |
+    | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless too: EGL/OSMesa) |
     | ``drag`` | ``DragModel()`` | k_h = 0.055, k_v = 0.090 N/(m/s)², c_lin = 0.020 N/(m/s) |
     | ``wind_tau`` / ``wind_direction`` | 2.0 s / 0 rad | gust correlation time, mean-wind heading |
     | ``airframe`` | ``Airframe()`` | nominal vehicle parameters |
@@ -272,8 +273,7 @@ class ResidualQuadEnv(gym.Env):
             )
         if not isinstance(ground_effect, bool | np.bool_):
             raise ValueError(f"ground_effect must be True or False, got {ground_effect!r}")
-        if seed is not None:
-            integer("seed", seed, low=0)
+        seed = checks.seed_value(seed)
         checks.instance("drag", drag, DragModel | None, "a DragModel or None")
         checks.instance("airframe", airframe, Airframe | None, "an Airframe or None")
         checks.instance("sensor_noise", sensor_noise, SensorNoise | None, "a SensorNoise or None")
@@ -348,8 +348,7 @@ class ResidualQuadEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        if seed is not None:
-            integer("seed", seed, low=0)
+        seed = checks.seed_value(seed)
         position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
             seed, self._seed = self._seed, None
@@ -443,7 +442,7 @@ class ResidualQuadEnv(gym.Env):
         if self.render_mode != "rgb_array":
             return None
         if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.plant.model, self._height, self._width)
+            self._renderer = make_renderer(self.plant.model, self._height, self._width)
         renderer = self._renderer
         renderer.update_scene(self.plant.data, camera="chase")
         ref = self.trajectory(self._steps * self.control_dt)

@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from residual_quad.envs.actions import CtbrActions
-from residual_quad.envs.checks import integer
+from residual_quad.envs.checks import integer, seed_value
 from residual_quad.envs.disturbances import drag_world_force
 from residual_quad.envs.dynamics import period_residual
 from residual_quad.envs.observation import OBS_DIM, ObsLayout
@@ -26,6 +26,11 @@ from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS, position_error, reward_terms, total_reward
 from residual_quad.envs.termination import NO_REWARD_REASONS, TERMINATION_REASONS
 from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
+
+MAX_NUM_ENVS = 16_384
+"""The largest ``num_envs``: each env holds a single env, its MuJoCo model and data (≈ 1.4 MB and
+≈ 4 ms to build), so 16 384 envs are ≈ 23 GB and a minute of construction — more is a typo, and
+is refused before anything is allocated."""
 
 SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "options")
 """The keys of a scenario: ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
@@ -110,7 +115,9 @@ class ResidualQuadVectorEnv(VectorEnv):
     ## Seeding
 
     ``reset(seed=s)`` seeds env ``i`` with ``s + i`` — the single env reset with that seed and the
-    same scenario gives the same observations (to ≤ 1e-9); a list of ``num_envs`` seeds sets each.
+    same scenario gives the same observations (to ≤ 1e-9); a list of ``num_envs`` seeds (each an
+    integer ``>= 0`` or ``None``) sets each. numpy integers count as integers; a float, a bool, a
+    negative number, a string or a list of another length is a ``ValueError`` naming ``seed``.
     Later resets (and autoresets) continue each env's generator, as the single env's do.
 
     ## Autoreset
@@ -121,17 +128,26 @@ class ResidualQuadVectorEnv(VectorEnv):
     envs step on untouched. A diverging env (``info["diverged"]``, reason in
     ``info["termination"]``) ends and autoresets like any other.
 
+    Autoresets are all or nothing: the sampler draws the scenarios of every env due, then each is
+    replaced and reset. An exception on the way (the sampler raising, a scenario the env refuses)
+    propagates from ``step`` with the vector env exactly as before the call — every generator,
+    env and scenario restored, no env stepped — so calling ``step`` again redoes the same
+    autoresets with the same draws (as if the sampler had never failed).
+
     ## Bad input
 
     Actions of another shape than ``(num_envs, 4)``, not real, or with NaN or inf in any row are a
     ``ValueError`` naming the env index; a scenario list of the wrong length, an unknown scenario
     key or name is a ``ValueError`` naming the env index and listing the valid choices.
 
+    After :meth:`close`, ``step``, ``reset`` and ``render`` raise Gymnasium's
+    ``ClosedEnvironmentError`` ("the vector env is closed"); ``close`` again does nothing.
+
     ## Arguments
 
     | argument | default | meaning |
     |---|---|---|
-    | ``num_envs`` | 1 | batch size |
+    | ``num_envs`` | 1 | batch size, an integer in [1, :data:`MAX_NUM_ENVS`] (16 384) |
     | ``scenarios`` | ``None`` | see Scenarios |
     | ``sampler`` | ``None`` | see Scenarios |
     | ``nthread`` | cores | rollout threads (1: on the calling thread) |
@@ -158,8 +174,15 @@ class ResidualQuadVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         **env_kwargs: Any,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise ValueError(f"num_envs must be an integer >= 1, got {num_envs!r}")
+        if (
+            isinstance(num_envs, bool)
+            or not isinstance(num_envs, int | np.integer)
+            or not 1 <= num_envs <= MAX_NUM_ENVS
+        ):
+            raise ValueError(
+                f"num_envs must be an integer in [1, {MAX_NUM_ENVS}] (MAX_NUM_ENVS), "
+                f"got {num_envs!r}"
+            )
         num_envs = int(num_envs)
         if "seed" in env_kwargs:
             raise ValueError(
@@ -316,18 +339,11 @@ class ResidualQuadVectorEnv(VectorEnv):
         seed: int | Sequence[int] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        self._check_open("reset")
         n = self.num_envs
-        if seed is None:
-            seeds: list[int | None] = [None] * n
-        elif isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-            if seed < 0:
-                raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-            seeds = [int(seed) + i for i in range(n)]
+        seeds = self._seeds(seed)
+        if seed is not None and not isinstance(seed, Sequence | np.ndarray):
             self._sampler_rng = np.random.default_rng(int(seed) + n)
-        else:
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(f"seed list has {len(seeds)} entries, num_envs is {n}")
         obs = np.zeros((n, OBS_DIM))
         infos = []
         for i in range(n):
@@ -336,6 +352,41 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._autoreset[:] = False
         self._started = True
         return obs, self._batch_infos(infos)
+
+    def _check_open(self, method: str) -> None:
+        """Gymnasium's ``ClosedEnvironmentError`` naming ``method`` once :meth:`close` ran (its
+        thread pool and renderers are gone; ``close`` itself may be called again)."""
+        if self.closed:
+            from gymnasium.error import ClosedEnvironmentError
+
+            raise ClosedEnvironmentError(
+                f"the vector env is closed: {method}() after close(); build a new one"
+            )
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        """The seed of every env for ``reset(seed=...)``: ``None``, an integer ``s >= 0`` (env
+        ``i`` gets ``s + i``) or a sequence of ``num_envs`` entries, each an integer ``>= 0`` or
+        ``None``; numpy integers are accepted, anything else is a ``ValueError`` naming ``seed``
+        and what it accepts."""
+        n = self.num_envs
+        if seed is None:
+            return [None] * n
+        if isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes):
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(
+                    f"seed list has {len(seeds)} entries, num_envs is {n}: give one seed per env"
+                )
+            return [seed_value(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+        try:
+            first = seed_value(seed)
+        except ValueError:
+            raise ValueError(
+                f"seed must be an integer >= 0 (env i gets seed + i), a list of {n} integers "
+                f">= 0 or None (one per env), or None; got {seed!r}"
+            ) from None
+        assert first is not None
+        return [first + i for i in range(n)]
 
     def _reset_env(
         self, i: int, seed: int | None, options: dict[str, Any] | None = None
@@ -355,6 +406,40 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._mirror_wind(i)
         return obs, info
 
+    def _autoreset_envs(self, ids: list[int]) -> dict[int, tuple[np.ndarray, dict[str, Any]]]:
+        """Autoreset the envs ``ids`` (in order), all or nothing; their reset observations and
+        infos by index.
+
+        The sampler draws every scenario first, then each env is replaced and reset. If anything
+        raises (the sampler, a scenario the env refuses, a reset), the exception propagates with
+        the vector env as it was before the call: the sampler's generator, every env's generator,
+        env object and scenario restored and the envs still pending autoreset, so a retry of
+        ``step`` redoes the same autoresets with the same draws (no env is reset twice, no draw
+        is lost)."""
+        rng_state = self._sampler_rng.bit_generator.state
+        saved = [
+            (i, self.envs[i], self.envs[i].np_random.bit_generator.state, self.scenarios[i])
+            for i in ids
+        ]
+        out: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
+        try:
+            if self._sampler is not None:
+                drawn = [_check_scenario(i, self._sampler(self._sampler_rng)) for i in ids]
+                for i, scenario in zip(ids, drawn, strict=True):
+                    self._replace_env(i, scenario)
+                    self.scenarios[i] = scenario
+            for i in ids:
+                out[i] = self._reset_env(i, None)
+        except BaseException:
+            self._sampler_rng.bit_generator.state = rng_state
+            for i, env, state, scenario in saved:
+                if self.envs[i] is not env:
+                    self._set_env(i, env)
+                env.np_random.bit_generator.state = state
+                self.scenarios[i] = scenario
+            raise
+        return out
+
     def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
         if self._sampler is not None:
             scenario = _check_scenario(i, self._sampler(self._sampler_rng))
@@ -364,7 +449,8 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
         """Put an env of ``scenario`` at index ``i``, the old env's generator continuing in it
-        (a subclass may reuse env objects instead of building one)."""
+        (a subclass may reuse env objects instead of building one). The old env stays usable:
+        a failed autoreset puts it back (:meth:`_autoreset_envs`)."""
         old = self.envs[i]
         new = self._make_env(i, scenario)
         new._np_random = old.np_random
@@ -399,6 +485,7 @@ class ResidualQuadVectorEnv(VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self._check_open("step")
         if not self._started:
             from gymnasium.error import ResetNeeded
 
@@ -409,10 +496,11 @@ class ResidualQuadVectorEnv(VectorEnv):
         reward = np.zeros(n)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
-        reset_ids = np.flatnonzero(self._autoreset)
         reset_infos = {}
-        for i in reset_ids.tolist():
-            obs[i], reset_infos[i] = self._autoreset_env(i)
+        for i, (reset_obs, reset_info) in self._autoreset_envs(
+            np.flatnonzero(self._autoreset).tolist()
+        ).items():
+            obs[i], reset_infos[i] = reset_obs, reset_info
         active = np.flatnonzero(~self._autoreset)
         info = self._step_active(active, action[active], obs, reward, terminated, truncated)
         for i, env_info in reset_infos.items():
@@ -833,6 +921,7 @@ class ResidualQuadVectorEnv(VectorEnv):
     # ------------------------------------------------------------------ render, close
     def render(self) -> np.ndarray | None:
         """The frame of env ``render_env`` (``render_mode="rgb_array"``), else ``None``."""
+        self._check_open("render")
         if self.render_mode != "rgb_array":
             return None
         i = self.render_env

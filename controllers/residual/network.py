@@ -402,12 +402,17 @@ class FastMLP:
     # -- batches of N envs -----------------------------------------------------------------------
     def hidden_batch(self, X: np.ndarray) -> np.ndarray:
         """Regressors ``[h_last, 1]`` (N, hidden + 1) for raw features ``X`` (N, 14): the same
-        augmented weights as :meth:`hidden`, one matrix product per layer for the whole batch."""
-        ones = np.ones((X.shape[0], 1))
-        h = X
+        augmented weights as :meth:`hidden`, one stacked product per layer for the whole batch.
+
+        The product is a stack of N row × matrix products (``matmul`` over ``(N, 1, k)``: one
+        BLAS ``gemv`` per row, as :meth:`hidden` does), not one ``(N, k) @ (k, h)`` ``gemm``,
+        whose kernel and blocking change with N: so each row's regressor is bit for bit the
+        single-sample one, whatever the batch size it is computed in."""
+        ones = np.ones((X.shape[0], 1, 1))
+        h = X[:, None, :]
         for W in self.Ws:
-            h = np.tanh(np.concatenate((h, ones), axis=1) @ W)
-        return np.concatenate((h, ones), axis=1)
+            h = np.tanh(np.matmul(np.concatenate((h, ones), axis=2), W))
+        return np.concatenate((h, ones), axis=2)[:, 0, :]
 
     def output_batch(self, phi: np.ndarray, theta: np.ndarray) -> np.ndarray:
         """Predictions (N, 3) (m/s², body frame) for regressors ``phi`` (N, hidden + 1) and one

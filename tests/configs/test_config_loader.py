@@ -177,3 +177,55 @@ def test_random_documents_load_or_raise_value_error(tmp_path_factory, cls, data)
         assert str(exc).startswith(str(path)), exc  # names the file
     else:
         assert isinstance(cfg, cls)
+
+
+@pytest.mark.parametrize(
+    "cls, text, get, want",
+    [
+        (TrainConfig, "lr: 3e-3\nlr_final: 1E-4\n", lambda c: (c.lr, c.lr_final), (3e-3, 1e-4)),
+        (PPOTrainConfig, "ppo:\n  learning_rate: 3e-4\n", lambda c: c.ppo.learning_rate, 3e-4),
+        (
+            ResidualConfig,
+            "rls:\n  trace_cap: 1e3\n  p0: 5E-2\n",
+            lambda c: (c.rls.trace_cap, c.rls.p0),
+            (1e3, 5e-2),
+        ),
+        (SweepConfig, "episode_s: 1e1\n", lambda c: c.episode_s, 10.0),
+    ],
+)
+def test_exponent_floats_without_sign_or_dot_are_floats(tmp_path, cls, text, get, want):
+    """``1e9``, ``1.0e9`` and ``1E-3`` are floats (YAML 1.2, Python); PyYAML alone reads them as
+    strings, which a float field refused."""
+    assert get(configs.load(cls, _write(tmp_path, text))) == want
+
+
+def test_exponent_floats_in_a_stick_scenario(tmp_path):
+    from residual_quad.evaluation.studies.stick.study import load_scenario
+
+    text = scenario_path("s1").read_text(encoding="utf-8")
+    text = text.replace("vmax: 10.0 ", "vmax: 1.0e9 ").replace("lm_mu: 0.3", "lm_mu: 3e-1")
+    path = tmp_path / "s1_exp.yaml"
+    path.write_text(text + "eps: 1E-12\n", encoding="utf-8")
+    scn = load_scenario(path)
+    assert (scn.vmax, scn.lm_mu, scn.eps) == (1e9, 0.3, 1e-12)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("1e9", 1e9),
+        ("1.0e9", 1e9),
+        ("1E-3", 1e-3),
+        ("-2.5E+3", -2500.0),
+        (".5e3", 500.0),
+        ("1.5", 1.5),
+        ("10", 10),
+        ("1e", "1e"),
+        ("e9", "e9"),
+        ("1.2.3", "1.2.3"),
+    ],
+)
+def test_the_loader_reads_exponents_as_floats_and_leaves_other_text(text, value):
+    got = configs.parse_yaml(f"x: {text}")["x"]
+    assert got == value and type(got) is type(value)
+    assert yaml.safe_load("x: 1e9")["x"] == "1e9"  # PyYAML's own loader is left unchanged

@@ -244,3 +244,15 @@ def test_demo_flies_extra_specs_beside_the_source_trackers_and_geo_rls_dob(capsy
     out = capsys.readouterr().out
     rows = [line.split()[0] for line in out.splitlines()[3:] if line.strip()]
     assert rows == ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "geo:kp=15"]
+
+
+def test_exponent_option_values_are_floats():
+    """``kp=1e1`` is the number 10 (the config loader's scalars), not the string ``"1e1"``;
+    ``1e400`` is refused as non-finite."""
+    from residual_quad.controllers.specs import parse_spec
+
+    spec = parse_spec("geo:kp=1e1,kd=5E0")
+    assert spec.options == {"kp": 10.0, "kd": 5.0}
+    assert spec.label == "geo:kp=1e1,kd=5E0"
+    with pytest.raises(ValueError, match="not a finite number"):
+        parse_spec("geo:kp=1e400")

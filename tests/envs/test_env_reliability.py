@@ -67,6 +67,33 @@ def test_reset_with_a_negative_seed_is_a_value_error():
         ResidualQuadEnv().reset(seed=-1)
 
 
+@pytest.mark.parametrize("seed", [1.5, True, np.bool_(True), -1, "3", [3]])
+def test_a_bad_seed_says_what_is_accepted(seed):
+    """A float, bool, negative number or string is one ValueError naming ``seed`` and what it
+    accepts, through ``gym.make``'s wrappers too (Gymnasium's own check would say less)."""
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    for env in (ResidualQuadEnv(), gym.make(ENV_ID)):
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0 or None, got"):
+            env.reset(seed=seed)
+    with pytest.raises(ValueError, match=r"seed must be an integer >= 0 or None, got"):
+        ResidualQuadEnv(seed=seed)
+
+
+def test_a_numpy_integer_seed_equals_the_python_int():
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    env = gym.make(ENV_ID, wind="windy")
+    a = env.reset(seed=np.int64(5))[0]
+    b = env.reset(seed=5)[0]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(ResidualQuadEnv(seed=np.uint16(5), wind="windy").reset()[0], b)
+
+
 # ------------------------------------------------------------------ constructor arguments
 @pytest.mark.parametrize(
     "kwargs, name",

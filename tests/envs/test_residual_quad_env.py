@@ -129,6 +129,35 @@ def test_bad_arguments_list_valid_choices(make_env, kwargs, match):
         make_env(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            {"payload": "huge"},
+            "unknown payload 'huge'; valid choices: none, light, heavy, extra, or a mass in kg "
+            "in [0, 1e+09]",
+        ),
+        (
+            {"wind": "storm"},
+            "unknown wind 'storm'; valid choices: calm, breezy, windy, or a (mean, sigma) pair "
+            "in m/s, or a WindModel",
+        ),
+    ],
+)
+def test_an_unknown_level_name_also_says_what_else_is_accepted(kwargs, message):
+    """The level names and the other accepted form (a mass in kg; a (mean, sigma) pair or a
+    WindModel), through ``gym.make`` too."""
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+    from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+    for make in (ResidualQuadEnv, lambda **kw: gym.make(ENV_ID, **kw)):
+        with pytest.raises(ValueError) as err:
+            make(**kwargs)
+        assert str(err.value) == message
+
+
 def test_unsupported_render_mode():
     from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 

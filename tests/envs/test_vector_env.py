@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-from residual_quad.envs.vector_env import SCENARIO_KEYS, ResidualQuadVectorEnv
+from residual_quad.envs.vector_env import MAX_NUM_ENVS, SCENARIO_KEYS, ResidualQuadVectorEnv
 
 MIXED = [
     {"payload": "none", "wind": "windy", "trajectory": "helix"},
@@ -202,3 +202,133 @@ def test_make_vec_episode_is_the_shorter_of_episode_s_and_the_limit():
     assert ResidualQuadVectorEnv(2, episode_s=25.0).max_steps == 2500  # built directly: no limit
     with pytest.raises(ValueError, match="max_episode_steps"):
         ResidualQuadVectorEnv(2, max_episode_steps=0)
+
+
+# ------------------------------------------------------------------ bad arguments
+@pytest.mark.parametrize("num_envs", [10**9, MAX_NUM_ENVS + 1, 0, -3, 2.0, True, "4", None])
+def test_num_envs_out_of_range_is_a_value_error_naming_it(num_envs):
+    """Checked before anything is allocated: 10⁹ envs is a clear error, not a MemoryError."""
+    import gymnasium as gym
+
+    from residual_quad.envs.registration import ENV_ID
+
+    with pytest.raises(ValueError, match=rf"num_envs must be an integer in \[1, {MAX_NUM_ENVS}\]"):
+        gym.make_vec(ENV_ID, num_envs=num_envs)
+    with pytest.raises(ValueError, match="num_envs"):
+        ResidualQuadVectorEnv(num_envs)
+
+
+@pytest.mark.parametrize(
+    "seed, match",
+    [
+        (1.5, r"seed must be an integer >= 0 \(env i gets seed \+ i\), a list of 2"),
+        (True, "seed must be an integer >= 0"),
+        (np.bool_(False), "seed must be an integer >= 0"),
+        (-1, "seed must be an integer >= 0"),
+        ("7", "seed must be an integer >= 0"),
+        ([0, 1.5], r"seed\[1\] must be an integer >= 0 or None, got 1.5"),
+        ([True, 1], r"seed\[0\] must be an integer >= 0 or None"),
+        (np.array([0.0, 1.0]), r"seed\[0\] must be an integer >= 0 or None"),
+        ([0], "seed list has 1 entries, num_envs is 2"),
+    ],
+)
+def test_a_bad_seed_is_a_value_error_naming_seed(seed, match):
+    env = ResidualQuadVectorEnv(2, nthread=1)
+    with pytest.raises(ValueError, match=match):
+        env.reset(seed=seed)
+    env.close()
+
+
+def test_numpy_integer_seeds_are_accepted_and_equal_python_ints():
+    env = ResidualQuadVectorEnv(2, nthread=1, wind="windy")
+    a = env.reset(seed=np.int64(3))[0]
+    b = env.reset(seed=3)[0]
+    c = env.reset(seed=np.array([3, 4]))[0]
+    d = env.reset(seed=[np.uint8(3), None])[0]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_array_equal(a[0], d[0])
+    env.close()
+
+
+@pytest.mark.parametrize("failure", ["raises", "refused"])
+def test_a_sampler_failing_at_an_autoreset_leaves_the_env_as_it_was(failure):
+    """The exception (the sampler's own, or the env refusing its scenario) propagates with
+    nothing changed; the retried step redoes the same autoresets with the same draws: no env is
+    reset twice, no draw is lost, the other envs did not step — the run equals one whose sampler
+    never failed."""
+    calls = {"n": 0, "fail_at": None}
+
+    def sampler(rng):
+        calls["n"] += 1
+        draw = float(rng.choice([0.0, 0.25, 0.5, 0.75]))
+        if calls["n"] == calls["fail_at"]:
+            if failure == "raises":
+                raise RuntimeError("sampler outage")
+            return {"payload": "huge"}  # a ValueError when the env is built
+        return {"payload": draw, "wind": "breezy"}
+
+    # env 1 diverges at once (autoresets alone at step 2); envs 0, 2 end together after 3 steps
+    scenarios = [{}, {"options": {"velocity": [1e6, 0.0, 0.0]}}, {"wind": "windy"}]
+
+    def run(fail_at):
+        calls.update(n=0, fail_at=fail_at)
+        env = ResidualQuadVectorEnv(
+            3, scenarios=scenarios, sampler=sampler, nthread=1, episode_s=0.03
+        )
+        env.reset(seed=7)
+        trace, failures = [], 0
+        for _ in range(9):
+            action = np.full((3, 4), 0.1)
+            before = (
+                list(env.envs),
+                list(env.scenarios),
+                env._autoreset.copy(),
+                env._sampler_rng.bit_generator.state,
+                env._state.copy(),
+            )
+            try:
+                obs, rew, term, trunc, info = env.step(action)
+            except (RuntimeError, ValueError):
+                failures += 1
+                assert env.envs == before[0] and env.scenarios == before[1]
+                np.testing.assert_array_equal(env._autoreset, before[2])
+                assert env._sampler_rng.bit_generator.state == before[3]
+                np.testing.assert_array_equal(env._state, before[4])  # nobody stepped
+                obs, rew, term, trunc, info = env.step(action)  # the retry
+            trace.append((obs, rew, term, trunc, info["payload_kg"].copy()))
+        env.close()
+        return trace, failures
+
+    clean, _ = run(None)
+    # call 3 is env 2's draw in the autoreset of envs 0 and 2 (call 2, env 0's, succeeded)
+    flaky, failures = run(3)
+    assert failures == 1
+    for (o, r, te, tr, kg), (o2, r2, te2, tr2, kg2) in zip(clean, flaky, strict=True):
+        np.testing.assert_array_equal(o2, o)
+        np.testing.assert_array_equal(r2, r)
+        assert te2.tolist() == te.tolist() and tr2.tolist() == tr.tolist()
+        np.testing.assert_array_equal(kg2, kg)
+    assert len({kg for *_, row in clean for kg in row.tolist()}) > 1  # the draws matter
+
+
+def test_step_reset_and_render_after_close_say_the_env_is_closed():
+    from gymnasium.error import ClosedEnvironmentError
+
+    env = ResidualQuadVectorEnv(2, nthread=2)
+    env.reset(seed=0)
+    env.step(np.zeros((2, 4)))
+    env.close()
+    env.close()  # twice is fine
+    for call in (
+        lambda: env.step(np.zeros((2, 4))),
+        lambda: env.reset(seed=0),
+        lambda: env.reset(),
+        env.render,
+    ):
+        with pytest.raises(ClosedEnvironmentError, match=r"the vector env is closed: \w+\(\)"):
+            call()
+    never_reset = ResidualQuadVectorEnv(1, nthread=1)
+    never_reset.close()
+    with pytest.raises(ClosedEnvironmentError, match=r"closed: step\(\) after close"):
+        never_reset.step(np.zeros((1, 4)))

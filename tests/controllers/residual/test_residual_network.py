@@ -123,3 +123,13 @@ def test_packaged_default_weights():
         np.zeros(3), np.array([0.0, 0.0, 5.16]), np.zeros(3), 1.5, 9.81 * 1.45 / 0.95
     )
     assert net.predict(x)[2] == pytest.approx(-5.16, abs=0.5)
+
+
+def test_batch_regressors_do_not_depend_on_the_batch_size():
+    """Each row's ``[h, 1]`` is bit for bit the single-sample one in a batch of any size (a
+    plain ``(N, k) @ (k, h)`` product changes its BLAS kernel with N and moved sweep rows)."""
+    fast = FastMLP(load_network("default"))
+    X = np.random.default_rng(4).standard_normal((40, 14)) * 2
+    single = np.array([fast.hidden(x).copy() for x in X])
+    for n in (1, 2, 3, 8, 17, 40):
+        assert np.array_equal(fast.hidden_batch(X[:n]), single[:n]), n
