@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the traceback of user errors too (also: RQUAD_DEBUG=1)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="rquad COMMAND --help describes each"
+    )
     sub.required = True
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)

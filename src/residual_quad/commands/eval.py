@@ -18,8 +18,11 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
-#: flown by ``rquad demo`` after the four source trackers: the adaptive controller of issue 15
+#: flown by ``rquad demo`` after the four source trackers: the adaptive controller
 DEMO_EXTRA: tuple[str, ...] = ("geo_rls_dob",)
+
+#: payload, wind and trajectory ``rquad demo`` flies by default
+DEMO_SCENARIO: tuple[str, str, str] = ("extra", "windy", "helix")
 
 #: printed for a metric that is not defined (no sample after the metric window, or a crash)
 UNDEFINED = "–"
@@ -226,7 +229,12 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=wind,
         help=f"{'/'.join(WIND_LEVELS)} or MEAN,SIGMA m/s (default {wind})",
     )
-    p.add_argument("--trajectory", choices=list(TRAJECTORIES), default=traj)
+    p.add_argument(
+        "--trajectory",
+        choices=list(TRAJECTORIES),
+        default=traj,
+        help=f"reference to track, {'/'.join(TRAJECTORIES)} (default {traj})",
+    )
     p.add_argument("--seed", type=nonneg_int, default=0, help="wind realization (>= 0)")
     p.add_argument(
         "--episode-s",
@@ -235,7 +243,9 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         help=f"episode length, s (metrics after {STEADY_STATE_FROM_S:g} s)",
     )
     p.add_argument("--yaw-offset", type=finite_float, default=0.0, help="start heading offset, deg")
-    p.add_argument("--no-ground-effect", action="store_true")
+    p.add_argument(
+        "--no-ground-effect", action="store_true", help="turn off the thrust gain near the floor"
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(
         "--tensorboard",
@@ -272,8 +282,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_cmd_eval)
 
+    demo = ", ".join((*SOURCE_TRACKERS, *DEMO_EXTRA))
     p = sub.add_parser(
-        "demo", help="pid, geo, geo_res, geo_rls, geo_rls_dob: extra payload, windy, helix"
+        "demo",
+        help=f"{demo}: {DEMO_SCENARIO[0]} payload, {DEMO_SCENARIO[1]}, {DEMO_SCENARIO[2]}",
+        description=f"Fly {demo} (and the controllers of --controller) on one scenario, "
+        f"{DEMO_SCENARIO[0]} payload, {DEMO_SCENARIO[1]} wind, {DEMO_SCENARIO[2]} by default, "
+        "and print their metrics.",
     )
     p.add_argument(
         "--controller",
@@ -285,5 +300,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(e.g. my_pkg.ctrl:Make)",
     )
     add_list_controllers(p)
-    _scenario_args(p, "extra", "windy", "helix")
+    _scenario_args(p, *DEMO_SCENARIO)
     p.set_defaults(func=_cmd_demo)
