@@ -12,6 +12,7 @@ from typing import Any
 
 from residual_quad.commands.argtypes import episode_seconds, finite_float, nonneg_int
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.commands.flight_gif import add_gif_args, plan_gif, write_gif
 from residual_quad.controllers.base import SOURCE_TRACKERS, ControlContext
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
@@ -206,14 +207,24 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
             print(note)
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, args.controller))
+def _fly_and_print(args: argparse.Namespace, names: list[str]) -> int:
+    """Fly ``names``, render the ``--gif`` (checked before flying), print the metrics."""
+    gif = plan_gif(args, names)
+    rows = _fly(args, names)
+    if gif is not None:
+        write_gif(args, gif)
+    _print(args, rows)
+    if gif is not None and not args.json:
+        print(f"GIF of {gif.label}: {gif.path}")
     return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    return _fly_and_print(args, args.controller)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, [*SOURCE_TRACKERS, *DEMO_EXTRA, *(args.controller or [])]))
-    return 0
+    return _fly_and_print(args, [*SOURCE_TRACKERS, *DEMO_EXTRA, *(args.controller or [])])
 
 
 def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: str) -> None:
@@ -253,6 +264,7 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=None,
         help="log per-step residual estimate vs truth, RLS P trace, warm-up end to DIR/<run>",
     )
+    add_gif_args(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
