@@ -10,7 +10,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from residual_quad.commands.argtypes import episode_seconds, finite_float, nonneg_int
+from residual_quad.commands.argtypes import (
+    ensure_folder,
+    episode_seconds,
+    finite_float,
+    nonneg_int,
+    remote_address,
+)
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.commands.flight_gif import add_gif_args, plan_gif, write_gif
 from residual_quad.controllers.base import SOURCE_TRACKERS, ControlContext
@@ -125,6 +131,8 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
     record = getattr(args, "record", None)
     if record and len(specs) > 1:
         raise ValueError(f"--record writes one flight: give one controller, not {len(specs)}")
+    if args.tensorboard:
+        ensure_folder(f"--tensorboard {args.tensorboard}", args.tensorboard)
     rows = []
     for spec in specs:
         name = spec.label
@@ -283,6 +291,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--remote",
         metavar="HOST:PORT",
+        type=remote_address,
         default=None,
         help="fly on a simulation server (rquad serve; token from $RQUAD_TOKEN)",
     )

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from residual_quad.commands.argtypes import ensure_folder
 from residual_quad.controllers.specs import resolve_entries
 
 #: how to get an OpenGL context without a display, said when rendering fails
@@ -91,19 +92,7 @@ def plan_gif(args: argparse.Namespace, names: list[str]) -> GifPlan | None:
         raise ValueError(
             f"--gif {path}: is a folder; give a file name such as {path / 'flight.gif'}"
         )
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
-        why = (
-            f"{blocker} is a file"
-            if blocker is not None and not blocker.is_dir()
-            else exc.strerror or str(exc)
-        )
-        raise ValueError(f"--gif {path}: cannot create the folder {folder} ({why})") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"--gif {path}: the folder {folder} is not writable")
+    ensure_folder(f"--gif {path}", path.parent)
     return GifPlan(names[index], specs[index].label, path)
 
 

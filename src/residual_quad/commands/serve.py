@@ -88,7 +88,12 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.foxglove is not None:
             sinks.append(FoxgloveSink(host=args.host, port=args.foxglove))
         telemetry = FlightTelemetry(sinks) if sinks else None
-        server = SimServer(config, hook=telemetry)
+        try:
+            server = SimServer(config, hook=telemetry)
+        except OSError as exc:  # a host that does not resolve or is not ours, a busy port
+            raise ValueError(
+                f"cannot listen on --host {args.host} --port {args.port}: {exc.strerror or exc}"
+            ) from None
     except BaseException:
         for sink in sinks:
             sink.close()
