@@ -40,7 +40,7 @@ def run_count(config: str = "sweep") -> int | None:
         matrix.update(data)
         labels = [spec.label for spec in resolve_entries(matrix["controllers"])]
         return len(expand(SimpleNamespace(**matrix, labels=labels)))  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a help text never breaks the command line
+    except Exception:  # a help text never breaks the command line
         return None
 
 
