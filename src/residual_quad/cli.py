@@ -41,6 +41,22 @@ def _headless_gl() -> None:
         os.environ["MUJOCO_GL"] = "egl"
 
 
+def _gl_error() -> str | None:
+    """Why MuJoCo cannot start with the ``MUJOCO_GL`` in the environment (a bad value, or a
+    backend whose library is missing: MuJoCo fails at import), else ``None``."""
+    gl = os.environ.get("MUJOCO_GL")
+    if gl is None:
+        return None
+    try:
+        import mujoco  # noqa: F401
+    except Exception as exc:  # an unknown value or a missing library, at import
+        return (
+            f"MuJoCo cannot start with MUJOCO_GL={gl} ({type(exc).__name__}: {one_line(exc)}); "
+            "set MUJOCO_GL=egl or MUJOCO_GL=osmesa where that library is installed, or unset it"
+        )
+    return None
+
+
 #: exceptions that report a user error (bad value, file, dependency or folder), not a bug
 USER_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
@@ -91,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show the traceback of user errors too (also: RQUAD_DEBUG=1)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="rquad COMMAND --help describes each"
+    )
     sub.required = True
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(sub)
@@ -101,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rquad`` console script."""
     _headless_gl()
+    gl_error = _gl_error()
+    if gl_error is not None:
+        debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+        if debug or os.environ.get("RQUAD_DEBUG", "") not in ("", "0"):
+            import mujoco  # noqa: F401  (raises again, with its traceback)
+        print(f"rquad: error: {gl_error}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 #: shortest episode the CLI flies, s: one control period at the default 100 Hz
 MIN_EPISODE_S = 0.01
@@ -100,3 +102,34 @@ def name_list(valid: Iterable[str]) -> Callable[[str], list[str]]:
         return names
 
     return parse
+
+
+def ensure_folder(what: str, folder: str | Path) -> Path:
+    """Create ``folder`` (and its parents) for an output; a ``ValueError`` starting with ``what``
+    (the argument, e.g. ``"--json out/r.json"``) names what blocks it: a file on the way, a
+    refused permission. Commands call it before they work, so a bad path costs nothing."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            why = f"{blocker} is a file, not a folder"
+        else:
+            why = f"{exc.strerror or exc}: {exc.filename or folder}"
+        raise ValueError(f"{what}: cannot create the folder {folder} ({why})") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: the folder {folder} is not writable")
+    return folder
+
+
+def remote_address(text: str) -> str:
+    """A simulation server's ``HOST:PORT`` (``[IPV6]:PORT``; a bare host takes the default
+    port), checked at parse time; returned as given."""
+    from residual_quad.remote.client import parse_address
+
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text

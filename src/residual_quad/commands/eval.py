@@ -10,16 +10,26 @@ import re
 from pathlib import Path
 from typing import Any
 
-from residual_quad.commands.argtypes import episode_seconds, finite_float, nonneg_int
+from residual_quad.commands.argtypes import (
+    ensure_folder,
+    episode_seconds,
+    finite_float,
+    nonneg_int,
+    remote_address,
+)
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.commands.flight_gif import add_gif_args, plan_gif, write_gif
 from residual_quad.controllers.base import SOURCE_TRACKERS, ControlContext
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
-#: flown by ``rquad demo`` after the four source trackers: the adaptive controller of issue 15
+#: flown by ``rquad demo`` after the four source trackers: the adaptive controller
 DEMO_EXTRA: tuple[str, ...] = ("geo_rls_dob",)
+
+#: payload, wind and trajectory ``rquad demo`` flies by default
+DEMO_SCENARIO: tuple[str, str, str] = ("extra", "windy", "helix")
 
 #: printed for a metric that is not defined (no sample after the metric window, or a crash)
 UNDEFINED = "–"
@@ -121,6 +131,8 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
     record = getattr(args, "record", None)
     if record and len(specs) > 1:
         raise ValueError(f"--record writes one flight: give one controller, not {len(specs)}")
+    if args.tensorboard:
+        ensure_folder(f"--tensorboard {args.tensorboard}", args.tensorboard)
     rows = []
     for spec in specs:
         name = spec.label
@@ -203,14 +215,24 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
             print(note)
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, args.controller))
+def _fly_and_print(args: argparse.Namespace, names: list[str]) -> int:
+    """Fly ``names``, render the ``--gif`` (checked before flying), print the metrics."""
+    gif = plan_gif(args, names)
+    rows = _fly(args, names)
+    if gif is not None:
+        write_gif(args, gif)
+    _print(args, rows)
+    if gif is not None and not args.json:
+        print(f"GIF of {gif.label}: {gif.path}")
     return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    return _fly_and_print(args, args.controller)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    _print(args, _fly(args, [*SOURCE_TRACKERS, *DEMO_EXTRA, *(args.controller or [])]))
-    return 0
+    return _fly_and_print(args, [*SOURCE_TRACKERS, *DEMO_EXTRA, *(args.controller or [])])
 
 
 def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: str) -> None:
@@ -226,7 +248,12 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=wind,
         help=f"{'/'.join(WIND_LEVELS)} or MEAN,SIGMA m/s (default {wind})",
     )
-    p.add_argument("--trajectory", choices=list(TRAJECTORIES), default=traj)
+    p.add_argument(
+        "--trajectory",
+        choices=list(TRAJECTORIES),
+        default=traj,
+        help=f"reference to track, {'/'.join(TRAJECTORIES)} (default {traj})",
+    )
     p.add_argument("--seed", type=nonneg_int, default=0, help="wind realization (>= 0)")
     p.add_argument(
         "--episode-s",
@@ -235,7 +262,9 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         help=f"episode length, s (metrics after {STEADY_STATE_FROM_S:g} s)",
     )
     p.add_argument("--yaw-offset", type=finite_float, default=0.0, help="start heading offset, deg")
-    p.add_argument("--no-ground-effect", action="store_true")
+    p.add_argument(
+        "--no-ground-effect", action="store_true", help="turn off the thrust gain near the floor"
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(
         "--tensorboard",
@@ -243,6 +272,7 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=None,
         help="log per-step residual estimate vs truth, RLS P trace, warm-up end to DIR/<run>",
     )
+    add_gif_args(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -261,6 +291,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--remote",
         metavar="HOST:PORT",
+        type=remote_address,
         default=None,
         help="fly on a simulation server (rquad serve; token from $RQUAD_TOKEN)",
     )
@@ -272,8 +303,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_cmd_eval)
 
+    demo = ", ".join((*SOURCE_TRACKERS, *DEMO_EXTRA))
     p = sub.add_parser(
-        "demo", help="pid, geo, geo_res, geo_rls, geo_rls_dob: extra payload, windy, helix"
+        "demo",
+        help=f"{demo}: {DEMO_SCENARIO[0]} payload, {DEMO_SCENARIO[1]}, {DEMO_SCENARIO[2]}",
+        description=f"Fly {demo} (and the controllers of --controller) on one scenario, "
+        f"{DEMO_SCENARIO[0]} payload, {DEMO_SCENARIO[1]} wind, {DEMO_SCENARIO[2]} by default, "
+        "and print their metrics.",
     )
     p.add_argument(
         "--controller",
@@ -285,5 +321,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(e.g. my_pkg.ctrl:Make)",
     )
     add_list_controllers(p)
-    _scenario_args(p, "extra", "windy", "helix")
+    _scenario_args(p, *DEMO_SCENARIO)
     p.set_defaults(func=_cmd_demo)

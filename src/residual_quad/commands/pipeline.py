@@ -8,7 +8,7 @@ from pathlib import Path
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import nonneg_int
-from residual_quad.commands.sweep import add_retry_failed, report_failures
+from residual_quad.commands.sweep import add_retry_failed, report_failures, runs_text
 from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
 from residual_quad.evaluation.sweep import ROWS_FILE, read_rows
 
@@ -29,9 +29,21 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pipeline", help="collect → train → evaluate → report.md, one command")
+    full, quick = PipelineConfig(), QUICK
+    p = sub.add_parser(
+        "pipeline",
+        help="collect → train → evaluate → report.md, one command",
+        description=f"Collect the residual dataset, train the network, fly the {full.sweep} "
+        f"matrix ({runs_text(full.sweep)}) and write report.md with tables and figures.",
+    )
     p.add_argument("--out", default="outputs/pipeline", help="output folder")
-    p.add_argument("--quick", action="store_true", help="smoke profile (a couple of minutes)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke profile: the {quick.sweep} matrix ({runs_text(quick.sweep)}), a smaller "
+        f"dataset, {quick.train_overrides.get('epochs', 'all')} training epochs; about 40 s on "
+        "2 cores",
+    )
     p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
     p.add_argument(
         "--workers", type=nonneg_int, default=None, help="processes (default 0: every core)"

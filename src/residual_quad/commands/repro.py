@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "elsewhere. Needs a clone of the repository (the rows live in docs/)."
         ),
     )
-    what = p.add_subparsers(dest="target", metavar="WHAT")
+    what = p.add_subparsers(dest="target", metavar="WHAT", help="what to do")
     what.required = True
     c = what.add_parser("check", help="re-fly the sample here; exit 1 if a row does not reproduce")
     c.set_defaults(func=_check)

@@ -88,7 +88,12 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.foxglove is not None:
             sinks.append(FoxgloveSink(host=args.host, port=args.foxglove))
         telemetry = FlightTelemetry(sinks) if sinks else None
-        server = SimServer(config, hook=telemetry)
+        try:
+            server = SimServer(config, hook=telemetry)
+        except OSError as exc:  # a host that does not resolve or is not ours, a busy port
+            raise ValueError(
+                f"cannot listen on --host {args.host} --port {args.port}: {exc.strerror or exc}"
+            ) from None
     except BaseException:
         for sink in sinks:
             sink.close()
@@ -169,11 +174,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--payload", type=_payload, default="none", help="none/light/heavy/extra or kg")
     p.add_argument("--wind", type=_wind, default="calm", help="calm/breezy/windy or MEAN,SIGMA")
-    p.add_argument("--trajectory", choices=list(TRAJECTORIES), default="hover")
+    p.add_argument(
+        "--trajectory",
+        choices=list(TRAJECTORIES),
+        default="hover",
+        help=f"reference to track, {'/'.join(TRAJECTORIES)} (default hover)",
+    )
     p.add_argument("--episode-s", type=episode_seconds, default=20.0, help="episode length, s")
     p.add_argument(
         "--control-hz", type=_positive, default=100.0, help="control rate, Hz (default 100)"
     )
-    p.add_argument("--action-mode", choices=list(ACTION_MODES), default="rotor")
-    p.add_argument("--no-ground-effect", action="store_true")
+    p.add_argument(
+        "--action-mode",
+        choices=list(ACTION_MODES),
+        default="rotor",
+        help="what a client's action commands: rotor (4 thrusts) or ctbr (collective thrust "
+        "and body rates; default rotor)",
+    )
+    p.add_argument(
+        "--no-ground-effect", action="store_true", help="turn off the thrust gain near the floor"
+    )
     p.set_defaults(func=_cmd)

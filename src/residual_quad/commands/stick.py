@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from residual_quad.commands.argtypes import ensure_folder
+
 
 def _cmd(args: argparse.Namespace) -> int:
     from residual_quad.controllers.prioritized import METHODS
@@ -16,6 +18,10 @@ def _cmd(args: argparse.Namespace) -> int:
         run_scenario,
     )
 
+    if args.json:  # a bad output path is refused before the study runs
+        ensure_folder(f"--json {args.json}", Path(args.json).parent)
+    if args.plot:
+        ensure_folder(f"--plot {args.plot}", args.plot)
     scn = load_scenario(args.scenario)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     if methods is not None:

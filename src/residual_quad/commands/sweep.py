@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
+from residual_quad.controllers.specs import resolve_entries
 from residual_quad.evaluation.report import order_rows, report_from_rows
 from residual_quad.evaluation.sweep import (
     DEFAULT_BACKEND,
@@ -17,6 +21,7 @@ from residual_quad.evaluation.sweep import (
     MAX_BATCH,
     SWEEP_BACKENDS,
     SweepConfig,
+    expand,
     failure_summary,
     flown_rows,
     read_rows,
@@ -38,6 +43,31 @@ def report_failures(command: str, rows: list[dict], out: object) -> int:
         file=sys.stderr,
     )
     return FAILED_RUNS_EXIT
+
+
+@functools.lru_cache(maxsize=8)
+def run_count(config: str = "sweep") -> int | None:
+    """How many runs the sweep config ``config`` (a shipped name or a YAML path) flies, expanded
+    as the sweep expands it, without the load-time checks that build controllers (they load PPO
+    policies: seconds, and the ``rl`` extra); ``None`` if the file does not parse."""
+    try:
+        data = configs.read_yaml(configs.resolve(config))
+        matrix = {
+            f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(SweepConfig)
+        }
+        matrix.update(data)
+        labels = [spec.label for spec in resolve_entries(matrix["controllers"])]
+        return len(expand(SimpleNamespace(**matrix, labels=labels)))  # type: ignore[arg-type]
+    except Exception:  # a help text never breaks the command line
+        return None
+
+
+def runs_text(config: str) -> str:
+    """``"N runs"`` of the sweep config ``config`` for a help text (its name if it does not
+    parse)."""
+    n = run_count(config)
+    return f"{n} runs" if n is not None else f"the runs of {config}"
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -104,7 +134,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "config",
         nargs="?",
         default="sweep",
-        help="YAML path or shipped name (sweep, sweep_quick); default: the 432 runs",
+        help="YAML path or shipped name (sweep, sweep_quick); default: sweep, "
+        f"{runs_text('sweep')} (sweep_quick: {runs_text('sweep_quick')})",
     )
     p.add_argument("--out", default="runs/sweep", help="output folder (rows.jsonl, series/)")
     p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")

@@ -88,10 +88,10 @@ def register_train_residual(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, default=None, help="YAML (default: packaged)")
     p.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS_OUT, help="weights .npz to write")
     p.add_argument("--logdir", type=Path, default=DEFAULT_LOGDIR, help="TensorBoard run dir")
-    p.add_argument("--no-tensorboard", action="store_true")
+    p.add_argument("--no-tensorboard", action="store_true", help="write no TensorBoard run")
     p.add_argument("--epochs", type=positive_int, default=None, help="override the config")
     p.add_argument("--seed", type=nonneg_int, default=None, help="override the config")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_train_residual)
 
@@ -105,12 +105,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seeds", type=seed_list, default=None, help="comma list of env seeds")
     p.add_argument("--episode-s", type=episode_seconds, default=None, help="s per run (override)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_collect)
 
-    p = sub.add_parser("train", help="train a model: residual (more targets may be registered)")
-    targets = p.add_subparsers(dest="target", metavar="TARGET")
+    names = ", ".join(TRAIN_TARGETS)
+    p = sub.add_parser(
+        "train",
+        help=f"train a model: {names}",
+        description=f"Train a model; TARGET is one of {names} (rquad train TARGET --help).",
+    )
+    targets = p.add_subparsers(dest="target", metavar="TARGET", help="what to train")
     targets.required = True
     for spec in TRAIN_TARGETS.values():
         module, func = spec.split(":")
@@ -248,6 +253,6 @@ def _add_ppo_parser(
         metavar="ZIP",
         help="also copy best.zip there with its training budget (ZIP + .json next to it)",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_cmd_train_ppo, default_config=name)
