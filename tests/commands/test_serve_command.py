@@ -1,5 +1,5 @@
 """``rquad serve`` as a process (loopback, stopped in ``finally``), ``rquad eval --remote`` and
-``--record``, SIGTERM/SIGINT shutdown, and the stdlib-only client example of the README."""
+``--record``, SIGTERM/SIGINT shutdown, and the stdlib-only client example of docs/remote.md."""
 
 from __future__ import annotations
 
@@ -176,10 +176,10 @@ def test_token_from_the_environment(capsys, monkeypatch):
         time.sleep(0)  # both connections are closed by now
 
 
-def test_the_readme_shows_the_example_as_it_is_tested():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_server_docs_show_the_example_as_it_is_tested():
+    page = (ROOT / "docs" / "remote.md").read_text(encoding="utf-8")
     example = (ROOT / "docs" / "examples" / "remote_hover_client.py").read_text(encoding="utf-8")
-    assert f"```python\n{example}```" in readme
+    assert f"```python\n{example}```" in page
 
 
 GARBAGE = st.sampled_from(["", "x", "-1", "nan", "inf", "1e400", "0", "70000", "é"])
