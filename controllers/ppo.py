@@ -163,13 +163,15 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
     ).astype(np.float32)
 
 
-def import_sb3() -> Any:
-    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint."""
+def import_sb3(kind: str = "ppo") -> Any:
+    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint naming the
+    policy ``kind`` that asked for it (``ppo`` or ``ppo_res``: the controller and its
+    ``rquad train`` command)."""
     try:
         return importlib.import_module("stable_baselines3")
     except ImportError as exc:
         raise ImportError(
-            f"the 'ppo' controller and `rquad train ppo` need stable-baselines3 and torch "
+            f"the {kind!r} controller and `rquad train {kind}` need stable-baselines3 and torch "
             f"({exc}); install them with: {INSTALL_HINT}"
         ) from exc
 
@@ -423,7 +425,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
     ``ppo_res``): the checked record, the SB3 model, the frozen observation normalizer (or
     ``None``) and the numpy forward (``None``: SB3's ``predict``). Every inconsistency is a
     :class:`PolicyFileError` naming the file, raised here rather than at the first action."""
-    sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+    sb3 = import_sb3(kind)  # first: without SB3 the install hint is the useful answer
     meta = read_meta(path)
     found = meta.get("controller", "ppo")
     if found != kind:

@@ -700,7 +700,7 @@ def train(
     ``config.yaml`` (``total_steps`` may differ); a run without a checkpoint, or already
     finished (``final.zip``), is an error naming it.
     """
-    import_sb3()
+    import_sb3(cfg.controller)
     import torch
 
     out = Path(out)
@@ -796,7 +796,7 @@ def new_model(
     cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
 ) -> Any:
     """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
-    sb3 = import_sb3()
+    sb3 = import_sb3(cfg.controller)
     import torch
 
     h = cfg.ppo

@@ -148,7 +148,9 @@ def test_missing_rl_extra_gives_the_hint_for_every_command(capsys, monkeypatch):
 
     monkeypatch.setattr(ppo_mod.importlib, "import_module", fake_import)
     res = run_main(["eval", "--controller", "ppo", *QUICK], capsys)
-    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT)
+    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT, "the 'ppo' controller")
+    res = run_main(["eval", "--controller", "ppo_res", *QUICK], capsys)
+    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT, "the 'ppo_res' controller")
 
 
 def test_short_episode_says_metrics_are_undefined(capsys):
