@@ -79,6 +79,11 @@ class AngularDisturbanceObserver:
         self.rejected = 0  # raw estimates not used (implausible or non-finite)
         self._prev_omega: np.ndarray | None = None
 
+    def forget_previous_sample(self) -> None:
+        """The next observation does not follow the last one (a bad sample came between): no
+        rate difference spans the gap; the estimate is kept."""
+        self._prev_omega = None
+
     def update(self, obs: np.ndarray) -> np.ndarray:
         """Fold in the period that ended with ``obs``; returns ``Δα̂`` (rad/s², body)."""
         omega = np.array(obs[L.omega_b], dtype=float)
@@ -172,11 +177,15 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         if isinstance(self.inner, ObserverInnerLoop):
             self.inner.torque_ff[...] = 0.0
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         if self.use_observer:
             alpha = self.observer.update(obs)
             self.inner.torque_ff[...] = -self.observer.J * alpha
-        return super().policy(obs)
+        return super().act(obs)
+
+    def forget_previous_sample(self) -> None:
+        super().forget_previous_sample()
+        self.observer.forget_previous_sample()
 
     @property
     def disturbance_torque(self) -> np.ndarray:

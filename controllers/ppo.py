@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, ObservationGuard
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -453,7 +453,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
     return meta, model, normalizer, NumpyPolicy.from_sb3(model.policy)
 
 
-class PPOController:
+class PPOController(ObservationGuard):
     """Deterministic actions of a saved PPO policy (see the module docstring for the file format).
 
     Args:
@@ -504,13 +504,16 @@ class PPOController:
 
     def reset(self, seed: int | None = None) -> None:
         """Restart the action-hold cycle (the network itself is stateless)."""
+        self.reset_guard()
         self._k, self._held = 0, np.zeros(4)
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic (mean) action in [-1, 1] for one raw observation.
 
         A new action is computed every ``action_repeat`` calls (first call after ``reset``
-        included) and held in between, exactly as in training.
+        included) and held in between, exactly as in training. A non-finite observation is
+        answered by :meth:`policy` with the last action and does not count as a call
+        (:class:`~residual_quad.controllers.base.ObservationGuard`).
         """
         if self._k % self.action_repeat == 0:
             x = ppo_features(obs)

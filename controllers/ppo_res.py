@@ -157,6 +157,9 @@ class BatchedResidualPPO(BatchTracker):
         self._k[index] = 0
         self._held[index] = 0.0
 
+    def _row_state(self) -> list[tuple[Any, str]]:
+        return [*super()._row_state(), (self, "_k"), (self, "_held")]
+
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         due = np.flatnonzero(self._k % self.action_repeat == 0)
         if len(due):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
-from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.base import ControlContext, ObservationGuard, to_rotor_action
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
@@ -46,7 +46,7 @@ def pid_integral_step(
     return np.clip(integral + step, -i_max, i_max)
 
 
-class Tracker:
+class Tracker(ObservationGuard):
     """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
 
     Args:
@@ -55,6 +55,9 @@ class Tracker:
             model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
         kd: velocity gain, 1/s.
         attitude: inner-loop gains.
+
+    A non-finite observation is answered with the last action and changes no state
+    (:class:`~residual_quad.controllers.base.ObservationGuard`).
     """
 
     action_mode = "rotor"
@@ -77,7 +80,8 @@ class Tracker:
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
-        """Restore the initial state (integrators, memories)."""
+        """Restore the initial state (integrators, memories, the held action)."""
+        self.reset_guard()
         self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's command
         self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.inner.saturated = False
@@ -93,7 +97,7 @@ class Tracker:
         return _ZERO3
 
     # -- interface -----------------------------------------------------------------------------
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]

@@ -366,7 +366,7 @@ class HNewtonTracker(Tracker):
         self.last_thrust = self.airframe.hover_thrust  # N
 
     # -- interface -----------------------------------------------------------------------------
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
         a_cmd = self.desired_accel(obs, obs[L.ref_pos] - obs[L.pos], obs[L.ref_vel] - obs[L.vel])
         est = self.residual_world(obs, R, a_cmd)
@@ -444,6 +444,9 @@ class HNewtonRLSTracker(HNewtonTracker):
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         # the estimator keeps its own memories (previous observation, regressor, effective

@@ -72,6 +72,9 @@ class ResidualGeoTracker(GeoTracker):
         super().reset(seed)
         self.estimator.reset(seed)
 
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
+
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return self.estimator.estimate(obs, R, a_cmd)
 
