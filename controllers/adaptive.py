@@ -35,6 +35,7 @@ from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
+from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
@@ -142,6 +143,11 @@ class DOBRLSGeoTracker(RLSGeoTracker):
     """
 
     name = "geo_rls_dob"
+    OPTIONS: dict[str, Domain] = {
+        **RLSGeoTracker.OPTIONS,
+        "observer_tau": NON_NEGATIVE,  # s, 0: the raw one-period estimate
+        "observer": Flag(),
+    }
 
     def __init__(
         self,

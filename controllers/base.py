@@ -67,6 +67,11 @@ _REGISTRY: dict[str, str | Factory] = {
 }
 
 
+#: the controllers of this package (their options are checked against their ``OPTIONS`` tables
+#: when a spec is parsed: :func:`residual_quad.controllers.specs.check_spec_options`)
+BUILTIN_CONTROLLERS: tuple[str, ...] = tuple(_REGISTRY)
+
+
 #: the entry-point group through which an installed package registers controllers (plugins)
 ENTRY_POINT_GROUP = "residual_quad.controllers"
 

@@ -677,6 +677,9 @@ def make_batch_controller(
             f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
         )
     n_envs = check_n_envs(n_envs)
+    from residual_quad.controllers.specs import check_spec_options
+
+    overrides = check_spec_options(name, overrides)  # the single controller's option domains
     factory = _BATCH_REGISTRY.get(name)
     if (
         factory is not None

@@ -244,18 +244,24 @@ NON_NEGATIVE = Number(ge=0.0)
 
 
 def check_options(
-    controller: str, table: Mapping[str, Domain], options: Mapping[str, Any]
+    controller: str,
+    table: Mapping[str, Domain],
+    options: Mapping[str, Any],
+    spec: str | None = None,
 ) -> dict[str, Any]:
     """``options`` checked against ``table`` (option → :class:`Domain`), returned with numeric
-    strings converted; a ``ValueError`` naming ``controller``, the option and its domain for an
-    unknown option (the valid ones listed) or a value outside its domain. The entries of a
-    :class:`Section` mapping are checked against its table (named ``section.key``)."""
+    strings converted; a ``ValueError`` naming ``controller`` (and the ``spec`` text, if given),
+    the option and its domain for an unknown option (the valid ones listed) or a value outside
+    its domain. The entries of a :class:`Section` mapping are checked against its table (named
+    ``section.key``)."""
     out: dict[str, Any] = {}
     for key, value in options.items():
         domain = table.get(key)
         if domain is None:
+            where = f" in spec {spec!r}" if spec and spec != controller else ""
             raise ValueError(
-                f"{controller}: unknown option {key!r}; valid options: {', '.join(table)}"
+                f"{controller}: unknown option {key!r}{where}; valid options: "
+                f"{', '.join(table)}"
             )
         out[key] = _check_one(controller, key, domain, value)
         if isinstance(domain, Section) and isinstance(value, Mapping):

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.options import Domain, Integer, Optional, Text
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -50,6 +51,12 @@ MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 ACTION_DIMS = {"ppo": 4, "ppo_res": 3}
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
+#: the options of ``ppo`` and ``ppo_res`` (a policy file, a torch device, a shipped seed)
+POLICY_OPTIONS: dict[str, Domain] = {
+    "path": Optional(Text("a policy .zip path", (Path,))),
+    "device": Text("a torch device name (cpu, cuda, ...)"),
+    "training_seed": Optional(Integer(ge=0)),
+}
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
     | {"reward_weights", "max_position_error"}
@@ -470,6 +477,8 @@ class PPOController(ObservationGuard):
     every ``action_repeat`` control periods and holds its action in between (zero-order hold), so
     :meth:`reset` must be called at the start of each episode.
     """
+
+    OPTIONS: dict[str, Domain] = POLICY_OPTIONS
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ import numpy as np
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchTracker
 from residual_quad.controllers.ppo import (
+    POLICY_OPTIONS,
     ObsNormalizer,
     in_memory,
     load_policy,
@@ -76,6 +77,7 @@ class ResidualPPOController(Tracker):
     """
 
     name = "ppo_res"
+    OPTIONS = POLICY_OPTIONS
 
     def __init__(
         self,

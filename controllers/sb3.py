@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.options import Choice, Domain, Flag, Optional, Text
 from residual_quad.controllers.ppo import (
     FEATURE_DIM,
     INSTALL_HINT,
@@ -245,6 +246,15 @@ class SB3Policy(ObservationGuard):
 
     The model is loaded on the CPU. ``reset`` keeps no state for deterministic policies.
     """
+
+    OPTIONS: dict[str, Domain] = {
+        "path": Text("a stable-baselines3 .zip path", (Path,)),
+        "vecnormalize": Optional(Text("a VecNormalize .pkl path", (Path,))),
+        "algo": Optional(Choice(ALGORITHMS, fold=True)),
+        "deterministic": Flag(),
+        "action_mode": Optional(Choice(ACTION_MODES)),
+        "observation": Choice(tuple(OBSERVATIONS)),
+    }
 
     def __init__(
         self,

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
+from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
 from residual_quad.controllers.base import ControlContext, ObservationGuard, to_rotor_action
+from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
 
 DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δa: Δa/K_p)
 DEFAULT_KD = 8.0  # 1/s, velocity gain
+
+#: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
+ATTITUDE = Instance(
+    (AttitudeGains,),
+    "AttitudeGains or a mapping of its fields (wn_rp, zeta_rp, wn_yaw, zeta_yaw, max_tilt), "
+    "each finite and > 0",
+    coerce=attitude_gains,
+)
 
 
 def outer_accel(
@@ -62,6 +71,8 @@ class Tracker(ObservationGuard):
 
     action_mode = "rotor"
     name = "tracker"
+    #: option → domain, checked when a spec is parsed (:mod:`residual_quad.controllers.options`)
+    OPTIONS: dict[str, Domain] = {"kp": POSITIVE, "kd": POSITIVE, "attitude": ATTITUDE}
 
     def __init__(
         self,
@@ -124,6 +135,8 @@ class PIDTracker(Tracker):
     """
 
     name = "pid"
+    #: ``ki = 0`` is a PD (no integral action)
+    OPTIONS: dict[str, Domain] = {**Tracker.OPTIONS, "ki": NON_NEGATIVE, "i_max": POSITIVE}
 
     def __init__(
         self,
