@@ -33,9 +33,9 @@ import numpy as np
 from residual_quad import configs
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
 from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
-from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L

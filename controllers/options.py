@@ -260,8 +260,7 @@ def check_options(
         if domain is None:
             where = f" in spec {spec!r}" if spec and spec != controller else ""
             raise ValueError(
-                f"{controller}: unknown option {key!r}{where}; valid options: "
-                f"{', '.join(table)}"
+                f"{controller}: unknown option {key!r}{where}; valid options: {', '.join(table)}"
             )
         out[key] = _check_one(controller, key, domain, value)
         if isinstance(domain, Section) and isinstance(value, Mapping):

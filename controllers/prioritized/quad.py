@@ -49,16 +49,6 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, to_rotor_action
-from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, BoxHLSPResult
-from residual_quad.controllers.prioritized.newton import (
-    LevelEval,
-    NewtonCore,
-    NewtonSettings,
-    METHODS,
-    SWITCHES,
-    check_method,
-    task_multipliers,
-)
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
     POSITIVE,
@@ -67,6 +57,16 @@ from residual_quad.controllers.options import (
     Number,
     Optional,
     Section,
+)
+from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.prioritized.newton import (
+    METHODS,
+    SWITCHES,
+    LevelEval,
+    NewtonCore,
+    NewtonSettings,
+    check_method,
+    task_multipliers,
 )
 from residual_quad.controllers.residual.trackers import RESIDUAL_TRACKER_OPTIONS
 from residual_quad.controllers.trackers import Tracker

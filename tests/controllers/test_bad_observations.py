@@ -135,6 +135,7 @@ def test_one_bad_sample_is_held_and_the_state_is_not_poisoned(spec):
         ref = make_controller(spec)
         hit.reset(0)
         ref.reset(0)
+        last = None
         for t, obs in enumerate(stream):
             if t == k:
                 held = hit.policy(poisoned(obs, where, np.nan))
@@ -233,6 +234,7 @@ def test_the_sb3_adapter_holds_its_last_action_too(sb3_zip):
     hit = make_controller(f"sb3:{sb3_zip}")
     ref = make_controller(f"sb3:{sb3_zip}")
     assert isinstance(hit, ObservationGuard)
+    last = None
     for t, obs in enumerate(stream):
         if t == 10:
             assert np.array_equal(hit.policy(poisoned(obs, L.pos.start, -np.inf)), last)
@@ -257,6 +259,7 @@ def test_one_envs_bad_sample_does_not_touch_the_other_rows(spec):
     hit = make_batch_controller(spec, n)
     clean = make_batch_controller(spec, n)
     single = make_controller(spec)
+    prev_1 = expected_1 = None
     for t in range(steps):
         obs = streams[t]
         if t in bad_steps:
