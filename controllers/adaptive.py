@@ -33,6 +33,7 @@ import numpy as np
 from residual_quad import configs
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
 from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
@@ -78,6 +79,11 @@ class AngularDisturbanceObserver:
         self.last_raw = np.zeros(3)  # rad/s², body, the unfiltered estimate of the last period
         self.rejected = 0  # raw estimates not used (implausible or non-finite)
         self._prev_omega: np.ndarray | None = None
+
+    def forget_previous_sample(self) -> None:
+        """The next observation does not follow the last one (a bad sample came between): no
+        rate difference spans the gap; the estimate is kept."""
+        self._prev_omega = None
 
     def update(self, obs: np.ndarray) -> np.ndarray:
         """Fold in the period that ended with ``obs``; returns ``Δα̂`` (rad/s², body)."""
@@ -137,6 +143,11 @@ class DOBRLSGeoTracker(RLSGeoTracker):
     """
 
     name = "geo_rls_dob"
+    OPTIONS: dict[str, Domain] = {
+        **RLSGeoTracker.OPTIONS,
+        "observer_tau": NON_NEGATIVE,  # s, 0: the raw one-period estimate
+        "observer": Flag(),
+    }
 
     def __init__(
         self,
@@ -172,11 +183,15 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         if isinstance(self.inner, ObserverInnerLoop):
             self.inner.torque_ff[...] = 0.0
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         if self.use_observer:
             alpha = self.observer.update(obs)
             self.inner.torque_ff[...] = -self.observer.J * alpha
-        return super().policy(obs)
+        return super().act(obs)
+
+    def forget_previous_sample(self) -> None:
+        super().forget_previous_sample()
+        self.observer.forget_previous_sample()
 
     @property
     def disturbance_torque(self) -> np.ndarray:

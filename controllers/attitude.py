@@ -38,6 +38,24 @@ class AttitudeGains:
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
 
 
+def attitude_gains(value: Any) -> AttitudeGains:
+    """``value`` as :class:`AttitudeGains`: itself, or a mapping of its fields (a spec's YAML
+    form), every field a finite number > 0 and ``max_tilt`` below 90° (rad); else a
+    ``ValueError``/``TypeError``."""
+    if isinstance(value, AttitudeGains):
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(f"attitude gains must be a mapping, got {value!r}")
+    gains = AttitudeGains(**value)
+    for name in AttitudeGains.__dataclass_fields__:
+        x = getattr(gains, name)
+        if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < x < math.inf):
+            raise ValueError(f"attitude.{name} must be a finite number > 0, got {x!r}")
+    if gains.max_tilt >= math.pi / 2:
+        raise ValueError(f"attitude.max_tilt must be below π/2 rad, got {gains.max_tilt}")
+    return gains
+
+
 class InnerLoop:
     """Acceleration command (world, m/s²) + heading (rad) → rotor thrusts (N).
 

@@ -67,6 +67,11 @@ _REGISTRY: dict[str, str | Factory] = {
 }
 
 
+#: the controllers of this package (their options are checked against their ``OPTIONS`` tables
+#: when a spec is parsed: :func:`residual_quad.controllers.specs.check_spec_options`)
+BUILTIN_CONTROLLERS: tuple[str, ...] = tuple(_REGISTRY)
+
+
 #: the entry-point group through which an installed package registers controllers (plugins)
 ENTRY_POINT_GROUP = "residual_quad.controllers"
 
@@ -183,3 +188,68 @@ def make_controller(name: str, env_or_context: Any = None, **overrides: Any) -> 
 def to_rotor_action(thrusts: np.ndarray, airframe: Airframe) -> np.ndarray:
     """Rotor thrusts (N) → the env's normalized ``rotor`` action in [-1, 1]."""
     return np.asarray(thrusts) * (2.0 / airframe.max_rotor_thrust) - 1.0
+
+
+def hover_action(action_mode: str, airframe: Airframe) -> np.ndarray:
+    """The env action of nominal hover: every rotor at a quarter of the hover thrust (N) in
+    ``rotor`` mode, the hover collective and zero body rates in ``ctbr`` mode. The action a
+    guarded controller holds when a non-finite observation arrives before its first action."""
+    if action_mode == "ctbr":
+        return np.array([2.0 * airframe.hover_thrust / airframe.max_thrust - 1.0, 0.0, 0.0, 0.0])
+    return to_rotor_action(np.full(4, 0.25 * airframe.hover_thrust), airframe)
+
+
+class ObservationGuard:
+    """The one rule of every built-in controller for a non-finite observation (a bad sample).
+
+    :meth:`policy` checks the observation before the controller sees it: if any entry is NaN or
+    ±inf, the controller's :meth:`act` is not called — its integrators, Newton state, filters,
+    estimators and observers stay exactly as they were — and the action returned is the last
+    action (a zero-order hold, what a flight controller does on a sensor dropout), or the hover
+    action (:func:`hover_action`) if there was none since :meth:`reset_guard`. Controllers that
+    measure from *successive* observations are told by :meth:`forget_previous_sample` that the
+    next clean observation does not follow their previous one, so no measurement spans the gap.
+    A non-finite action computed from a finite observation (a numerical failure) is replaced by
+    the held action too. On clean observations the action is ``act(obs)`` itself, bit for bit.
+
+    Subclasses implement :meth:`act`, call :meth:`reset_guard` from ``reset`` and have a
+    ``context`` (:class:`ControlContext`) and an ``action_mode``.
+    """
+
+    context: ControlContext
+    action_mode: str
+    #: non-finite observations (and numerical failures) answered with the held action since reset
+    nonfinite_observations: int = 0
+    _guard_action: np.ndarray | None = None
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The action for a finite observation (the controller's own law)."""
+        raise NotImplementedError
+
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        """The action for one observation; a non-finite one is answered with the held action."""
+        if not np.isfinite(obs).all():
+            self.forget_previous_sample()
+            return self._held_action()
+        action = self.act(obs)
+        if not np.isfinite(action).all():
+            return self._held_action()
+        self._guard_action = action.copy()
+        return action
+
+    def forget_previous_sample(self) -> None:
+        """Hook: the next observation does not follow the last one the controller saw (a bad
+        sample came between); controllers that difference successive observations drop their
+        memory of the previous one. Nothing to forget by default."""
+
+    def reset_guard(self) -> None:
+        """No held action and no bad samples counted (call from ``reset``)."""
+        self._guard_action = None
+        self.nonfinite_observations = 0
+
+    def _held_action(self) -> np.ndarray:
+        self.nonfinite_observations += 1
+        if self._guard_action is None:
+            context = getattr(self, "context", None) or ControlContext()
+            return hover_action(self.action_mode, context.airframe)
+        return self._guard_action.copy()

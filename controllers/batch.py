@@ -15,8 +15,11 @@ the interface, :func:`make_batch_controller` the one entry point:
   :class:`BatchedLoop`, N per-env instances behind the same interface.
 
 ``reset_batch(seeds)`` resets every env, ``reset_env(i, seed)`` one env (a vector env's
-autoreset). A batch of the wrong shape or with a non-finite row is a ``ValueError`` naming the
-env index: a controller never acts on a crashed env's state (a vector env autoresets it first).
+autoreset). A batch of the wrong shape is a ``ValueError``. A row with a non-finite entry (a bad
+sample of one env) follows the single controllers' rule
+(:class:`~residual_quad.controllers.base.ObservationGuard`) row by row: that env gets its last
+action (hover before its first), its state is left exactly as it was, and the other rows are
+computed as if the bad row had been clean (:class:`RowGuard`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, geometr
 from residual_quad.controllers.base import (
     ControlContext,
     Controller,
+    ObservationGuard,
     available_controllers,
     controller_context,
+    hover_action,
     make_controller,
     to_rotor_action,
 )
@@ -74,24 +79,58 @@ def check_n_envs(n_envs: Any) -> int:
     return int(n_envs)
 
 
-def check_obs_batch(obs: Any, n_envs: int) -> np.ndarray:
-    """``obs`` as a float64 array (n_envs, 36); a ``ValueError`` for another shape or for
-    non-finite rows, naming the env indices."""
+def check_obs_batch(obs: Any, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``obs`` as a float64 array (n_envs, 36) and the (n_envs,) mask of its rows with a NaN or
+    ±inf entry; a ``ValueError`` for another shape."""
     arr = np.asarray(obs, dtype=np.float64)
     if arr.shape != (n_envs, OBS_DIM):
         raise ValueError(
             f"observation batch must have shape ({n_envs}, {OBS_DIM}) (n_envs, obs), "
             f"got {arr.shape}"
         )
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        bad = np.flatnonzero(~finite)
-        more = f" and {bad.size - 8} more" if bad.size > 8 else ""
-        raise ValueError(
-            f"observation batch has non-finite values (NaN/inf) in env index "
-            f"{', '.join(str(i) for i in bad[:8])}{more}"
-        )
-    return arr
+    return arr, ~np.isfinite(arr).all(axis=1)
+
+
+def _neutral_obs() -> np.ndarray:
+    """A finite stand-in for a bad row while the batch is computed (its result is discarded and
+    the row's state restored): at rest at the origin, level, reference at the origin."""
+    obs = np.zeros(OBS_DIM)
+    obs[L.rot] = np.eye(3).ravel()
+    return obs
+
+
+NEUTRAL_OBS = _neutral_obs()
+
+
+class RowGuard:
+    """Held actions of a batch, one row per env: :class:`~residual_quad.controllers.base.
+    ObservationGuard`'s rule row by row.
+
+    Args:
+        n_envs: number of envs.
+        hover: the action held by an env that has not acted since its reset (4,).
+    """
+
+    def __init__(self, n_envs: int, hover: np.ndarray):
+        self.hover = np.asarray(hover, dtype=float)
+        self.held = np.tile(self.hover, (n_envs, 1))
+        #: (N,) bad samples (and numerical failures) answered with the held action since reset
+        self.nonfinite_observations = np.zeros(n_envs, dtype=np.int64)
+
+    def reset(self, index: int | slice = slice(None)) -> None:
+        """No held action (hover) and no count for the envs ``index``."""
+        self.held[index] = self.hover
+        self.nonfinite_observations[index] = 0
+
+    def finish(self, action: np.ndarray, bad: np.ndarray) -> np.ndarray:
+        """``action`` (N, 4) with the rows ``bad`` (and rows that came out non-finite) replaced
+        by their held action; every other row becomes its env's held action."""
+        bad = bad | ~np.isfinite(action).all(axis=1)
+        if bad.any():
+            action = np.where(bad[:, None], self.held, action)
+            self.nonfinite_observations += bad
+        self.held[...] = action
+        return action
 
 
 def check_seeds(seeds: Seeds, n_envs: int) -> list[int | None]:
@@ -135,6 +174,10 @@ class BatchedLoop:
             raise ValueError(f"the controllers of a batch act in different modes {sorted(modes)}")
         self.action_mode = modes.pop()
         self.n_envs = len(self.controllers)
+        # controllers without their own guard (user controllers) are guarded here, per row
+        self._guarded = np.array([isinstance(c, ObservationGuard) for c in self.controllers])
+        context = getattr(self.controllers[0], "context", None) or ControlContext()
+        self.guard = RowGuard(self.n_envs, hover_action(self.action_mode, context.airframe))
 
     @classmethod
     def from_factory(cls, factory: Callable[[], Controller], n_envs: int) -> BatchedLoop:
@@ -144,13 +187,23 @@ class BatchedLoop:
     def reset_batch(self, seeds: Seeds = None) -> None:
         for c, s in zip(self.controllers, check_seeds(seeds, self.n_envs), strict=True):
             c.reset(s)
+        self.guard.reset()
 
     def reset_env(self, index: int, seed: int | None = None) -> None:
-        self.controllers[_check_index(index, self.n_envs)].reset(seed)
+        index = _check_index(index, self.n_envs)
+        self.controllers[index].reset(seed)
+        self.guard.reset(index)
 
     def policy_batch(self, obs: np.ndarray) -> np.ndarray:
-        obs = check_obs_batch(obs, self.n_envs)
-        return np.stack([c.policy(o) for c, o in zip(self.controllers, obs, strict=True)])
+        obs, bad = check_obs_batch(obs, self.n_envs)
+        skip = bad & ~self._guarded  # a guarded controller answers its bad sample itself
+        action = np.stack(
+            [
+                h if s else np.asarray(c.policy(o), dtype=float)
+                for c, o, s, h in zip(self.controllers, obs, skip, self.guard.held, strict=True)
+            ]
+        )
+        return self.guard.finish(action, skip)
 
     @property
     def last_residual(self) -> np.ndarray:
@@ -199,7 +252,7 @@ class BatchGroups:
         self.parts[self._owner[index]][0].reset_env(int(self._local[index]), seed)
 
     def policy_batch(self, obs: np.ndarray) -> np.ndarray:
-        obs = check_obs_batch(obs, self.n_envs)
+        obs, _ = check_obs_batch(obs, self.n_envs)  # each part holds its own bad rows
         action = np.empty((self.n_envs, 4))
         for c, rows in self.parts:
             action[rows] = c.policy_batch(obs[rows])
@@ -337,6 +390,7 @@ class BatchTracker:
         self.excitation = np.zeros((self.n_envs, 3))  # m/s², added to a_cmd per env
         self.last_a_cmd = np.zeros((self.n_envs, 3))
         self.last_residual = np.zeros((self.n_envs, 3))
+        self.guard = RowGuard(self.n_envs, hover_action(self.action_mode, self.airframe))
         self.reset_batch()
 
     # -- state ---------------------------------------------------------------------------------
@@ -346,6 +400,21 @@ class BatchTracker:
         self.last_residual[index] = 0.0
         self.inner.saturated[index] = False
         self.inner.last_thrust[index] = self.airframe.hover_thrust
+        self.guard.reset(index)
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        """``(object, attribute)`` of every per-env state array (row = env), which a bad
+        sample must leave as it was (override and extend)."""
+        return [
+            (self, "last_a_cmd"),
+            (self, "last_residual"),
+            (self.inner, "saturated"),
+            (self.inner, "last_thrust"),
+        ]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        """The envs ``rows`` had a bad sample: their next observation does not follow their
+        previous one (see :meth:`ObservationGuard.forget_previous_sample`)."""
 
     def reset_batch(self, seeds: Seeds = None) -> None:
         """Initial state of every env (the trackers are deterministic: seeds are checked only)."""
@@ -366,8 +435,27 @@ class BatchTracker:
 
     # -- interface -----------------------------------------------------------------------------
     def policy_batch(self, obs: np.ndarray) -> np.ndarray:
-        """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36)."""
-        obs = check_obs_batch(obs, self.n_envs)
+        """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36); a row with a
+        non-finite entry gets its env's last action and leaves its state as it was."""
+        obs, bad = check_obs_batch(obs, self.n_envs)
+        if not bad.any():
+            return self.guard.finish(self._act_batch(obs), bad)
+        # the batch is computed with a finite stand-in in the bad rows (every operation is row
+        # by row, so the other rows are those of a clean batch), then their state is restored
+        saved = [(o, a, getattr(o, a)[bad].copy()) for o, a in self._row_state()]
+        action = self._act_batch(np.where(bad[:, None], NEUTRAL_OBS, obs))
+        for o, a, rows in saved:
+            getattr(o, a)[bad] = rows
+        self._forget_rows(bad)
+        return self.guard.finish(action, bad)
+
+    @property
+    def nonfinite_observations(self) -> np.ndarray:
+        """(N,) bad samples answered with the held action since each env's reset."""
+        return self.guard.nonfinite_observations
+
+    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
+        """The trackers' law for a finite batch (N, 36) → actions (N, 4)."""
         R = obs[:, L.rot].reshape(-1, 3, 3)
         e_p = obs[:, L.ref_pos] - obs[:, L.pos]
         e_v = obs[:, L.ref_vel] - obs[:, L.vel]
@@ -409,6 +497,9 @@ class BatchPIDTracker(BatchTracker):
     def _reset_rows(self, index: int | slice) -> None:
         super()._reset_rows(index)
         self.integral[index] = 0.0
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        return [*super()._row_state(), (self, "integral")]
 
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
         self.integral = pid_integral_step(
@@ -460,6 +551,16 @@ class BatchResidualGeoTracker(BatchTracker):
         super()._reset_rows(index)
         self.estimator.reset(index)
 
+    def _row_state(self) -> list[tuple[Any, str]]:
+        est = self.estimator
+        state = [(est, a) for a in est.ROW_STATE]
+        if est.rls is not None:
+            state += [(est.rls, a) for a in est.rls.ROW_STATE]
+        return [*super()._row_state(), *state]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        self.estimator.forget_previous_sample(rows)
+
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return self.estimator.estimate(obs, R, a_cmd)
 
@@ -502,29 +603,34 @@ class BatchedPPO:
         self.action_repeat = controller.action_repeat
         self._k = np.zeros(self.n_envs, dtype=np.int64)
         self._held = np.zeros((self.n_envs, 4))
+        self.guard = RowGuard(
+            self.n_envs, hover_action(self.action_mode, controller.context.airframe)
+        )
 
     def reset_batch(self, seeds: Seeds = None) -> None:
         check_seeds(seeds, self.n_envs)
         self._k[:] = 0
         self._held[:] = 0.0
+        self.guard.reset()
 
     def reset_env(self, index: int, seed: int | None = None) -> None:
         index = _check_index(index, self.n_envs)
         self._k[index] = 0
         self._held[index] = 0.0
+        self.guard.reset(index)
 
     def policy_batch(self, obs: np.ndarray) -> np.ndarray:
         from residual_quad.controllers.ppo import ppo_features
 
-        obs = check_obs_batch(obs, self.n_envs)
-        due = self._k % self.action_repeat == 0
+        obs, bad = check_obs_batch(obs, self.n_envs)
+        due = (self._k % self.action_repeat == 0) & ~bad  # a bad sample is no call
         if due.any():
             x = np.stack([ppo_features(o) for o in obs[due]])
             if self.single.normalizer is not None:
                 x = self.single.normalizer(x)
             self._held[due] = self.single.actions(x)
-        self._k += 1
-        return self._held.copy()
+        self._k += ~bad
+        return self.guard.finish(self._held.copy(), bad)
 
 
 # ----------------------------------------------------------------------------- registry
@@ -571,6 +677,9 @@ def make_batch_controller(
             f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
         )
     n_envs = check_n_envs(n_envs)
+    from residual_quad.controllers.specs import check_spec_options
+
+    overrides = check_spec_options(name, overrides)  # the single controller's option domains
     factory = _BATCH_REGISTRY.get(name)
     if (
         factory is not None

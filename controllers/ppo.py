@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.options import Domain, Integer, Optional, Text
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -50,6 +51,12 @@ MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 ACTION_DIMS = {"ppo": 4, "ppo_res": 3}
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
+#: the options of ``ppo`` and ``ppo_res`` (a policy file, a torch device, a shipped seed)
+POLICY_OPTIONS: dict[str, Domain] = {
+    "path": Optional(Text("a policy .zip path", (Path,))),
+    "device": Text("a torch device name (cpu, cuda, ...)"),
+    "training_seed": Optional(Integer(ge=0)),
+}
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
     | {"reward_weights", "max_position_error"}
@@ -163,13 +170,15 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
     ).astype(np.float32)
 
 
-def import_sb3() -> Any:
-    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint."""
+def import_sb3(kind: str = "ppo") -> Any:
+    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint naming the
+    policy ``kind`` that asked for it (``ppo`` or ``ppo_res``: the controller and its
+    ``rquad train`` command)."""
     try:
         return importlib.import_module("stable_baselines3")
     except ImportError as exc:
         raise ImportError(
-            f"the 'ppo' controller and `rquad train ppo` need stable-baselines3 and torch "
+            f"the {kind!r} controller and `rquad train {kind}` need stable-baselines3 and torch "
             f"({exc}); install them with: {INSTALL_HINT}"
         ) from exc
 
@@ -423,7 +432,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
     ``ppo_res``): the checked record, the SB3 model, the frozen observation normalizer (or
     ``None``) and the numpy forward (``None``: SB3's ``predict``). Every inconsistency is a
     :class:`PolicyFileError` naming the file, raised here rather than at the first action."""
-    sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+    sb3 = import_sb3(kind)  # first: without SB3 the install hint is the useful answer
     meta = read_meta(path)
     found = meta.get("controller", "ppo")
     if found != kind:
@@ -451,7 +460,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
     return meta, model, normalizer, NumpyPolicy.from_sb3(model.policy)
 
 
-class PPOController:
+class PPOController(ObservationGuard):
     """Deterministic actions of a saved PPO policy (see the module docstring for the file format).
 
     Args:
@@ -468,6 +477,8 @@ class PPOController:
     every ``action_repeat`` control periods and holds its action in between (zero-order hold), so
     :meth:`reset` must be called at the start of each episode.
     """
+
+    OPTIONS: dict[str, Domain] = POLICY_OPTIONS
 
     def __init__(
         self,
@@ -502,13 +513,16 @@ class PPOController:
 
     def reset(self, seed: int | None = None) -> None:
         """Restart the action-hold cycle (the network itself is stateless)."""
+        self.reset_guard()
         self._k, self._held = 0, np.zeros(4)
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic (mean) action in [-1, 1] for one raw observation.
 
         A new action is computed every ``action_repeat`` calls (first call after ``reset``
-        included) and held in between, exactly as in training.
+        included) and held in between, exactly as in training. A non-finite observation is
+        answered by :meth:`policy` with the last action and does not count as a call
+        (:class:`~residual_quad.controllers.base.ObservationGuard`).
         """
         if self._k % self.action_repeat == 0:
             x = ppo_features(obs)

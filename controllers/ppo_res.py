@@ -34,6 +34,7 @@ import numpy as np
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchTracker
 from residual_quad.controllers.ppo import (
+    POLICY_OPTIONS,
     ObsNormalizer,
     in_memory,
     load_policy,
@@ -76,6 +77,7 @@ class ResidualPPOController(Tracker):
     """
 
     name = "ppo_res"
+    OPTIONS = POLICY_OPTIONS
 
     def __init__(
         self,
@@ -156,6 +158,9 @@ class BatchedResidualPPO(BatchTracker):
         super()._reset_rows(index)
         self._k[index] = 0
         self._held[index] = 0.0
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        return [*super()._row_state(), (self, "_k"), (self, "_held")]
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         due = np.flatnonzero(self._k % self.action_repeat == 0)

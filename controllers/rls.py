@@ -292,6 +292,17 @@ class BatchLastLayerRLS:
     Results agree with N :class:`LastLayerRLS` to rounding (BLAS kernels differ).
     """
 
+    #: attributes holding one row of state per env (a batch controller restores the rows of an
+    #: env whose observation was not finite)
+    ROW_STATE: tuple[str, ...] = (
+        "theta",
+        "_Pt",
+        "_s",
+        "steps",
+        "cap_hits",
+        "rejected",
+        "last_innovation",
+    )
     _RENORM = LastLayerRLS._RENORM
     _BLOCK = 16  # envs per block of the rank-1 update (16 × 65 × 65 doubles ≈ 0.5 MB)
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.options import Choice, Domain, Flag, Optional, Text
 from residual_quad.controllers.ppo import (
     FEATURE_DIM,
     INSTALL_HINT,
@@ -228,7 +229,7 @@ def load_vecnormalize(path: str | Path, obs_dim: int) -> Any:
     return stats
 
 
-class SB3Policy:
+class SB3Policy(ObservationGuard):
     """Actions of a saved stable-baselines3 policy (the conventions are in the module docstring).
 
     Args:
@@ -245,6 +246,15 @@ class SB3Policy:
 
     The model is loaded on the CPU. ``reset`` keeps no state for deterministic policies.
     """
+
+    OPTIONS: dict[str, Domain] = {
+        "path": Text("a stable-baselines3 .zip path", (Path,)),
+        "vecnormalize": Optional(Text("a VecNormalize .pkl path", (Path,))),
+        "algo": Optional(Choice(ALGORITHMS, fold=True)),
+        "deterministic": Flag(),
+        "action_mode": Optional(Choice(ACTION_MODES)),
+        "observation": Choice(tuple(OBSERVATIONS)),
+    }
 
     def __init__(
         self,
@@ -345,11 +355,14 @@ class SB3Policy:
         return x
 
     def reset(self, seed: int | None = None) -> None:
-        """Nothing to restore for a deterministic policy; a stochastic one reseeds torch."""
+        """Nothing to restore for a deterministic policy (but the held action); a stochastic one
+        reseeds torch."""
+        self.reset_guard()
         if not self.deterministic and seed is not None:
             importlib.import_module("torch").manual_seed(seed)
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
-        """The policy's action (float64, in [-1, 1]) for one raw ``ResidualQuad-v0`` observation."""
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """The policy's action (float64, in [-1, 1]) for one raw ``ResidualQuad-v0`` observation
+        (a non-finite one is answered by :meth:`policy` with the last action)."""
         action, _ = self.model.predict(self.observe(obs), deterministic=self.deterministic)
         return np.asarray(action, dtype=np.float64).reshape(ACTION_DIM)

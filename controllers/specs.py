@@ -23,11 +23,13 @@ import yaml
 
 from residual_quad import configs
 from residual_quad.controllers.base import (
+    BUILTIN_CONTROLLERS,
     ControlContext,
     Controller,
     available_controllers,
     resolve_factory,
 )
+from residual_quad.controllers.options import check_options, options_of
 from residual_quad.envs.actions import ACTION_MODES
 
 #: registered names whose first bare value after the colon is a keyword option
@@ -81,8 +83,9 @@ class ControllerSpec:
         return ":" in self.target
 
     def build(self, context: ControlContext | None = None, **overrides: Any) -> Controller:
-        """Build the controller (``overrides`` win over the spec's options) and check it."""
-        opts = {**self.options, **overrides}
+        """Build the controller (``overrides`` win over the spec's options, and are checked as
+        they are: :func:`check_spec_options`) and check it."""
+        opts = check_spec_options(self.target, {**self.options, **overrides}, self.label)
         factory = resolve_factory(self.target)
         try:
             obj = factory(context or ControlContext(), **opts)
@@ -92,6 +95,23 @@ class ControllerSpec:
             raise ValueError(f"controller {self.label!r} ({self.target}): {exc}{hint}") from None
         check_controller(obj, self.label or self.target)
         return obj
+
+
+def check_spec_options(
+    target: str, options: Mapping[str, Any], spec: str | None = None
+) -> dict[str, Any]:
+    """The options of a built-in controller checked against its ``OPTIONS`` table (unknown
+    options and values outside their domain are ``ValueError``s naming the controller and the
+    option: :func:`~residual_quad.controllers.options.check_options`), numeric strings
+    converted; the options of any other controller (import paths, plugins, registered user
+    factories) unchanged — their factories check their own."""
+    if target not in BUILTIN_CONTROLLERS:
+        return dict(options)
+    factory = resolve_factory(target)
+    table = options_of(factory)
+    if table is None or not getattr(factory, "__module__", "").startswith("residual_quad."):
+        return dict(options)
+    return check_options(target, table, options, spec)
 
 
 def _keyword_options(factory: Any) -> list[str] | None:
@@ -184,7 +204,9 @@ def _unknown(name: str, spec: str) -> ValueError:
 
 def parse_spec(text: str) -> ControllerSpec:
     """Parse a compact spec string (``geo``, ``hnewton:lm``, ``geo:kp=15``, ``pkg.mod:Make``,
-    ``pkg.mod:Make:gain=2``) without importing anything; ``ValueError`` if it is malformed."""
+    ``pkg.mod:Make:gain=2``) without importing user code; ``ValueError`` if it is malformed or
+    a built-in's option is unknown or outside its domain (:func:`check_spec_options`, which
+    imports that built-in's module for its ``OPTIONS`` table)."""
     if not isinstance(text, str):
         raise ValueError(f"a controller spec must be a string, got {text!r}")
     spec = text.strip()
@@ -212,6 +234,7 @@ def parse_spec(text: str) -> ControllerSpec:
     if head not in registered:
         raise _unknown(head, spec)
     opts = _parse_items(spec, rest, POSITIONAL_OPTION.get(head)) if colon else {}
+    check_spec_options(head, opts, spec)  # a built-in's options against their domains, now
     return ControllerSpec(head, opts, spec)
 
 
@@ -270,6 +293,8 @@ def resolve_entry(entry: str | ControllerEntry | Mapping[str, Any]) -> Controlle
     for k, v in entry.options.items():
         _check_finite(entry.spec, k, v)
     opts = {**parsed.options, **entry.options}
+    if not parsed.is_import_path:
+        check_spec_options(parsed.target, opts, entry.spec)
     if entry.label is not None:
         label = entry.label.strip()
     elif parsed.is_import_path or entry.options:

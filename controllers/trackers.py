@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
-from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
+from residual_quad.controllers.base import ControlContext, ObservationGuard, to_rotor_action
+from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
 
 DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δa: Δa/K_p)
 DEFAULT_KD = 8.0  # 1/s, velocity gain
+
+#: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
+ATTITUDE = Instance(
+    (AttitudeGains,),
+    "AttitudeGains or a mapping of its fields (wn_rp, zeta_rp, wn_yaw, zeta_yaw, max_tilt), "
+    "each finite and > 0",
+    coerce=attitude_gains,
+)
 
 
 def outer_accel(
@@ -46,7 +55,7 @@ def pid_integral_step(
     return np.clip(integral + step, -i_max, i_max)
 
 
-class Tracker:
+class Tracker(ObservationGuard):
     """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
 
     Args:
@@ -55,10 +64,15 @@ class Tracker:
             model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
         kd: velocity gain, 1/s.
         attitude: inner-loop gains.
+
+    A non-finite observation is answered with the last action and changes no state
+    (:class:`~residual_quad.controllers.base.ObservationGuard`).
     """
 
     action_mode = "rotor"
     name = "tracker"
+    #: option → domain, checked when a spec is parsed (:mod:`residual_quad.controllers.options`)
+    OPTIONS: dict[str, Domain] = {"kp": POSITIVE, "kd": POSITIVE, "attitude": ATTITUDE}
 
     def __init__(
         self,
@@ -77,7 +91,8 @@ class Tracker:
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
-        """Restore the initial state (integrators, memories)."""
+        """Restore the initial state (integrators, memories, the held action)."""
+        self.reset_guard()
         self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's command
         self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.inner.saturated = False
@@ -93,7 +108,7 @@ class Tracker:
         return _ZERO3
 
     # -- interface -----------------------------------------------------------------------------
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]
@@ -120,6 +135,8 @@ class PIDTracker(Tracker):
     """
 
     name = "pid"
+    #: ``ki = 0`` is a PD (no integral action)
+    OPTIONS: dict[str, Domain] = {**Tracker.OPTIONS, "ki": NON_NEGATIVE, "i_max": POSITIVE}
 
     def __init__(
         self,

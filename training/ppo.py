@@ -765,7 +765,7 @@ def train(
     already holds a run (``final.zip``, ``best.zip``, ``summary.json`` or checkpoints) is refused:
     nothing is overwritten.
     """
-    import_sb3()
+    import_sb3(cfg.controller)
     import torch
 
     out = Path(out)
@@ -862,7 +862,7 @@ def new_model(
     cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
 ) -> Any:
     """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
-    sb3 = import_sb3()
+    sb3 = import_sb3(cfg.controller)
     import torch
 
     h = cfg.ppo

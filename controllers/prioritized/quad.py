@@ -49,14 +49,26 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Domain,
+    Number,
+    Optional,
+    Section,
+)
 from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, BoxHLSPResult
 from residual_quad.controllers.prioritized.newton import (
+    METHODS,
+    SWITCHES,
     LevelEval,
     NewtonCore,
     NewtonSettings,
     check_method,
     task_multipliers,
 )
+from residual_quad.controllers.residual.trackers import RESIDUAL_TRACKER_OPTIONS
 from residual_quad.controllers.trackers import Tracker
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
@@ -173,6 +185,23 @@ class HNewtonQuadParams:
             raise ValueError("trust-region rates must be positive")
         if self.gain is not None and self.gain <= 0:
             raise ValueError("gain must be positive")
+
+
+#: the domain of every :class:`HNewtonQuadParams` field (an option of ``hnewton``)
+HNEWTON_PARAM_OPTIONS: dict[str, Domain] = {
+    "method": Choice(METHODS),
+    "gain": Optional(POSITIVE),  # 1/s
+    "max_tilt": Number(gt=0.0, lt=math.radians(80.0)),  # rad
+    "thrust_min_frac": POSITIVE,
+    "thrust_max_frac": Number(gt=0.0, le=1.0),
+    "rate_thrust": POSITIVE,  # N/s
+    "rate_tilt": POSITIVE,  # rad/s
+    "lm_mu": POSITIVE,
+    "eps": POSITIVE,
+    "switch": Choice(SWITCHES),
+    "nu": Optional(NON_NEGATIVE),
+    "bfgs_b0": POSITIVE,
+}
 
 
 class ThrustVectorNewton(NewtonCore):
@@ -335,6 +364,11 @@ class HNewtonTracker(Tracker):
     """
 
     name = "hnewton"
+    OPTIONS: dict[str, Domain] = {
+        "method": HNEWTON_PARAM_OPTIONS["method"],
+        **Tracker.OPTIONS,
+        **HNEWTON_PARAM_OPTIONS,
+    }
 
     def __init__(
         self,
@@ -366,7 +400,7 @@ class HNewtonTracker(Tracker):
         self.last_thrust = self.airframe.hover_thrust  # N
 
     # -- interface -----------------------------------------------------------------------------
-    def policy(self, obs: np.ndarray) -> np.ndarray:
+    def act(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
         a_cmd = self.desired_accel(obs, obs[L.ref_pos] - obs[L.pos], obs[L.ref_vel] - obs[L.vel])
         est = self.residual_world(obs, R, a_cmd)
@@ -418,6 +452,11 @@ class HNewtonRLSTracker(HNewtonTracker):
     """
 
     name = "hnewton_rls"
+    OPTIONS: dict[str, Domain] = {
+        **HNewtonTracker.OPTIONS,
+        **RESIDUAL_TRACKER_OPTIONS,
+        "residual": Section("residual", RESIDUAL_TRACKER_OPTIONS),
+    }
 
     def __init__(
         self,
@@ -444,6 +483,9 @@ class HNewtonRLSTracker(HNewtonTracker):
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         # the estimator keeps its own memories (previous observation, regressor, effective

@@ -15,7 +15,25 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.controllers.rls import RLSConfig
+from residual_quad.controllers.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Domain,
+    Flag,
+    Integer,
+    Items,
+    Number,
+    Section,
+    Text,
+)
+from residual_quad.controllers.residual.features import FEATURE_NAMES
+from residual_quad.controllers.rls import (
+    COVARIANCE_SCHEMES,
+    MAX_TRACE_CAP,
+    MIN_FORGETTING,
+    RLSConfig,
+)
 
 MEASUREMENT_SOURCES = ("velocity", "imu")
 #: m/s², default plausibility bound on a measured residual: the offline training data reject
@@ -148,6 +166,58 @@ _SECTIONS: dict[str, type] = {
     "rls": RLSConfig,
     "ood": OODGuardConfig,
     "output_filter": OutputFilterConfig,
+}
+
+
+#: the domain of every setting of each section, checked when a spec is parsed (the rules between
+#: settings — ``p0 <= trace_cap``, ``z_on < z_off``, ``heading_on < heading_off`` — are checked
+#: by the dataclasses when the controller is built)
+SECTION_OPTIONS: dict[str, dict[str, Domain]] = {
+    "measurement": {
+        "source": Choice(MEASUREMENT_SOURCES),
+        "lowpass_tau": NON_NEGATIVE,  # s, 0 = off
+        "max_residual": POSITIVE,  # m/s²
+    },
+    "rls": {
+        "p0": Number(gt=0.0, le=MAX_TRACE_CAP),
+        "forgetting": Number(ge=MIN_FORGETTING, le=1.0),
+        "trace_cap": Number(gt=0.0, le=MAX_TRACE_CAP),
+        "warmup_steps": Integer(ge=0),
+        "leak": Number(ge=0.0, lt=1.0),
+        "covariance": Choice(COVARIANCE_SCHEMES),
+        "efra_alpha": Number(gt=0.0, le=1.0),
+        "efra_beta": Number(gt=0.0, lt=1.0),
+        "efra_delta": Number(gt=0.0, lt=1.0),
+    },
+    "ood": {
+        "enabled": Flag(),
+        "z_on": POSITIVE,
+        "z_off": POSITIVE,
+        "features": Items(Choice(FEATURE_NAMES)),
+        "fallback": Choice(OOD_FALLBACKS),
+        "recover_s": NON_NEGATIVE,  # s
+        "heading_on": Number(gt=0.0, le=math.pi),  # rad
+        "heading_off": Number(gt=0.0, le=math.pi),  # rad
+    },
+    "output_filter": {"tau": NON_NEGATIVE},  # s, 0 = off
+}
+
+#: every keyword setting of the residual trackers (``geo_res``, ``geo_rls``, ``geo_rls_dob``,
+#: ``hnewton_rls``): the top-level keys, each section as a mapping, and each section's settings
+#: given flat (``geo_rls:p0=0.05``)
+RESIDUAL_OPTIONS: dict[str, Domain] = {
+    "weights": Text("'default', 'none' or a weight file path", (Path,)),
+    "kp": POSITIVE,  # 1/s²
+    "kd": POSITIVE,  # 1/s
+    **{
+        name: Section(name, table, (cls,))
+        for (name, table), cls in zip(
+            SECTION_OPTIONS.items(),
+            (MeasurementConfig, RLSConfig, OODGuardConfig, OutputFilterConfig),
+            strict=True,
+        )
+    },
+    **{k: d for table in SECTION_OPTIONS.values() for k, d in table.items()},
 }
 
 

@@ -129,6 +129,12 @@ class ResidualEstimator:
             if self.rls.warmup_done:  # warmup_steps = 0
                 self.warmup_end_step = 0
 
+    def forget_previous_sample(self) -> None:
+        """The next observation does not follow the last one (a bad sample came between, which
+        the controller's guard kept from the estimator): the next call learns nothing, since no
+        measured period ends with it; the RLS, the filters and the estimate are kept."""
+        self._have_prev = False
+
     def estimate(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         """``Δâ`` (world, m/s²) for observation ``obs`` with body → world rotation ``R``, given
         this step's commanded acceleration ``a_cmd`` (world, m/s², before the compensation)."""
@@ -278,6 +284,27 @@ class BatchResidualEstimator:
     Args: as :class:`ResidualEstimator`, plus ``n_envs``.
     """
 
+    #: attributes holding one row of state per env (a batch controller restores the rows of an
+    #: env whose observation was not finite)
+    ROW_STATE: tuple[str, ...] = (
+        "_prev_obs",
+        "_prev_R",
+        "_prev_phi",
+        "_phi_f",
+        "_y_f",
+        "last_estimate",
+        "last_a_eff",
+        "last_measured",
+        "last_prediction_error",
+        "steps",
+        "nonfinite_estimates",
+        "_rejected",
+        "_est_ok",
+        "_have_prev",
+        "warmup_end_step",
+        "_filtered",
+    )
+
     def __init__(
         self,
         context: ControlContext,
@@ -349,6 +376,10 @@ class BatchResidualEstimator:
         if self.rls is None:
             return np.zeros(self.n_envs, dtype=np.int64)
         return self._rejected + self.rls.rejected
+
+    def forget_previous_sample(self, rows: np.ndarray) -> None:
+        """As :meth:`ResidualEstimator.forget_previous_sample`, for the envs ``rows`` (N,) bool."""
+        self._have_prev[rows] = False
 
     def estimate(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         """``Δâ`` (N, 3) (world, m/s²) for observations ``obs`` (N, 36) with rotations ``R``

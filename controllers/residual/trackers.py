@@ -22,11 +22,25 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.residual.config import ResidualConfig, residual_config
+from residual_quad.controllers.options import Domain, Instance, Optional, Text
+from residual_quad.controllers.residual.config import (
+    RESIDUAL_OPTIONS,
+    ResidualConfig,
+    residual_config,
+)
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP
 from residual_quad.controllers.rls import LastLayerRLS
-from residual_quad.controllers.trackers import GeoTracker
+from residual_quad.controllers.trackers import ATTITUDE, GeoTracker
+
+#: options of every residual tracker: the config, the network and the inner-loop gains, then the
+#: residual settings (:data:`~residual_quad.controllers.residual.config.RESIDUAL_OPTIONS`)
+RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
+    "config": Optional(Text("a residual config path or shipped name", (Path, ResidualConfig))),
+    "network": Optional(Instance((ResidualMLP,), "a ResidualMLP")),
+    "attitude": ATTITUDE,
+    **RESIDUAL_OPTIONS,
+}
 
 
 class ResidualGeoTracker(GeoTracker):
@@ -44,6 +58,7 @@ class ResidualGeoTracker(GeoTracker):
     """
 
     name = "geo_res"
+    OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
     #: identify the network's last layer online (``geo_rls``)
     learn = False
     #: settings this tracker applies over ``configs/residual.yaml`` when no ``config`` is given
@@ -71,6 +86,9 @@ class ResidualGeoTracker(GeoTracker):
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return self.estimator.estimate(obs, R, a_cmd)

@@ -148,7 +148,9 @@ def test_missing_rl_extra_gives_the_hint_for_every_command(capsys, monkeypatch):
 
     monkeypatch.setattr(ppo_mod.importlib, "import_module", fake_import)
     res = run_main(["eval", "--controller", "ppo", *QUICK], capsys)
-    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT)
+    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT, "the 'ppo' controller")
+    res = run_main(["eval", "--controller", "ppo_res", *QUICK], capsys)
+    assert_user_error(res, "eval", ppo_mod.INSTALL_HINT, "the 'ppo_res' controller")
 
 
 def test_short_episode_says_metrics_are_undefined(capsys):
@@ -191,3 +193,14 @@ def test_subprocess_prints_one_line_and_no_traceback(tmp_path):
     assert_user_error(res, "sweep", str(listed), "top level must be a mapping")
     res = run_subprocess(["eval", "--seed", "-1"], str(tmp_path))
     assert_user_error(res, "eval", "--seed")
+
+
+def test_a_controller_option_outside_its_domain_is_one_line_and_exit_2(capsys):
+    for spec, message in (
+        ("geo:kp=-5", "geo: option kp must be a finite number > 0, got -5"),
+        ("geo:kp=abc", "geo: option kp must be a finite number > 0, got 'abc'"),
+        ("geo:kp=1e400", "geo: option kp must be a finite number > 0, got '1e400'"),
+        ("pid,hnewton:lm,rate_tilt=0", "hnewton: option rate_tilt must be a finite number > 0"),
+    ):
+        res = run_main(["eval", "--controller", spec, *QUICK], capsys)
+        assert_user_error(res, "eval", message)

@@ -1,4 +1,5 @@
-"""Batched controllers: bad input names the env index, resets are per env, the entry point
+"""Batched controllers: bad input names the env index (a non-finite row is held, not refused:
+``tests/controllers/test_bad_observations.py``), resets are per env, the entry point
 picks the vectorized path or the loop, and PPO batches its forward pass."""
 
 from __future__ import annotations
@@ -45,11 +46,6 @@ def test_bad_batches_name_the_env_index(name):
     for shape in ((N - 1, 36), (N, 35), (36,), (N, 36, 1)):
         with pytest.raises(ValueError, match=rf"shape \({N}, 36\)"):
             ctrl.policy_batch(np.zeros(shape))
-    for value in (np.nan, np.inf, -np.inf):
-        bad = obs.copy()
-        bad[2, L.vel.start] = value
-        with pytest.raises(ValueError, match="non-finite .* env index 2"):
-            ctrl.policy_batch(bad)
     with pytest.raises(ValueError, match="4 seeds"):
         ctrl.reset_batch([0, 1])
     with pytest.raises(ValueError, match="env index 4 is out of range"):
@@ -57,6 +53,10 @@ def test_bad_batches_name_the_env_index(name):
     with pytest.raises(ValueError, match="seed of env index 1"):
         ctrl.reset_batch([0, 1.5, 2, 3])
     assert ctrl.policy_batch(obs).shape == (N, 4)  # a refused batch changed nothing usable
+    bad = obs.copy()
+    bad[2, L.vel.start] = np.nan  # a bad sample of one env is held, not refused
+    out = ctrl.policy_batch(bad)
+    assert out.shape == (N, 4) and np.isfinite(out).all()
 
 
 def test_bad_names_and_sizes_list_valid_choices():

@@ -79,9 +79,9 @@ def user_module(tmp_path, monkeypatch):
         ("hnewton_rls:gn,kp=12", "hnewton_rls", {"method": "gn", "kp": 12}),
         ("geo:kp=15", "geo", {"kp": 15}),
         ("geo:kp=15.5,kd=8", "geo", {"kp": 15.5, "kd": 8}),
-        (
-            "pid:weights=a/b.json,flag=true,x=null",
-            "pid",
+        (  # typed YAML scalars (an import path: a built-in would refuse unknown options)
+            "my_pkg.ctrl:Make:weights=a/b.json,flag=true,x=null",
+            "my_pkg.ctrl:Make",
             {"weights": "a/b.json", "flag": True, "x": None},
         ),
         ("my_pkg.ctrl:Make", "my_pkg.ctrl:Make", {}),

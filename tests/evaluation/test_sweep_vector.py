@@ -15,7 +15,7 @@ from residual_quad.episode import RunSpec, fly, fly_batch
 from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, read_rows, run_sweep
 
 MIXED = dict(
-    controllers=["pid", "geo", "geo_res", "geo_rls", "hnewton", "geo:kd=-5"],  # the last diverges
+    controllers=["pid", "geo", "geo_res", "geo_rls", "hnewton", "geo:kp=5000"],  # the last diverges
     payloads=["none", "extra"],
     winds=["calm", "windy"],
     trajectories=["helix"],
@@ -49,7 +49,7 @@ def test_vector_backend_rows_and_series_equal_the_local_backend(tmp_path):
     on_disk = sorted(read_rows(tmp_path / "vector"), key=lambda r: r["run_id"])
     assert_rows_close(sorted(local, key=lambda r: r["run_id"]), on_disk)
     diverged = [r for r in vector if r["diverged"]]
-    assert diverged and {r["controller"] for r in diverged} == {"geo:kd=-5"}
+    assert diverged and {r["controller"] for r in diverged} == {"geo:kp=5000"}
     assert all(r["termination"] for r in diverged)
     assert any(r["residual_bias"] is not None for r in vector)  # geo_res / geo_rls
     names = sorted(p.name for p in (tmp_path / "local" / SERIES_DIR).iterdir())

@@ -239,7 +239,8 @@ def test_missing_and_corrupt_files_give_clear_errors(tmp_path, smoke_run):
         make_controller("ppo", path=cut)
 
 
-def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["ppo", "ppo_res"])
+def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path, capsys, kind):
     real = importlib.import_module
 
     def fake_import(name, *args, **kwargs):
@@ -248,12 +249,15 @@ def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(ppo_mod.importlib, "import_module", fake_import)
-    with pytest.raises(ImportError, match=re_escape(INSTALL_HINT)):
-        make_controller("ppo")
+    with pytest.raises(ImportError, match=re_escape(INSTALL_HINT)) as info:
+        make_controller(kind)
+    # the hint names the controller that asked for it, not its sibling
+    assert f"the {kind!r} controller and `rquad train {kind}`" in str(info.value)
     from residual_quad.cli import main
 
-    assert main(["train", "ppo", "--out", str(tmp_path / "x"), "--steps", "16384"]) == 2
-    assert INSTALL_HINT in capsys.readouterr().err
+    assert main(["train", kind, "--out", str(tmp_path / "x"), "--steps", "16384"]) == 2
+    err = capsys.readouterr().err
+    assert INSTALL_HINT in err and f"the {kind!r} controller" in err
     assert not (tmp_path / "x" / "final.zip").exists()
 
 

@@ -3,6 +3,11 @@
 A NaN/inf or implausible sample in the observation (IMU, thrusts, velocity) must neither reach the
 RLS (its weights would be NaN for good) nor the action; the estimator skips the update, keeps its
 previous state, counts the sample, and the next clean sample is used as usual.
+
+A controller's ``policy`` keeps non-finite observations from its estimator altogether
+(``ObservationGuard``: ``tests/controllers/test_bad_observations.py``); the tests of the
+estimator's own defence show it the bad sample through ``act``, the controller's law behind the
+guard, as a controller without the guard would.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ def _fly_with_fault(
     k_bad: int = 150,
     steps: int = 400,
     scenario: dict | None = None,
+    guarded: bool = False,
 ) -> tuple[object, dict, float, bool]:
     """Fly ``name`` for ``steps`` control periods, showing the controller ``value`` in the
-    observation slice ``where`` once, at step ``k_bad`` (the env itself is untouched).
+    observation slice ``where`` once, at step ``k_bad`` (the env itself is untouched), through
+    ``act`` (the estimator's own defence) or, ``guarded``, through ``policy``.
 
     Returns the controller, the last ``info``, the largest position error (m) and whether the
     episode was terminated (a crash)."""
@@ -46,7 +53,8 @@ def _fly_with_fault(
             seen = obs.copy()
             if k == k_bad:
                 seen[where] = value
-            obs, _, terminated, truncated, info = env.step(ctrl.policy(seen))
+            act = ctrl.act if k == k_bad and not guarded else ctrl.policy
+            obs, _, terminated, truncated, info = env.step(act(seen))
             worst = max(worst, float(info["position_error"]))
             if terminated or truncated:
                 return ctrl, info, worst, terminated
@@ -71,6 +79,14 @@ def test_a_non_finite_sample_is_rejected_and_the_flight_goes_on(name, where, val
     assert np.all(np.isfinite(est.rls.theta)) and np.all(np.isfinite(est.rls.P))
     assert np.isfinite(est.rls.trace)
     assert 1 <= est.rejected_updates <= 2  # the bad measurement (and a NaN regressor's update)
+
+
+@pytest.mark.parametrize("name", ["geo_rls", "hnewton_rls"])
+def test_through_policy_the_estimator_never_sees_a_non_finite_sample(name):
+    ctrl, info, worst, ended = _fly_with_fault(name, L.imu, np.nan, guarded=True)
+    assert not ended, info.get("termination")
+    assert ctrl.nonfinite_observations == 1  # held by the guard
+    assert ctrl.estimator.rejected_updates == 0 and ctrl.estimator.nonfinite_estimates == 0
 
 
 def test_an_imu_spike_is_rejected_and_does_not_crash_geo_rls():
@@ -102,7 +118,7 @@ def test_a_nan_velocity_gives_a_zero_estimate_once_then_the_estimator_recovers()
         if k == 150:
             bad = obs.copy()
             bad[L.vel] = np.nan
-            ctrl.policy(bad)  # geo's own feedback is NaN here; the estimator's must not be
+            ctrl.act(bad)  # geo's own feedback is NaN here; the estimator's must not be
             assert np.array_equal(ctrl.last_estimate, np.zeros(3))
             assert est.nonfinite_estimates == 1
             assert np.all(np.isfinite(est.last_a_eff))
