@@ -161,7 +161,8 @@ def _parse_value(spec: str, key: str, text: str) -> Any:
                 f"controller spec {spec!r}: option {key}={text!r} is not a scalar (write lists "
                 "and mappings in the YAML mapping form)"
             )
-    _check_finite(spec, key, value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"controller spec {spec!r}: option {key}={text} is not a finite number")
     return value
 
 
