@@ -7,7 +7,7 @@ A2C, DDPG) [SB3], optionally with the ``VecNormalize`` statistics saved next to 
 * **observation** — by default the raw ``ResidualQuad-v0`` observation (a ``Box`` of
   :data:`~residual_quad.envs.observation.OBS_DIM` = 36 entries, named by ``ObsLayout``), i.e. a
   policy trained on ``gym.make("ResidualQuad-v0", ...)`` as it is; ``observation="ppo_features"``
-  flies a policy trained on :func:`residual_quad.controllers.ppo.ppo_features` instead;
+  flies a policy trained on :func:`residual_quad.controllers.features.ppo_features` instead;
 * **action** — ``Box(-1, 1, (4,))``, the env's action space in both action modes; the mode is
   the ``action_mode`` option, else the ``action_mode`` of a ``residual_quad.json`` entry in the
   zip (:func:`write_action_mode` adds it), else ``rotor``.
@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.ppo import (
-    FEATURE_DIM,
-    INSTALL_HINT,
+from residual_quad.controllers.features import FEATURE_DIM, ppo_features
+from residual_quad.controllers.policy_file import (
     META_ENTRY,
     PolicyFileError,
-    ppo_features,
+    import_sb3,
+    write_entry,
 )
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import OBS_DIM
@@ -45,6 +45,7 @@ from residual_quad.envs.observation import OBS_DIM
 #: the stable-baselines3 algorithms the adapter loads (class names in ``stable_baselines3``)
 ALGORITHMS: tuple[str, ...] = ("PPO", "SAC", "TD3", "A2C", "DDPG")
 ACTION_DIM = 4
+SB3_PURPOSE = "the 'sb3' controller"  # what needs stable-baselines3, in the install hint
 MAX_DATA_BYTES = 64 * 2**20  # SB3's ``data`` entry (JSON) is a few kB to a few MB
 
 
@@ -66,17 +67,6 @@ _FALSE = frozenset({"false", "0", "no", "off"})
 class SB3PolicyError(PolicyFileError):
     """A stable-baselines3 policy or statistics file is missing, unreadable or for other spaces
     (the message names the file)."""
-
-
-def import_sb3() -> Any:
-    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint."""
-    try:
-        return importlib.import_module("stable_baselines3")
-    except ImportError as exc:
-        raise ImportError(
-            f"the 'sb3' controller needs stable-baselines3 and torch ({exc}); install them "
-            f"with: {INSTALL_HINT}"
-        ) from exc
 
 
 def _existing(path: str | Path, what: str) -> Path:
@@ -158,14 +148,7 @@ def write_action_mode(path: str | Path, action_mode: str) -> None:
         )
     path = _existing(path, "policy")
     _, hints = _read_archive(path)
-    with zipfile.ZipFile(path) as archive:
-        entries = {n: archive.read(n) for n in archive.namelist() if n != META_ENTRY}
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, blob in entries.items():
-            archive.writestr(name, blob)
-        archive.writestr(META_ENTRY, json.dumps({**hints, "action_mode": action_mode}, indent=1))
-    tmp.replace(path)
+    write_entry(path, {**hints, "action_mode": action_mode})
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -184,7 +167,7 @@ def load_vecnormalize(path: str | Path, obs_dim: int) -> Any:
 
     The file is a pickle: load statistics only from a source you trust.
     """
-    import_sb3()
+    import_sb3(SB3_PURPOSE)
     vec_normalize_cls = importlib.import_module("stable_baselines3.common.vec_env").VecNormalize
     path = _existing(path, "VecNormalize statistics")
     try:
@@ -257,7 +240,7 @@ class SB3Policy:
         action_mode: str | None = None,
         observation: str = "raw",
     ):
-        sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+        sb3 = import_sb3(SB3_PURPOSE)  # first: without SB3 the install hint is the useful answer
         if path is None:
             raise ValueError("the sb3 controller needs path=MODEL.zip (e.g. sb3:runs/sac.zip)")
         if observation not in OBSERVATIONS:
