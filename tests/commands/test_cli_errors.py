@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import assert_user_error, run_main, run_subprocess
 
 from residual_quad import cli
-from residual_quad.controllers import ppo as ppo_mod
+from residual_quad.controllers import policy_file as ppo_mod
 from residual_quad.evaluation.studies.stick.study import scenario_path
 
 QUICK = ["--episode-s", "0.3"]
