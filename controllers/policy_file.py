@@ -119,22 +119,13 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"PPO policy file not found: {path}")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            if META_ENTRY not in archive.namelist():
-                raise PolicyFileError(
-                    f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} "
-                    "entry; save policies with residual_quad.training)"
-                )
-            if archive.getinfo(META_ENTRY).file_size > MAX_META_BYTES:
-                raise PolicyFileError(f"{path}: {META_ENTRY} is larger than {MAX_META_BYTES} B")
-            meta = json.loads(archive.read(META_ENTRY).decode())
-    except PolicyFileError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
-        raise PolicyFileError(
-            f"corrupt or unreadable PPO policy file {path}: {type(exc).__name__}: {exc}"
-        ) from None
+    not_policy = (
+        f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} entry; "
+        "save policies with residual_quad.training)"
+    )
+    meta = read_json_entries(
+        path, {META_ENTRY: MAX_META_BYTES}, (META_ENTRY,), not_policy, "PPO policy file"
+    )[META_ENTRY]
     if not isinstance(meta, dict):
         raise PolicyFileError(
             f"{path}: {META_ENTRY} must hold a JSON object, got {type(meta).__name__}"
@@ -146,6 +137,36 @@ def read_meta(path: str | Path) -> dict[str, Any]:
         )
     check_meta(meta, path)
     return meta
+
+
+def read_json_entries(
+    path: Path,
+    limits: dict[str, int],
+    required: tuple[str, ...],
+    not_ours: str,
+    kind: str,
+    error: type[PolicyFileError] = PolicyFileError,
+) -> dict[str, Any]:
+    """The JSON entries named in ``limits`` (name → largest size in bytes) that the zip at
+    ``path`` holds, parsed. ``error`` (naming the file) for a zip without every ``required``
+    entry (message ``not_ours``), an entry over its limit, or anything unreadable (``kind`` names
+    what the file should have been)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if not all(name in names for name in required):
+                raise error(not_ours)
+            entries = {}
+            for name, limit in limits.items():
+                if name in names:
+                    if archive.getinfo(name).file_size > limit:
+                        raise error(f"{path}: its {name!r} entry is larger than {limit} B")
+                    entries[name] = json.loads(archive.read(name).decode())
+    except error:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
+        raise error(f"corrupt or unreadable {kind} {path}: {type(exc).__name__}: {exc}") from None
+    return entries
 
 
 def check_meta(meta: dict[str, Any], path: str | Path) -> None:

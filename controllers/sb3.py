@@ -21,10 +21,8 @@ stable-baselines3 and torch are imported lazily; without them the error carries 
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import pickle
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +32,11 @@ import numpy as np
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.features import FEATURE_DIM, ppo_features
 from residual_quad.controllers.policy_file import (
+    MAX_META_BYTES,
     META_ENTRY,
     PolicyFileError,
     import_sb3,
+    read_json_entries,
     write_entry,
 )
 from residual_quad.envs.actions import ACTION_MODES
@@ -47,6 +47,7 @@ ALGORITHMS: tuple[str, ...] = ("PPO", "SAC", "TD3", "A2C", "DDPG")
 ACTION_DIM = 4
 SB3_PURPOSE = "the 'sb3' controller"  # what needs stable-baselines3, in the install hint
 MAX_DATA_BYTES = 64 * 2**20  # SB3's ``data`` entry (JSON) is a few kB to a few MB
+MAX_HINT_BYTES = MAX_META_BYTES  # its residual_quad.json hints, if any
 
 
 def _raw(obs: np.ndarray) -> np.ndarray:
@@ -83,24 +84,19 @@ def _existing(path: str | Path, what: str) -> Path:
 
 def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``data`` record of an SB3 zip and its ``residual_quad.json`` hints (``{}`` if none)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            if "data" not in names or "policy.pth" not in names:
-                raise SB3PolicyError(
-                    f"{path} is a zip archive but not a stable-baselines3 model (no 'data' and "
-                    "'policy.pth' entries; save models with model.save(...))"
-                )
-            if archive.getinfo("data").file_size > MAX_DATA_BYTES:
-                raise SB3PolicyError(f"{path}: its 'data' entry is larger than {MAX_DATA_BYTES} B")
-            data = json.loads(archive.read("data").decode())
-            hints = json.loads(archive.read(META_ENTRY).decode()) if META_ENTRY in names else {}
-    except SB3PolicyError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
-        raise SB3PolicyError(
-            f"corrupt or unreadable stable-baselines3 model {path}: {type(exc).__name__}: {exc}"
-        ) from None
+    not_sb3 = (
+        f"{path} is a zip archive but not a stable-baselines3 model (no 'data' and 'policy.pth' "
+        "entries; save models with model.save(...))"
+    )
+    entries = read_json_entries(
+        path,
+        {"data": MAX_DATA_BYTES, META_ENTRY: MAX_HINT_BYTES},
+        ("data", "policy.pth"),
+        not_sb3,
+        "stable-baselines3 model",
+        SB3PolicyError,
+    )
+    data, hints = entries["data"], entries.get(META_ENTRY, {})
     if not isinstance(data, dict) or not isinstance(hints, dict):
         raise SB3PolicyError(
             f"{path}: 'data' and '{META_ENTRY}' must hold JSON objects (not a stable-baselines3 "
