@@ -333,3 +333,16 @@ def test_cli_trains_from_a_yaml_and_exports(tmp_path, capsys):
     assert "steps (ctbr, 1 envs, seed 5, vector backend)" in capsys.readouterr().out
     assert load_config(tmp_path / "run" / "config.yaml").seed == 5
     assert read_meta(dest)["budget"]["seed"] == 5 and dest.with_suffix(".json").is_file()
+
+
+@needs_sb3
+def test_shipped_policies_unpickle_their_learning_rate_schedule():
+    """Saved models pickle the schedule by name (``training.ppo._LinearSchedule`` in every policy
+    saved before the training split): that name keeps loading, without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = sb3.PPO.load(default_policy_path(), device="cpu")
+    assert type(model.learning_rate).__name__ == "LinearSchedule"
+    assert model.learning_rate(1.0) > model.learning_rate(0.0) > 0
