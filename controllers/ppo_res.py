@@ -7,7 +7,7 @@ acceleration,
 ``a_eff = a_ref + K_p·e_p + K_d·e_v + R_z(ψ)·δa_h``,  ``δa_h = accel_scale · u``, ``u ∈ [-1, 1]³``,
 
 where ``δa_h`` (m/s²) is expressed in the vehicle's heading frame (world rotated by the current
-yaw ψ; the frame of the policy's input :func:`~residual_quad.controllers.ppo.ppo_features`) and
+yaw ψ; the frame of the policy's input :func:`~residual_quad.controllers.features.ppo_features`) and
 ``accel_scale`` (m/s²) is the bound stored in the policy file. The policy sees the same features
 as ``ppo`` and acts every ``action_repeat`` control periods; ``geo`` runs every period with the
 held correction. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
@@ -15,8 +15,8 @@ the sweep's residual-bias metric reads it like ``geo_res``'s estimate.
 
 Policy files are ``ppo``'s format (one SB3 ``.zip`` with its ``residual_quad.json`` record:
 normalization, action repeat, training record) with ``controller: ppo_res`` and
-``accel_scale``; :func:`~residual_quad.controllers.ppo.load_policy` checks them. Train one with
-``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
+``accel_scale``; :func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
+one with ``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
 
 :class:`ResidualPilot` is what the policy acts through in training (batched ``geo`` on the
 vector env), :class:`BatchedResidualPPO` the sweep's batched controller; both give the single
@@ -33,15 +33,14 @@ import numpy as np
 
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchTracker
-from residual_quad.controllers.ppo import (
-    POLICY_OPTIONS,
+from residual_quad.controllers.features import ppo_features
+from residual_quad.controllers.policy_file import (
     ObsNormalizer,
-    in_memory,
     load_policy,
     policy_actions,
     policy_path,
-    ppo_features,
 )
+from residual_quad.controllers.ppo import POLICY_OPTIONS, in_memory
 from residual_quad.controllers.trackers import Tracker
 from residual_quad.envs.observation import ObsLayout as L
 

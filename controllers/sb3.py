@@ -7,7 +7,7 @@ A2C, DDPG) [SB3], optionally with the ``VecNormalize`` statistics saved next to 
 * **observation** — by default the raw ``ResidualQuad-v0`` observation (a ``Box`` of
   :data:`~residual_quad.envs.observation.OBS_DIM` = 36 entries, named by ``ObsLayout``), i.e. a
   policy trained on ``gym.make("ResidualQuad-v0", ...)`` as it is; ``observation="ppo_features"``
-  flies a policy trained on :func:`residual_quad.controllers.ppo.ppo_features` instead;
+  flies a policy trained on :func:`residual_quad.controllers.features.ppo_features` instead;
 * **action** — ``Box(-1, 1, (4,))``, the env's action space in both action modes; the mode is
   the ``action_mode`` option, else the ``action_mode`` of a ``residual_quad.json`` entry in the
   zip (:func:`write_action_mode` adds it), else ``rotor``.
@@ -21,10 +21,8 @@ stable-baselines3 and torch are imported lazily; without them the error carries 
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import pickle
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,13 +30,15 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.features import FEATURE_DIM, ppo_features
 from residual_quad.controllers.options import Choice, Domain, Flag, Optional, Text
-from residual_quad.controllers.ppo import (
-    FEATURE_DIM,
-    INSTALL_HINT,
+from residual_quad.controllers.policy_file import (
+    MAX_META_BYTES,
     META_ENTRY,
     PolicyFileError,
-    ppo_features,
+    import_sb3,
+    read_json_entries,
+    write_entry,
 )
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import OBS_DIM
@@ -46,7 +46,9 @@ from residual_quad.envs.observation import OBS_DIM
 #: the stable-baselines3 algorithms the adapter loads (class names in ``stable_baselines3``)
 ALGORITHMS: tuple[str, ...] = ("PPO", "SAC", "TD3", "A2C", "DDPG")
 ACTION_DIM = 4
+SB3_PURPOSE = "the 'sb3' controller"  # what needs stable-baselines3, in the install hint
 MAX_DATA_BYTES = 64 * 2**20  # SB3's ``data`` entry (JSON) is a few kB to a few MB
+MAX_HINT_BYTES = MAX_META_BYTES  # its residual_quad.json hints, if any
 
 
 def _raw(obs: np.ndarray) -> np.ndarray:
@@ -69,17 +71,6 @@ class SB3PolicyError(PolicyFileError):
     (the message names the file)."""
 
 
-def import_sb3() -> Any:
-    """The ``stable_baselines3`` module, or ``ImportError`` with the install hint."""
-    try:
-        return importlib.import_module("stable_baselines3")
-    except ImportError as exc:
-        raise ImportError(
-            f"the 'sb3' controller needs stable-baselines3 and torch ({exc}); install them "
-            f"with: {INSTALL_HINT}"
-        ) from exc
-
-
 def _existing(path: str | Path, what: str) -> Path:
     """``path`` (or ``path.zip`` for a model, as SB3's ``load`` does) if it is a file."""
     p = Path(path)
@@ -94,24 +85,19 @@ def _existing(path: str | Path, what: str) -> Path:
 
 def _read_archive(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The ``data`` record of an SB3 zip and its ``residual_quad.json`` hints (``{}`` if none)."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-            if "data" not in names or "policy.pth" not in names:
-                raise SB3PolicyError(
-                    f"{path} is a zip archive but not a stable-baselines3 model (no 'data' and "
-                    "'policy.pth' entries; save models with model.save(...))"
-                )
-            if archive.getinfo("data").file_size > MAX_DATA_BYTES:
-                raise SB3PolicyError(f"{path}: its 'data' entry is larger than {MAX_DATA_BYTES} B")
-            data = json.loads(archive.read("data").decode())
-            hints = json.loads(archive.read(META_ENTRY).decode()) if META_ENTRY in names else {}
-    except SB3PolicyError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
-        raise SB3PolicyError(
-            f"corrupt or unreadable stable-baselines3 model {path}: {type(exc).__name__}: {exc}"
-        ) from None
+    not_sb3 = (
+        f"{path} is a zip archive but not a stable-baselines3 model (no 'data' and 'policy.pth' "
+        "entries; save models with model.save(...))"
+    )
+    entries = read_json_entries(
+        path,
+        {"data": MAX_DATA_BYTES, META_ENTRY: MAX_HINT_BYTES},
+        ("data", "policy.pth"),
+        not_sb3,
+        "stable-baselines3 model",
+        SB3PolicyError,
+    )
+    data, hints = entries["data"], entries.get(META_ENTRY, {})
     if not isinstance(data, dict) or not isinstance(hints, dict):
         raise SB3PolicyError(
             f"{path}: 'data' and '{META_ENTRY}' must hold JSON objects (not a stable-baselines3 "
@@ -159,14 +145,7 @@ def write_action_mode(path: str | Path, action_mode: str) -> None:
         )
     path = _existing(path, "policy")
     _, hints = _read_archive(path)
-    with zipfile.ZipFile(path) as archive:
-        entries = {n: archive.read(n) for n in archive.namelist() if n != META_ENTRY}
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, blob in entries.items():
-            archive.writestr(name, blob)
-        archive.writestr(META_ENTRY, json.dumps({**hints, "action_mode": action_mode}, indent=1))
-    tmp.replace(path)
+    write_entry(path, {**hints, "action_mode": action_mode})
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -185,7 +164,7 @@ def load_vecnormalize(path: str | Path, obs_dim: int) -> Any:
 
     The file is a pickle: load statistics only from a source you trust.
     """
-    import_sb3()
+    import_sb3(SB3_PURPOSE)
     vec_normalize_cls = importlib.import_module("stable_baselines3.common.vec_env").VecNormalize
     path = _existing(path, "VecNormalize statistics")
     try:
@@ -267,7 +246,7 @@ class SB3Policy(ObservationGuard):
         action_mode: str | None = None,
         observation: str = "raw",
     ):
-        sb3 = import_sb3()  # first: without SB3 the install hint is the useful answer
+        sb3 = import_sb3(SB3_PURPOSE)  # first: without SB3 the install hint is the useful answer
         if path is None:
             raise ValueError("the sb3 controller needs path=MODEL.zip (e.g. sb3:runs/sac.zip)")
         if observation not in OBSERVATIONS:

@@ -59,7 +59,7 @@ def _flying(model: Any, venv: Any) -> None:
     """Start ``model`` from the shipped ``ppo`` policy (weights and frozen observation
     statistics): its training episodes last (a trained run's cost), instead of crashing within
     ≈ 40 policy steps as an untrained policy's do (resets, envs on the ground)."""
-    from residual_quad.controllers.ppo import default_policy_path, import_sb3, read_meta
+    from residual_quad.controllers.policy_file import default_policy_path, import_sb3, read_meta
 
     path = default_policy_path()
     shipped = import_sb3().PPO.load(path, device="cpu")
@@ -77,12 +77,8 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float, float]:
     from stable_baselines3.common.vec_env import VecMonitor
 
     from residual_quad import configs
-    from residual_quad.training.ppo import (
-        PPOTrainConfig,
-        make_training_env,
-        new_model,
-        normalized,
-    )
+    from residual_quad.training.ppo_config import PPOTrainConfig
+    from residual_quad.training.ppo_model import make_training_env, new_model, normalized
     from residual_quad.training.ppo_vec import NullVecEnv
 
     base = configs.load(PPOTrainConfig, "ppo")

@@ -117,7 +117,7 @@ def policy_budget(kind: str, seed: int) -> dict[str, Any] | None:
     """The training budget recorded in the shipped policy of ``kind`` and training ``seed``
     (``None`` when the file or its record is missing)."""
     try:
-        from residual_quad.controllers.ppo import read_meta, shipped_policy_path
+        from residual_quad.controllers.policy_file import read_meta, shipped_policy_path
 
         return read_meta(shipped_policy_path(kind, seed)).get("budget")
     except Exception:  # noqa: BLE001 - a note, never a reason to fail a report

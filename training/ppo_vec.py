@@ -3,8 +3,8 @@
 :class:`QuadVecEnv` is what ``rquad train ppo`` trains on (``backend: vector``): all training envs
 live in one :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` (physics batched on
 ``mujoco.rollout``), so SB3's side of the hot path holds no per-env Python env objects. It emits
-:func:`~residual_quad.controllers.ppo.ppo_features` of the observations (batched:
-:func:`~residual_quad.controllers.ppo.ppo_features_batch`), so policies trained on it have the
+:func:`~residual_quad.controllers.features.ppo_features` of the observations (batched:
+:func:`~residual_quad.controllers.features.ppo_features_batch`), so policies trained on it have the
 same input and the same file format as before.
 
 Conventions translated from the vector env's to SB3's:
@@ -17,8 +17,8 @@ Conventions translated from the vector env's to SB3's:
   right after the step (the vector env's own autoreset, scenario draw included), so the other
   envs never step an extra time.
 - **Action repeat.** Each action is held for ``action_repeat`` control periods (rewards summed),
-  an env stopping at the end of its episode, as :class:`~residual_quad.training.ppo.ScenarioEnv`
-  and the deployed :class:`~residual_quad.controllers.ppo.PPOController` do.
+  an env stopping at the end of its episode, as the deployed
+  :class:`~residual_quad.controllers.ppo.PPOController` does.
 - **Domain randomization.** Every episode of every env draws its scenario with
   :class:`ScenarioSampler` (uniform over the config's payloads × winds × trajectories; the
   ``extra`` payload is refused by the config): the first ones at construction (generator seeded
@@ -43,17 +43,17 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from residual_quad.controllers.ppo import FEATURE_DIM, ppo_features_batch
+from residual_quad.controllers.features import FEATURE_DIM, ppo_features_batch
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
-from residual_quad.training.ppo import MAX_VECTOR_ENVS
+from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
 
 
 class ScenarioSampler:
     """Domain randomization for the vector env: ``sampler(rng) -> scenario`` (picklable).
 
     Draws payload, wind and trajectory uniformly and independently from the lists (the scenario
-    grid of :class:`~residual_quad.training.ppo.ScenarioEnv`), and, when ``start_pos_noise > 0``,
+    grid of ``PPOTrainConfig``), and, when ``start_pos_noise > 0``,
     a uniform start offset per axis (m; the vertical one not below ``-start_pos_noise / 2``).
     """
 

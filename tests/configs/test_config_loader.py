@@ -16,7 +16,7 @@ from residual_quad.evaluation.stress import StressConfig, TrajectorySpec
 from residual_quad.evaluation.studies.stick.study import Scenario, scenario_path
 from residual_quad.evaluation.sweep import SweepConfig
 from residual_quad.training.collect import CollectConfig
-from residual_quad.training.ppo import PPOTrainConfig
+from residual_quad.training.ppo_config import PPOTrainConfig
 from residual_quad.training.residual_train import TrainConfig
 
 CONFIG_CLASSES = [

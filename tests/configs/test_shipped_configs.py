@@ -14,7 +14,7 @@ from residual_quad.evaluation.stress import StressConfig
 from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
 from residual_quad.evaluation.sweep import SweepConfig
 from residual_quad.training.collect import CollectConfig
-from residual_quad.training.ppo import PPOTrainConfig
+from residual_quad.training.ppo_config import PPOTrainConfig
 from residual_quad.training.residual_train import TrainConfig
 
 CONFIG_DIR = Path(configs.__file__).parent

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 from residual_quad.controllers.batch import BatchedLoop, BatchedPPO, batch_from_spec  # noqa: E402
-from residual_quad.controllers.ppo import NumpyPolicy, PPOController  # noqa: E402
+from residual_quad.controllers.policy_file import NumpyPolicy  # noqa: E402
+from residual_quad.controllers.ppo import PPOController  # noqa: E402
 from residual_quad.controllers.specs import parse_spec  # noqa: E402
 
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.ppo import (
-    FEATURE_DIM,
+from residual_quad.controllers.features import FEATURE_DIM
+from residual_quad.controllers.policy_file import (
     META_ENTRY,
     PolicyFileError,
     default_policy_path,

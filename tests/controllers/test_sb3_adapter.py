@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.ppo import INSTALL_HINT, default_policy_path
+from residual_quad.controllers.policy_file import INSTALL_HINT, default_policy_path
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.episode import run_episode
 
@@ -195,7 +195,7 @@ def test_pendulum_policy_is_refused(tmp_path):
 
 
 def test_a_policy_on_ppo_features_flies_with_that_option(tmp_path):
-    from residual_quad.controllers.ppo import FEATURE_DIM, ppo_features
+    from residual_quad.controllers.features import FEATURE_DIM, ppo_features
 
     space = gym.spaces.Box(-np.inf, np.inf, (FEATURE_DIM,), dtype=np.float32)
     path = _spaces_zip(tmp_path, "feat.zip", "A2C", space, gym.spaces.Box(-1, 1, (4,)))

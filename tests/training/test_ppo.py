@@ -13,24 +13,13 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.controllers import make_controller
-from residual_quad.controllers import ppo as ppo_mod
-from residual_quad.controllers.ppo import (
-    FEATURE_DIM,
-    FEATURE_NAMES,
-    INSTALL_HINT,
-    default_policy_path,
-    ppo_features,
-    read_meta,
-)
+from residual_quad.controllers import policy_file as policy_file_mod
+from residual_quad.controllers.features import FEATURE_DIM, FEATURE_NAMES, ppo_features
+from residual_quad.controllers.policy_file import INSTALL_HINT, default_policy_path, read_meta
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-from residual_quad.training.ppo import (
-    PPOHyperparams,
-    PPOTrainConfig,
-    ScenarioEnv,
-    export_policy,
-    train,
-)
+from residual_quad.training.ppo import export_policy, train
+from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig
 from residual_quad.training.tb_logging import read_scalars
 
 
@@ -69,12 +58,10 @@ def _tiny_config(**kw) -> PPOTrainConfig:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory) -> tuple[Path, dict]:
-    """A 4096-step run on two SubprocVecEnv workers (how the first shipped policy was trained; the
-    vector backend has its own tests in test_ppo_vec.py)."""
+    """A 4096-step run on two envs of the vector backend (its adapter has its own tests in
+    test_ppo_vec.py)."""
     out = tmp_path_factory.mktemp("ppo_smoke")
-    summary = train(
-        _tiny_config(n_envs=2, total_steps=4096, backend="subproc"), out, progress=False
-    )
+    summary = train(_tiny_config(n_envs=2, total_steps=4096), out, progress=False)
     return out, summary
 
 
@@ -83,9 +70,7 @@ def test_smoke_training_writes_tensorboard_checkpoints_and_loadable_policies(smo
     out, summary = smoke_run
     assert summary["steps"] >= 4096 and summary["n_envs"] == 2
     assert (out / "config.yaml").is_file() and (out / "summary.json").is_file()
-    assert load_config(out / "config.yaml") == _tiny_config(
-        n_envs=2, total_steps=4096, backend="subproc"
-    )
+    assert load_config(out / "config.yaml") == _tiny_config(n_envs=2, total_steps=4096)
     events = list((out / "tb").rglob("events.out.tfevents.*"))
     assert events, "no TensorBoard event file"
     scalars = read_scalars(events[0].parent)
@@ -112,7 +97,7 @@ def test_export_copies_the_best_policy_with_its_budget(smoke_run, tmp_path):
     assert on_disk == read_meta(dest)["budget"] == json.loads(json.dumps(budget))
     assert on_disk["steps"] == summary["steps"] and on_disk["train_wall_s"] > 0
     assert on_disk["policy_saved_at_steps"] == summary["best_steps"]
-    assert on_disk["backend"] == "subproc"
+    assert on_disk["backend"] == "vector"
     assert make_controller("ppo", path=dest).action_repeat == 2
 
 
@@ -185,8 +170,7 @@ def test_shipped_training_seeds_are_the_committed_configs_within_budget(kind):
     """Three shipped policies per RL controller (training seeds 0, 1, 2), each trained with the
     committed config (only the seed differs) within the 30-minute budget on the vector env, and
     each records the command that rebuilds it."""
-    from residual_quad.controllers.ppo import shipped_policy_path
-    from residual_quad.training.ppo import PPOTrainConfig
+    from residual_quad.controllers.policy_file import shipped_policy_path
 
     committed = configs.to_dict(configs.load(PPOTrainConfig, kind))
     for seed in (0, 1, 2):
@@ -248,7 +232,7 @@ def test_without_sb3_asking_for_ppo_gives_the_install_hint(monkeypatch, tmp_path
             raise ModuleNotFoundError(f"No module named {name!r}")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(ppo_mod.importlib, "import_module", fake_import)
+    monkeypatch.setattr(policy_file_mod.importlib, "import_module", fake_import)
     with pytest.raises(ImportError, match=re_escape(INSTALL_HINT)) as info:
         make_controller(kind)
     # the hint names the controller that asked for it, not its sibling
@@ -297,19 +281,46 @@ def test_features_are_heading_invariant_and_scaled():
     np.testing.assert_allclose(ppo_features(rot), f, atol=1e-5)
 
 
-def test_scenario_env_randomizes_and_passes_the_checker():
-    from gymnasium.utils.env_checker import check_env
+@needs_sb3
+def test_training_envs_randomize_scenarios_and_honour_given_ones():
+    """Every episode of the training envs draws its scenario from the config's grid (the one
+    sampler of the vector backend); a scenario given to the adapter is flown as given."""
+    from residual_quad.training.ppo_vec import QuadVecEnv, ScenarioSampler
 
-    env = ScenarioEnv(["none", "heavy"], ["calm", "windy"], ["hover", "figure8"])
-    check_env(env, skip_render_check=True)
-    seen = set()
-    env.reset(seed=0)
-    for _ in range(30):
-        _, info = env.reset()
-        seen.add(info["scenario"])
-    assert len(seen) >= 6  # of 8
-    _, info = env.reset(options={"scenario": ("heavy", "windy", "figure8")})
-    assert info["payload_kg"] == 0.5 and env.inner.action_mode == "ctbr"
+    sampler = ScenarioSampler(["none", "heavy"], ["calm", "windy"], ["hover", "figure8"])
+    venv = QuadVecEnv(2, sampler, nthread=1, action_mode="ctbr", episode_s=0.02)
+    try:
+        venv.seed(0)
+        venv.reset()
+        seen = set()
+        for _ in range(60):  # episodes of 2 control periods: 60 episodes in all
+            *_, dones, infos = venv.step(np.zeros((2, 4), dtype=np.float32))
+            seen |= {info["scenario"] for info, done in zip(infos, dones, strict=True) if done}
+        assert len(seen) >= 6  # of 8
+    finally:
+        venv.close()
+    given = [{"payload": "heavy", "wind": "windy", "trajectory": "figure8"}]
+    venv = QuadVecEnv(1, sampler, nthread=1, scenarios=given, action_mode="ctbr")
+    try:
+        venv.reset()
+        assert venv.get_attr("payload_kg") == [0.5] and venv.get_attr("action_mode") == ["ctbr"]
+    finally:
+        venv.close()
+
+
+def test_the_subproc_backend_is_refused_naming_why(tmp_path, capsys):
+    """``backend: subproc`` (one worker process per env) is retired: its workers drew their
+    scenarios on their own, so one seed trained on other episodes than the vector backend's one
+    sampler; the config and the CLI refuse it in one line naming the vector backend."""
+    with pytest.raises(ValueError, match="backend 'subproc' is retired.*use backend 'vector'"):
+        _tiny_config(n_envs=2, backend="subproc")
+    from residual_quad.cli import main
+
+    out = tmp_path / "never"
+    assert main(["train", "ppo", "--backend", "subproc", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "backend 'subproc' is retired" in err and "ScenarioSampler" in err
+    assert not out.exists()
 
 
 @needs_sb3
@@ -326,3 +337,16 @@ def test_cli_trains_from_a_yaml_and_exports(tmp_path, capsys):
     assert "steps (ctbr, 1 envs, seed 5, vector backend)" in capsys.readouterr().out
     assert load_config(tmp_path / "run" / "config.yaml").seed == 5
     assert read_meta(dest)["budget"]["seed"] == 5 and dest.with_suffix(".json").is_file()
+
+
+@needs_sb3
+def test_shipped_policies_unpickle_their_learning_rate_schedule():
+    """Saved models pickle the schedule by name (``training.ppo._LinearSchedule`` in every policy
+    saved before the training split): that name keeps loading, without a warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = sb3.PPO.load(default_policy_path(), device="cpu")
+    assert type(model.learning_rate).__name__ == "LinearSchedule"
+    assert model.learning_rate(1.0) > model.learning_rate(0.0) > 0

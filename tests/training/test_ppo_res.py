@@ -16,7 +16,7 @@ pytest.importorskip("stable_baselines3")
 from residual_quad.cli import main  # noqa: E402
 from residual_quad.controllers import make_controller  # noqa: E402
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
-from residual_quad.controllers.ppo import META_ENTRY, PolicyFileError  # noqa: E402
+from residual_quad.controllers.policy_file import META_ENTRY, PolicyFileError  # noqa: E402
 from residual_quad.controllers.ppo_res import (  # noqa: E402
     BatchedResidualPPO,
     ResidualPilot,
@@ -28,7 +28,8 @@ from residual_quad.controllers.trackers import GeoTracker  # noqa: E402
 from residual_quad.envs.observation import ObsLayout as L  # noqa: E402
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv  # noqa: E402
 from residual_quad.episode import RunSpec, fly  # noqa: E402
-from residual_quad.training.ppo import PPOHyperparams, PPOTrainConfig, train  # noqa: E402
+from residual_quad.training.ppo import train  # noqa: E402
+from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig  # noqa: E402
 from residual_quad.training.tb_logging import read_scalars  # noqa: E402
 
 
@@ -130,11 +131,12 @@ def test_smoke_training_writes_a_ppo_res_policy(res_run):
 
 
 def test_a_resumed_run_keeps_the_exploration_scale_fixed(res_run):
-    from residual_quad.training import ppo as ppo_mod
+    from residual_quad.training.checkpoints import load_checkpoint
+    from residual_quad.training.ppo_model import make_training_env
 
     cfg = _config()
-    model, venv, state = ppo_mod._load_checkpoint(
-        res_run[0] / "checkpoints" / "ppo_1024.zip", ppo_mod.make_training_env(cfg), cfg
+    model, venv, state = load_checkpoint(
+        res_run[0] / "checkpoints" / "ppo_1024.zip", make_training_env(cfg), cfg
     )
     try:
         assert state.steps == 1024 and not model.policy.log_std.requires_grad
@@ -227,7 +229,7 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
 
 
 def _ppo_file() -> Path:
-    from residual_quad.controllers.ppo import default_policy_path
+    from residual_quad.controllers.policy_file import default_policy_path
 
     return default_policy_path()
 
@@ -262,7 +264,7 @@ def test_cli_target_uses_the_shipped_ppo_res_config(tmp_path, capsys):
 def test_adapter_with_the_pilot_equals_geo_stepping_the_vector_env():
     """QuadVecEnv(pilot=ResidualPilot) = each env alone in a vector env, flown by geo with the
     held correction recomputed every control period, NEXT_STEP autoreset by hand."""
-    from residual_quad.controllers.ppo import ppo_features_batch
+    from residual_quad.controllers.features import ppo_features_batch
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
     from residual_quad.training.ppo_vec import QuadVecEnv
 
@@ -333,7 +335,7 @@ def test_adapter_with_the_pilot_equals_geo_stepping_the_vector_env():
 
 
 def _first_update(seed: int) -> list[np.ndarray]:
-    from residual_quad.training.ppo import make_training_env, new_model, normalized
+    from residual_quad.training.ppo_model import make_training_env, new_model, normalized
 
     cfg = _config(seed=seed, total_steps=512)
     venv = make_training_env(cfg)

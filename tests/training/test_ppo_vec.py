@@ -17,22 +17,18 @@ from stable_baselines3.common.vec_env import VecNormalize  # noqa: E402
 from residual_quad import configs  # noqa: E402
 from residual_quad.cli import main  # noqa: E402
 from residual_quad.controllers import make_controller  # noqa: E402
-from residual_quad.controllers.ppo import (  # noqa: E402
+from residual_quad.controllers.features import (  # noqa: E402
     FEATURE_NAMES,
     ppo_features,
     ppo_features_batch,
-    read_meta,
 )
+from residual_quad.controllers.policy_file import read_meta  # noqa: E402
 from residual_quad.envs.observation import ObsLayout as L  # noqa: E402
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
-from residual_quad.training import ppo as ppo_mod  # noqa: E402
-from residual_quad.training.ppo import (  # noqa: E402
-    PPOHyperparams,
-    PPOTrainConfig,
-    make_training_env,
-    new_model,
-    train,
-)
+from residual_quad.training import callbacks as callbacks_mod  # noqa: E402
+from residual_quad.training.ppo import train  # noqa: E402
+from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig  # noqa: E402
+from residual_quad.training.ppo_model import make_training_env, new_model  # noqa: E402
 from residual_quad.training.ppo_vec import (  # noqa: E402
     QuadVecEnv,
     ScenarioSampler,
@@ -264,11 +260,17 @@ class _Interrupt(BaseCallback):
 
 def test_an_interrupted_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    real = ppo_mod._callbacks
-    monkeypatch.setattr(ppo_mod, "_callbacks", lambda *a: [*real(*a), _Interrupt()])
+    real = callbacks_mod.training_callbacks
+
+    def interrupted(*args):
+        callbacks = real(*args)
+        callbacks.extra.append(_Interrupt())
+        return callbacks
+
+    monkeypatch.setattr(callbacks_mod, "training_callbacks", interrupted)
     with pytest.raises(KeyboardInterrupt):
         train(_vec_config(), out, progress=False)
-    monkeypatch.setattr(ppo_mod, "_callbacks", real)
+    monkeypatch.setattr(callbacks_mod, "training_callbacks", real)
     assert sorted(p.name for p in (out / "checkpoints").glob("*.zip")) == ["ppo_2048.zip"]
     assert not (out / "final.zip").exists()
     before = read_meta(out / "checkpoints" / "ppo_2048.zip")["resume"]
@@ -297,7 +299,7 @@ def configs_summary(out: Path) -> dict:
     ("args", "message"),
     [
         (["--n-envs", "5000"], "n_envs 5000 is more than the vector backend's 4096"),
-        (["--n-envs", "65", "--backend", "subproc"], "n_envs 65 is more than the subproc"),
+        (["--n-envs", "65", "--backend", "subproc"], "backend 'subproc' is retired"),
         (["--n-envs", "64", "--steps", "1000"], r"total_steps 1000 is less than one rollout"),
         (["--n-envs", "0"], "must be"),
         (["--backend", "ray"], "invalid choice"),

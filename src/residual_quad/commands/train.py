@@ -230,15 +230,14 @@ def _add_ppo_parser(
         "--n-envs",
         type=positive_int,
         default=None,
-        help="training envs (override): the vector env's batch (backend vector, <= 4096) or "
-        "worker processes (backend subproc, <= 64)",
+        help="training envs (override): the vector env's batch (<= 4096)",
     )
     p.add_argument(
         "--backend",
         choices=("vector", "subproc"),
         default=None,
-        help="vector: all envs in one ResidualQuadVectorEnv (default); subproc: one process "
-        "per env (how the first shipped ppo policy was trained)",
+        help="vector: all envs in one ResidualQuadVectorEnv (default); subproc: retired, "
+        "refused with the reason (docs/ppo.md)",
     )
     p.add_argument(
         "--resume",

@@ -1,0 +1,118 @@
+"""The PPO policies' input: :func:`ppo_features` of a ``ResidualQuad-v0`` observation.
+
+One function for training (the SB3 env adapter, batched: :func:`ppo_features_batch`) and
+deployment (the ``ppo``/``ppo_res`` controllers, the ``sb3`` adapter's ``ppo_features``
+observation), so the two can never disagree on the input. :data:`FEATURE_DIM` is the input size
+a policy file must have (:mod:`residual_quad.controllers.policy_file`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import ObsLayout as L
+
+# fixed feature scales (independent of the airframe the policy is flown on, so that the
+# function is the same in training and deployment)
+_G = 9.81  # m/s²
+_ROTOR_MAX = 6.0  # N, rotor thrust that maps to +1
+_POS_CLIP = 3.0  # m, position error beyond this reads as this (the env ends episodes at 5 m)
+_SCALES = {"e_p": 1.0, "e_v": 2.0, "ref_v": 5.0, "ref_a": 5.0, "omega": 4.0, "z": 3.0}
+
+FEATURE_NAMES: tuple[str, ...] = (
+    *(f"e_p_{a}" for a in "xyz"),
+    *(f"e_v_{a}" for a in "xyz"),
+    *(f"ref_v_{a}" for a in "xyz"),
+    *(f"ref_a_{a}" for a in "xyz"),
+    *(f"R_h_{i}{j}" for i in range(3) for j in range(3)),
+    "sin_dyaw",
+    "cos_dyaw",
+    "ref_yaw_rate",
+    *(f"omega_{a}" for a in "xyz"),
+    *(f"thrust_{i}" for i in range(4)),
+    *(f"imu_{a}" for a in "xyz"),
+    "z",
+)
+FEATURE_DIM = len(FEATURE_NAMES)
+
+
+def ppo_features(obs: np.ndarray) -> np.ndarray:
+    """The policy input: a scaled, heading-frame view of one ``ResidualQuad-v0`` observation.
+
+    World vectors (position and velocity errors ``p − p_ref``, ``v − v_ref``, the reference
+    velocity and acceleration) are rotated into the vehicle's heading frame (world rotated by the
+    current yaw ψ), so that "ahead" means the same thing whatever the heading: the map from errors
+    to body-rate or rotor commands becomes nearly yaw-invariant, which is what makes the helix
+    (yaw follows the tangent) learnable. The attitude enters as ``R_h = R_z(ψ)ᵀ·R`` (tilt, no
+    yaw), the heading error as sin/cos of ``ψ − ψ_ref``. Body rates, the last rotor thrusts
+    (normalized to [-1, 1] like the ``rotor`` action), the accelerometer (in g; with the thrusts it
+    reveals the true mass) and the height (ground effect) complete it. Every term is O(1).
+
+    Returns a float32 vector of :data:`FEATURE_DIM` entries named :data:`FEATURE_NAMES`.
+    """
+    o = np.asarray(obs, dtype=np.float64)
+    R = o[L.rot].reshape(3, 3)
+    psi = math.atan2(R[1, 0], R[0, 0])
+    c, s = math.cos(psi), math.sin(psi)
+    Rz_T = np.array(((c, s, 0.0), (-s, c, 0.0), (0.0, 0.0, 1.0)))
+    e_p = np.clip(Rz_T @ (o[L.pos] - o[L.ref_pos]), -_POS_CLIP, _POS_CLIP)
+    e_v = Rz_T @ (o[L.vel] - o[L.ref_vel])
+    ref_v = Rz_T @ o[L.ref_vel]
+    ref_a = Rz_T @ o[L.ref_acc]
+    dyaw = psi - o[L.ref_yaw]
+    return np.concatenate(
+        (
+            e_p / _SCALES["e_p"],
+            e_v / _SCALES["e_v"],
+            ref_v / _SCALES["ref_v"],
+            ref_a / _SCALES["ref_a"],
+            (Rz_T @ R).ravel(),
+            (math.sin(dyaw), math.cos(dyaw), o[L.ref_yaw_rate]),
+            o[L.omega_b] / _SCALES["omega"],
+            o[L.thrusts] * (2.0 / _ROTOR_MAX) - 1.0,
+            o[L.imu] / _G,
+            (o[2] / _SCALES["z"],),
+        )
+    ).astype(np.float32)
+
+
+def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
+    """:func:`ppo_features` of a batch of observations ``(n, OBS_DIM)`` → ``(n, FEATURE_DIM)``.
+
+    The same features row by row (the training adapter on the vector env uses it; equal to
+    :func:`ppo_features` of each row to within one float32 rounding, see the tests), computed
+    with array operations instead of one Python call per row.
+    """
+    o = np.asarray(obs, dtype=np.float64)
+    if o.ndim != 2 or o.shape[1] != OBS_DIM:
+        raise ValueError(f"observations must have shape (n, {OBS_DIM}), got {o.shape}")
+    R = o[:, L.rot].reshape(-1, 3, 3)
+    psi = np.arctan2(R[:, 1, 0], R[:, 0, 0])
+    c, s = np.cos(psi), np.sin(psi)
+
+    def heading(v: np.ndarray) -> np.ndarray:  # R_z(ψ)ᵀ·v, row by row
+        return np.stack((c * v[:, 0] + s * v[:, 1], -s * v[:, 0] + c * v[:, 1], v[:, 2]), axis=1)
+
+    e_p = np.clip(heading(o[:, L.pos] - o[:, L.ref_pos]), -_POS_CLIP, _POS_CLIP)
+    e_v = heading(o[:, L.vel] - o[:, L.ref_vel])
+    rows = [heading(R[:, :, j]) for j in range(3)]  # columns of R_z(ψ)ᵀ·R
+    R_h = np.stack(rows, axis=2).reshape(-1, 9)
+    dyaw = psi - o[:, L.ref_yaw]
+    return np.concatenate(
+        (
+            e_p / _SCALES["e_p"],
+            e_v / _SCALES["e_v"],
+            heading(o[:, L.ref_vel]) / _SCALES["ref_v"],
+            heading(o[:, L.ref_acc]) / _SCALES["ref_a"],
+            R_h,
+            np.stack((np.sin(dyaw), np.cos(dyaw), o[:, L.ref_yaw_rate]), axis=1),
+            o[:, L.omega_b] / _SCALES["omega"],
+            o[:, L.thrusts] * (2.0 / _ROTOR_MAX) - 1.0,
+            o[:, L.imu] / _G,
+            o[:, 2:3] / _SCALES["z"],
+        ),
+        axis=1,
+    ).astype(np.float32)

@@ -1,0 +1,422 @@
+"""The residual-quad PPO policy file: one module to read, check and write it.
+
+A saved policy is one SB3 ``.zip`` with one extra archive entry, ``residual_quad.json``
+(:data:`META_ENTRY`): the controller kind (``ppo`` or ``ppo_res``, with its ``accel_scale``), the
+env ``action_mode`` it acts in, the feature version, the observation normalization statistics
+(``VecNormalize`` mean/var/clip, or ``null``) and a record of how it was trained. SB3 ignores
+archive entries that are not ``.pth`` files, so ``PPO.load`` reads the file unchanged, and one
+file is all a user has to carry.
+
+Here, for every user of the format (the ``ppo``, ``ppo_res`` and ``sb3`` controllers, the
+training under :mod:`residual_quad.training`): the record (:func:`read_meta`,
+:func:`check_meta`, :func:`write_meta`, :func:`write_entry`), the frozen normalizer
+(:class:`ObsNormalizer`, :func:`obs_norm_stats`), the numpy forward (:class:`NumpyPolicy`,
+:func:`policy_actions`), the loader with its file checks (:func:`load_policy`), where the
+shipped policies lie (:func:`shipped_policy_path`) and the lazy SB3 import (:func:`import_sb3`).
+
+Every inconsistency of a policy file (unreadable archive, a record that is not a JSON object, a
+missing or invalid ``action_mode``, ``action_repeat``, ``env_kwargs`` or ``obs_norm``, a network
+of the wrong shape or with non-finite parameters) raises :class:`PolicyFileError` (a
+``ValueError``) naming the file, at load time — never at the first ``policy`` call.
+
+stable-baselines3 and torch are imported lazily (:func:`import_sb3`): the rest of the package
+works without them, and asking for a policy without them raises an ``ImportError`` carrying the
+install hint :data:`INSTALL_HINT`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import numbers
+import re
+import zipfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.features import FEATURE_DIM
+from residual_quad.envs.actions import ACTION_MODES
+
+INSTALL_HINT = "pip install 'residual-quad[rl]'"
+META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
+META_FORMAT = 1
+FEATURE_VERSION = 1
+MAX_ACTION_REPEAT = 1000  # control periods an action may be held
+MAX_META_BYTES = 16 * 2**20  # the record is a few kB
+#: action size of each policy kind: ``ppo`` acts on the env (4), ``ppo_res`` on geo's desired
+#: acceleration (3, heading frame; :mod:`residual_quad.controllers.ppo_res`)
+ACTION_DIMS = {"ppo": 4, "ppo_res": 3}
+MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
+#: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
+RESERVED_ENV_KWARGS = frozenset(
+    {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
+    | {"reward_weights", "max_position_error"}
+)
+
+
+class PolicyFileError(ValueError):
+    """A PPO policy file is unreadable or inconsistent (the message names the file)."""
+
+
+def rl_purpose(kind: str) -> str:
+    """What needs stable-baselines3 when policy ``kind`` (``ppo``, ``ppo_res``) is asked for: the
+    controller and its ``rquad train`` command (the install hint names them)."""
+    return f"the {kind!r} controller and `rquad train {kind}`"
+
+
+def import_sb3(purpose: str = rl_purpose("ppo")) -> Any:
+    """The ``stable_baselines3`` module, or ``ImportError`` naming ``purpose`` (what needs it)
+    with the install hint."""
+    try:
+        return importlib.import_module("stable_baselines3")
+    except ImportError as exc:
+        raise ImportError(
+            f"{purpose}: stable-baselines3 and torch are needed ({exc}); install them with: "
+            f"{INSTALL_HINT}"
+        ) from exc
+
+
+def default_policy_path() -> Path:
+    """The shipped default policy (``controllers/weights/ppo_default.zip``)."""
+    return shipped_policy_path("ppo")
+
+
+def shipped_policy_path(kind: str, training_seed: int = 0) -> Path:
+    """A shipped policy of ``kind`` (``ppo``/``ppo_res``): training seed 0 is the default
+    (``<kind>_default.zip``), the others ``<kind>_seed<k>.zip`` — the training seeds the
+    report's intervals are taken over (docs/ppo.md). A seed that was not shipped is a
+    ``FileNotFoundError`` listing those that were."""
+    if isinstance(training_seed, bool) or not isinstance(training_seed, int) or training_seed < 0:
+        raise ValueError(f"training_seed must be an integer >= 0, got {training_seed!r}")
+    folder = Path(str(resources.files("residual_quad.controllers").joinpath("weights")))
+    name = f"{kind}_default.zip" if training_seed == 0 else f"{kind}_seed{training_seed}.zip"
+    path = folder / name
+    if training_seed and not path.is_file():
+        seeds = sorted(
+            int(m.group(1))
+            for p in folder.glob(f"{kind}_seed*.zip")
+            if (m := re.fullmatch(rf"{kind}_seed(\d+)\.zip", p.name))
+        )
+        raise FileNotFoundError(
+            f"no shipped {kind!r} policy of training seed {training_seed} ({path}); shipped "
+            f"seeds: {', '.join(map(str, [0, *seeds]))}"
+        )
+    return path
+
+
+def policy_path(kind: str, path: str | Path | None, training_seed: int | None) -> Path:
+    """The policy file a ``ppo``/``ppo_res`` controller loads: ``path``, or the shipped policy of
+    ``training_seed`` (default 0); both given is an error."""
+    if path is not None and training_seed is not None:
+        raise ValueError("give a policy path or a shipped training_seed, not both")
+    if path is not None:
+        return Path(path)
+    return shipped_policy_path(kind, 0 if training_seed is None else training_seed)
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """The ``residual_quad.json`` record of a saved policy, checked (:func:`check_meta`);
+    :class:`PolicyFileError` naming the file for anything unreadable or inconsistent."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"PPO policy file not found: {path}")
+    not_policy = (
+        f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} entry; "
+        "save policies with residual_quad.training)"
+    )
+    meta = read_json_entries(
+        path, {META_ENTRY: MAX_META_BYTES}, (META_ENTRY,), not_policy, "PPO policy file"
+    )[META_ENTRY]
+    if not isinstance(meta, dict):
+        raise PolicyFileError(
+            f"{path}: {META_ENTRY} must hold a JSON object, got {type(meta).__name__}"
+        )
+    if meta.get("format") != META_FORMAT or meta.get("feature_version") != FEATURE_VERSION:
+        raise PolicyFileError(
+            f"{path}: policy format {meta.get('format')}/features {meta.get('feature_version')} "
+            f"not supported (this version reads {META_FORMAT}/{FEATURE_VERSION}); retrain it"
+        )
+    check_meta(meta, path)
+    return meta
+
+
+def read_json_entries(
+    path: Path,
+    limits: dict[str, int],
+    required: tuple[str, ...],
+    not_ours: str,
+    kind: str,
+    error: type[PolicyFileError] = PolicyFileError,
+) -> dict[str, Any]:
+    """The JSON entries named in ``limits`` (name → largest size in bytes) that the zip at
+    ``path`` holds, parsed. ``error`` (naming the file) for a zip without every ``required``
+    entry (message ``not_ours``), an entry over its limit, or anything unreadable (``kind`` names
+    what the file should have been)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if not all(name in names for name in required):
+                raise error(not_ours)
+            entries = {}
+            for name, limit in limits.items():
+                if name in names:
+                    if archive.getinfo(name).file_size > limit:
+                        raise error(f"{path}: its {name!r} entry is larger than {limit} B")
+                    entries[name] = json.loads(archive.read(name).decode())
+    except error:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile/zlib/json raise many types for bad bytes
+        raise error(f"corrupt or unreadable {kind} {path}: {type(exc).__name__}: {exc}") from None
+    return entries
+
+
+def check_meta(meta: dict[str, Any], path: str | Path) -> None:
+    """Check the fields :class:`PPOController` uses: ``action_mode`` (one of
+    :data:`~residual_quad.envs.actions.ACTION_MODES`), ``action_repeat`` (an integer in
+    [1, :data:`MAX_ACTION_REPEAT`], default 1), ``env_kwargs`` (an object of
+    ``ResidualQuad-v0`` arguments other than :data:`RESERVED_ENV_KWARGS`, default ``{}``) and
+    ``obs_norm`` (``null`` or :func:`ObsNormalizer.from_meta`'s statistics); raises
+    :class:`PolicyFileError` naming ``path`` and the field."""
+
+    def fail(what: str) -> PolicyFileError:
+        return PolicyFileError(f"PPO policy file {str(path)!r}: {what}")
+
+    kind = meta.get("controller", "ppo")
+    if kind not in ACTION_DIMS:
+        raise fail(f"controller {kind!r}; valid choices: {', '.join(ACTION_DIMS)}")
+    if kind == "ppo_res":
+        scale = meta.get("accel_scale")
+        if not (_is_number(scale) and math.isfinite(scale) and 0 < scale <= MAX_ACCEL_SCALE):
+            raise fail(
+                f"accel_scale must be a number in (0, {MAX_ACCEL_SCALE}] m/s², got {scale!r}"
+            )
+        if meta.get("action_mode") != "rotor":
+            raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
+    mode = meta.get("action_mode")
+    if not isinstance(mode, str) or mode not in ACTION_MODES:
+        raise fail(f"action_mode {mode!r}; valid choices: {', '.join(ACTION_MODES)}")
+    repeat = meta.get("action_repeat", 1)
+    if (
+        isinstance(repeat, bool)
+        or not isinstance(repeat, int)
+        or not 1 <= repeat <= MAX_ACTION_REPEAT
+    ):
+        raise fail(f"action_repeat must be an integer in [1, {MAX_ACTION_REPEAT}], got {repeat!r}")
+    env_kwargs = meta.get("env_kwargs", {})
+    if not isinstance(env_kwargs, dict):
+        raise fail(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
+    from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+    valid = set(inspect.signature(ResidualQuadEnv).parameters) - RESERVED_ENV_KWARGS
+    unknown = sorted(set(env_kwargs) - valid)
+    if unknown:
+        raise fail(f"env_kwargs keys {unknown} are not allowed; valid: {sorted(valid)}")
+    try:
+        ObsNormalizer.from_meta(meta.get("obs_norm"))
+    except ValueError as exc:
+        raise fail(f"obs_norm: {exc}") from None
+
+
+def write_meta(path: str | Path, meta: dict[str, Any]) -> None:
+    """Add (or replace) the ``residual_quad.json`` record of an SB3 ``.zip`` at ``path``, with
+    this version's format and feature version."""
+    write_entry(path, {"format": META_FORMAT, "feature_version": FEATURE_VERSION, **meta})
+
+
+def write_entry(path: str | Path, record: dict[str, Any]) -> None:
+    """Replace the ``residual_quad.json`` entry of the zip at ``path`` by ``record`` as it is
+    (the other entries copied unchanged), through a temporary file renamed over ``path``."""
+    path = Path(path)
+    with zipfile.ZipFile(path) as archive:
+        entries = {n: archive.read(n) for n in archive.namelist() if n != META_ENTRY}
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+        archive.writestr(META_ENTRY, json.dumps(record, indent=1))
+    tmp.replace(path)
+
+
+def save_model(model: Any, path: str | Path, meta: dict[str, Any]) -> Path:
+    """Write the SB3 ``model`` to ``path`` (``.zip`` appended as SB3 does) with the record
+    ``meta`` (:func:`write_meta`); the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(path)
+    if path.suffix != ".zip":  # SB3 appends .zip
+        path = path.with_name(path.name + ".zip")
+    write_meta(path, meta)
+    return path
+
+
+def obs_norm_stats(vec_env: Any) -> dict[str, Any] | None:
+    """The record's ``obs_norm``: frozen observation statistics of a ``VecNormalize``
+    (``None`` when ``vec_env`` does not normalize observations); :meth:`ObsNormalizer.from_meta`
+    reads them back."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not isinstance(vec_env, VecNormalize) or not vec_env.norm_obs:
+        return None
+    return {
+        "mean": vec_env.obs_rms.mean.tolist(),
+        "var": vec_env.obs_rms.var.tolist(),
+        "epsilon": float(vec_env.epsilon),
+        "clip": float(vec_env.clip_obs),
+    }
+
+
+class ObsNormalizer:
+    """The frozen ``VecNormalize`` observation transform ``clip((x − μ)/√(σ² + ε), ±c)``."""
+
+    def __init__(self, mean: Any, var: Any, epsilon: float = 1e-8, clip: float = 10.0):
+        self.mean = np.asarray(mean, dtype=np.float64)
+        self.std = np.sqrt(np.asarray(var, dtype=np.float64) + epsilon)
+        self.clip = float(clip)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.clip((x - self.mean) / self.std, -self.clip, self.clip).astype(np.float32)
+
+    @classmethod
+    def from_meta(cls, stats: dict[str, Any] | None) -> ObsNormalizer | None:
+        """The normalizer of a policy record's ``obs_norm`` (``None`` for ``None``); a
+        ``ValueError`` unless ``mean`` and ``var`` are :data:`FEATURE_DIM` finite numbers with
+        ``var ≥ 0``, ``epsilon`` a finite number ≥ 0 with ``var + epsilon > 0`` and ``clip`` a
+        finite number > 0."""
+        if stats is None:
+            return None
+        if not isinstance(stats, dict):
+            raise ValueError(f"must be null or an object, got {type(stats).__name__}")
+        missing = sorted({"mean", "var", "epsilon", "clip"} - set(stats))
+        if missing:
+            raise ValueError(f"missing keys {missing}")
+        vectors = {}
+        for key in ("mean", "var"):
+            v = stats[key]
+            if not (
+                isinstance(v, list)
+                and len(v) == FEATURE_DIM
+                and all(_is_number(x) and math.isfinite(x) for x in v)
+            ):
+                raise ValueError(f"{key} must be a list of {FEATURE_DIM} finite numbers")
+            vectors[key] = np.array(v, dtype=np.float64)
+        eps, clip = stats["epsilon"], stats["clip"]
+        if not (_is_number(eps) and math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"epsilon must be a finite number >= 0, got {eps!r}")
+        if not (_is_number(clip) and math.isfinite(clip) and clip > 0):
+            raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
+        if not np.all(vectors["var"] >= 0) or not np.all(vectors["var"] + eps > 0):
+            raise ValueError("var must be >= 0 and var + epsilon > 0")
+        return cls(vectors["mean"], vectors["var"], float(eps), float(clip))
+
+
+_ACTIVATIONS: dict[str, Any] = {
+    "Tanh": np.tanh,
+    "ReLU": lambda h: np.maximum(h, 0.0),
+    "Identity": lambda h: h,
+}
+
+
+#: action distributions whose deterministic action is the action net's output (gSDE's noise is
+#: state-dependent, its mean is not)
+_MEAN_HEADS = ("DiagGaussianDistribution", "StateDependentNoiseDistribution")
+
+
+class NumpyPolicy:
+    """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
+    observation and a Gaussian action head), evaluated in float64 numpy.
+
+    Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
+    more than the whole vehicle step; this forward costs a few µs. Its products are
+    ``np.einsum`` contractions, whose summation order does not depend on the batch size, so one
+    observation and a batch of them give bit-identical actions (a BLAS matrix product does not:
+    a one-row product takes another kernel). It equals SB3's float32 forward to float32 rounding
+    (``tests/controllers/test_ppo_numpy.py``).
+    """
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]]):
+        self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
+
+    @classmethod
+    def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
+        """The numpy forward of ``policy``, or ``None`` where its architecture is not a plain
+        MLP actor (another extractor, activation or distribution): then ``predict`` is used."""
+        if (
+            type(policy).__name__ != "ActorCriticPolicy"
+            or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
+            or type(policy.action_dist).__name__ not in _MEAN_HEADS
+            or getattr(policy, "squash_output", False)
+        ):
+            return None
+        layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        modules = [*policy.mlp_extractor.policy_net, policy.action_net]
+        for module in modules:
+            kind = type(module).__name__
+            if kind == "Linear":
+                w = module.weight.detach().cpu().numpy().astype(np.float64).T.copy()
+                b = module.bias.detach().cpu().numpy().astype(np.float64).copy()
+                layers.append((w, b, _ACTIVATIONS["Identity"]))
+            elif kind in _ACTIVATIONS and layers:
+                w, b, _ = layers[-1]
+                layers[-1] = (w, b, _ACTIVATIONS[kind])
+            else:
+                return None
+        return cls(layers)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
+        h = np.asarray(x, dtype=np.float64)
+        for w, b, act in self.layers:
+            h = act(np.einsum("nd,dh->nh", h, w) + b)
+        return np.clip(h, -1.0, 1.0)
+
+
+def _is_number(x: Any) -> bool:
+    """A JSON number (not a boolean), as Python reads it."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
+    """``(meta, model, normalizer, network)`` of the ``kind`` policy file ``path`` (``ppo`` or
+    ``ppo_res``): the checked record, the SB3 model, the frozen observation normalizer (or
+    ``None``) and the numpy forward (``None``: SB3's ``predict``). Every inconsistency is a
+    :class:`PolicyFileError` naming the file, raised here rather than at the first action."""
+    sb3 = import_sb3(rl_purpose(kind))  # first: without SB3 the install hint is the useful answer
+    meta = read_meta(path)
+    found = meta.get("controller", "ppo")
+    if found != kind:
+        raise PolicyFileError(
+            f"{path} is a {found!r} policy, not a {kind!r} one: fly it with the {found!r} "
+            "controller"
+        )
+    try:
+        model = sb3.PPO.load(path, device=device)
+    except Exception as exc:  # SB3 raises many exception types for a broken archive
+        raise PolicyFileError(
+            f"cannot load PPO policy {path}: {type(exc).__name__}: {exc}"
+        ) from None
+    shape = getattr(model.observation_space, "shape", None)
+    if shape != (FEATURE_DIM,):
+        raise PolicyFileError(f"{path}: policy expects {shape} inputs, features have {FEATURE_DIM}")
+    shape = getattr(model.action_space, "shape", None)
+    if shape != (ACTION_DIMS[kind],):
+        raise PolicyFileError(
+            f"{path}: policy acts with shape {shape}, a {kind!r} policy with ({ACTION_DIMS[kind]},)"
+        )
+    if not all(bool(p.isfinite().all()) for p in model.policy.parameters()):
+        raise PolicyFileError(f"{path}: the policy network has non-finite parameters")
+    normalizer = ObsNormalizer.from_meta(meta.get("obs_norm"))
+    return meta, model, normalizer, NumpyPolicy.from_sb3(model.policy)
+
+
+def policy_actions(network: NumpyPolicy | None, model: Any, x: np.ndarray) -> np.ndarray:
+    """Deterministic actions (n, a) in [-1, 1] of normalized feature rows ``x`` (n, d): the
+    numpy forward ``network`` where the architecture allows it, else ``model``'s ``predict``."""
+    if network is not None:
+        return network(x)
+    action, _ = model.predict(x, deterministic=True)
+    return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), -1), -1.0, 1.0)

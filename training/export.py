@@ -1,0 +1,104 @@
+"""A training run's policy files: what :func:`save_policy` writes and :func:`export_policy` ships.
+
+:func:`save_policy` writes ``best.zip``, ``final.zip`` and the checkpoints of a run in the
+:mod:`residual_quad.controllers.policy_file` format, with the record a controller needs (kind,
+action mode and repeat, env arguments, frozen observation statistics) and the run's config;
+:func:`export_policy` copies a run's ``best``/``final`` policy to ``controllers/weights/`` with
+its training budget. Every file loads with ``make_controller("ppo"/"ppo_res", path=...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from residual_quad import configs
+from residual_quad.controllers.policy_file import obs_norm_stats, read_meta, save_model, write_meta
+from residual_quad.training.ppo_config import PPOTrainConfig
+
+
+def save_policy(
+    model: Any, path: str | Path, cfg: PPOTrainConfig, vec_env: Any, **record: Any
+) -> Path:
+    """Write ``model`` plus the ``residual_quad.json`` record (action mode, obs stats, config)."""
+    kind: dict[str, Any] = {"controller": cfg.controller}
+    if cfg.controller == "ppo_res":
+        kind["accel_scale"] = cfg.accel_scale
+    return save_model(
+        model,
+        path,
+        {
+            **kind,
+            "action_mode": cfg.action_mode,
+            "action_repeat": cfg.action_repeat,
+            "env_kwargs": dict(cfg.env_kwargs),
+            "obs_norm": obs_norm_stats(vec_env),
+            "config": configs.to_dict(cfg),
+            **json_safe(record),
+        },
+    )
+
+
+def export_policy(
+    run_dir: str | Path, dest: str | Path, which: str = "best", command: str | None = None
+) -> dict[str, Any]:
+    """Copy a run's ``best``/``final`` policy to ``dest`` with its training budget.
+
+    The budget (policy and control steps, wall time, envs, load, versions, the step at which the
+    exported policy was saved, the command) goes into the policy's ``residual_quad.json`` record
+    and into ``dest`` with the suffix ``.json`` next to it. Returns the budget.
+    """
+    run_dir, dest = Path(run_dir), Path(dest)
+    if which not in ("best", "final"):
+        raise ValueError(f"which must be 'best' or 'final', got {which!r}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    src = run_dir / f"{which}.zip"
+    meta = read_meta(src)
+    keys = ("steps", "control_steps", "train_wall_s", "wall_s", "n_envs", "cpu_count")
+    keys += ("load_avg_before", "load_avg_after", "seed", "action_mode", "versions", "host")
+    budget = {k: summary[k] for k in keys}
+    budget["backend"] = summary.get("backend", "subproc")  # runs before the vector backend
+    budget["action_repeat"] = meta.get("action_repeat", 1)
+    budget["policy_saved_at_steps"] = meta.get("steps")
+    budget["selection"] = which
+    budget["eval_at_selection"] = meta.get("eval")
+    budget["command"] = command or f"rquad train ppo --out {run_dir} --seed {summary['seed']}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(src.read_bytes())
+    meta.pop("format", None), meta.pop("feature_version", None)
+    write_meta(dest, {**meta, "budget": json_safe(budget)})
+    dest.with_suffix(".json").write_text(json.dumps(json_safe(budget), indent=1) + "\n")
+    return budget
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries a training result depends on (for the run's budget)."""
+    import gymnasium
+    import mujoco
+    import stable_baselines3
+    import torch
+
+    return {
+        "stable_baselines3": stable_baselines3.__version__,
+        "torch": torch.__version__,
+        "mujoco": mujoco.__version__,
+        "gymnasium": gymnasium.__version__,
+        "numpy": np.__version__,
+    }
+
+
+def json_safe(x: Any) -> Any:
+    """JSON-safe copy: non-finite floats → None, numpy scalars → Python, tuples → lists."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,119 @@
+"""What a PPO training learns with: the SB3 env of a config and the SB3 ``PPO`` model on it.
+
+:func:`make_training_env` builds the monitored :class:`~residual_quad.training.ppo_vec.QuadVecEnv`
+(all envs in one vector env, domain randomization through
+:class:`~residual_quad.training.ppo_vec.ScenarioSampler`), :func:`normalized` puts it behind
+``VecNormalize``, :func:`new_model` makes the seeded ``PPO`` and :func:`fix_std` freezes its
+exploration scale where the config says so. stable-baselines3 and torch are imported inside the
+functions, never at import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from residual_quad.controllers.policy_file import import_sb3, rl_purpose
+from residual_quad.training.ppo_config import PPOTrainConfig
+
+
+def make_training_env(cfg: PPOTrainConfig) -> Any:
+    """The SB3 ``VecEnv`` of ``cfg`` (monitored, not yet normalized): :class:`QuadVecEnv` on the
+    vector env, its scenarios drawn by :class:`ScenarioSampler` (seeded ``cfg.seed``)."""
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from residual_quad.training.ppo_vec import QuadVecEnv, ScenarioSampler
+
+    n_envs = cfg.resolved_envs()
+    sampler = ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+    pilot = None
+    if cfg.controller == "ppo_res":
+        from residual_quad.controllers.ppo_res import ResidualPilot
+
+        pilot = ResidualPilot(n_envs, cfg.accel_scale)
+    venv = QuadVecEnv(
+        n_envs,
+        sampler,
+        action_repeat=cfg.action_repeat,
+        nthread=cfg.env_threads,
+        scenario_seed=cfg.seed,
+        pilot=pilot,
+        action_mode=cfg.action_mode,
+        episode_s=cfg.episode_s,
+        reward_weights=cfg.reward_weights or None,
+        max_position_error=cfg.max_position_error,
+        **cfg.env_kwargs,
+    )
+    return VecMonitor(venv)
+
+
+def normalized(venv: Any, cfg: PPOTrainConfig) -> Any:
+    """``venv`` behind SB3's ``VecNormalize`` with the run's normalization settings."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    return VecNormalize(
+        venv,
+        norm_obs=cfg.normalize_obs,
+        norm_reward=cfg.normalize_reward,
+        clip_obs=cfg.clip_obs,
+        gamma=cfg.ppo.gamma,
+    )
+
+
+def new_model(
+    cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
+) -> Any:
+    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
+    sb3 = import_sb3(rl_purpose(cfg.controller))
+    import torch
+
+    h = cfg.ppo
+    lr: Any = h.learning_rate
+    if h.lr_final is not None:
+        lr = LinearSchedule(h.learning_rate, h.lr_final)
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    model = sb3.PPO(
+        "MlpPolicy",
+        venv,
+        learning_rate=lr,
+        n_steps=h.n_steps,
+        batch_size=h.batch_size,
+        n_epochs=h.n_epochs,
+        gamma=h.gamma,
+        gae_lambda=h.gae_lambda,
+        clip_range=h.clip_range,
+        ent_coef=h.ent_coef,
+        vf_coef=h.vf_coef,
+        max_grad_norm=h.max_grad_norm,
+        target_kl=h.target_kl,
+        use_sde=h.use_sde,
+        sde_sample_freq=h.sde_sample_freq,
+        policy_kwargs={
+            "net_arch": {"pi": list(h.net_arch), "vf": list(h.net_arch)},
+            "activation_fn": act,
+            "log_std_init": h.log_std_init,
+        },
+        tensorboard_log=tensorboard,
+        seed=cfg.seed,
+        device="cpu",
+        verbose=verbose,
+    )
+    fix_std(model, cfg)
+    return model
+
+
+def fix_std(model: Any, cfg: PPOTrainConfig) -> None:
+    """Freeze the exploration scale when ``ppo.learn_std`` is off (a new or a loaded model)."""
+    if not cfg.ppo.learn_std:
+        model.policy.log_std.requires_grad_(False)  # Adam skips a parameter without gradient
+
+
+class LinearSchedule:
+    """Learning rate linear in training progress (picklable, unlike a lambda; models pickle it
+    by reference, so policies saved before it moved here name ``training.ppo._LinearSchedule``,
+    which :mod:`residual_quad.training.ppo` keeps)."""
+
+    def __init__(self, start: float, end: float):
+        self.start, self.end = start, end
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.end + (self.start - self.end) * progress_remaining
