@@ -349,6 +349,27 @@ class ResidualQuadEnv(gym.Env):
         """What a controller may know: the nominal airframe (no payload, no disturbances)."""
         return self.airframe
 
+    @property
+    def steps(self) -> int:
+        """Control steps taken in the current episode."""
+        return self._steps
+
+    @property
+    def last_true_observation(self) -> np.ndarray:
+        """The true (noise-free) observation of the last ``reset`` or ``step`` (a new array)."""
+        return np.array(self._last_true_obs, dtype=float)
+
+    def set_state(self, physics_state: np.ndarray, steps: int) -> None:
+        """Put the plant at MuJoCo full-physics state ``physics_state``
+        (``mjSTATE_FULLPHYSICS``, see ``mj_getState``), ``steps`` control steps into the
+        episode: to render a state kept elsewhere (the vector env keeps its envs' states)."""
+        plant = self.plant
+        mujoco.mj_setState(
+            plant.model, plant.data, physics_state, mujoco.mjtState.mjSTATE_FULLPHYSICS
+        )
+        mujoco.mj_forward(plant.model, plant.data)
+        self._steps = int(steps)
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
