@@ -68,17 +68,13 @@ class ResidualQuadVectorEnv(VectorEnv):
     ## Physics
 
     Each env keeps a single env (its scenario, seeded generator, wind process, sensors and
-    plant). The step is the single env's in two parts: the physics, batched by
-    :class:`~residual_quad.envs.vector_physics.BatchPhysics` (an env above the contact band —
-    the plant's exact rule: collision detection cannot matter this period — on one ``rollout``
-    call per physics substep, all such envs together, on a persistent thread pool of ``nthread``
-    threads, the drag and ground-effect wrench recomputed in numpy before every substep by the
-    single env's functions; an env in the contact band by its own plant), then the task:
+    plant). A step is the single env's in two parts: the physics, batched by
+    :class:`~residual_quad.envs.vector_physics.BatchPhysics` (envs above the contact band on
+    ``rollout``, ``nthread`` threads; an env in the band on its own plant), then the task:
     :func:`~residual_quad.envs.observation.true_observation` and
-    :func:`~residual_quad.envs.task.task_step`, the very functions the single env calls, on the
-    whole batch. The accelerometer of a batched env uses the last substep's ``Δv/Δt`` (MuJoCo's
-    Euler step) and pre-step attitude in :func:`~residual_quad.envs.plant.specific_force`: equal
-    to the single env's to ~1e-12.
+    :func:`~residual_quad.envs.task.task_step`, the functions the single env calls, on the whole
+    batch. A batched env's accelerometer (last substep's ``Δv/Δt``) equals the single env's to
+    ~1e-12.
 
     ## Scenarios
 
