@@ -49,19 +49,21 @@ _NO_REWARD_CODES = sorted(TERMINATION_REASONS.index(r) for r in NO_REWARD_REASON
 assert _NO_REWARD_CODES == [0, 1], "the no-reward reasons are checked first"
 _FIRST_REWARDED = len(_NO_REWARD_CODES)  # codes below it (and >= 0) forfeit the reward
 
-INFO_KEYS: tuple[str, ...] = (
-    "t",
-    "position_error",
-    "residual_accel",
-    "wind",
-    "drag_force",
-    "ground_gain",
-    "payload_kg",
-    "true_mass",
-    "reward_terms",
-    "diverged",
-    "termination",
-)
+_INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
+    "t": ((), float),  # s
+    "position_error": ((), float),  # m
+    "residual_accel": ((3,), float),  # m/s², world
+    "wind": ((3,), float),  # m/s, world
+    "drag_force": ((3,), float),  # N, world
+    "ground_gain": ((), float),
+    "payload_kg": ((), float),
+    "true_mass": ((), float),  # kg
+    "reward_terms": None,  # a dict keyed as REWARD_TERMS
+    "diverged": ((), bool),
+    "termination": ((), object),
+}  # shape of one env's entry and dtype
+
+INFO_KEYS: tuple[str, ...] = tuple(_INFO_FIELDS)
 """The keys of ``info``, in order (``reward_terms`` is a dict keyed as :data:`REWARD_TERMS`)."""
 
 
@@ -200,34 +202,20 @@ def step_info(
     }
 
 
-_INFO_SHAPES: dict[str, tuple[tuple[int, ...], Any]] = {
-    "t": ((), float),
-    "position_error": ((), float),
-    "residual_accel": ((3,), float),
-    "wind": ((3,), float),
-    "drag_force": ((3,), float),
-    "ground_gain": ((), float),
-    "payload_kg": ((), float),
-    "true_mass": ((), float),
-    "diverged": ((), bool),
-    "termination": ((), object),
-}
-
-
 def empty_batch_info(n: int) -> dict[str, Any]:
     """The ``info`` of ``n`` envs in Gymnasium's vector form, nothing filled: every key of
     :data:`INFO_KEYS` an array of ``n`` rows with its mask ``_key`` (all ``False``);
     ``reward_terms`` a dict of the same form."""
     info: dict[str, Any] = {}
-    for key in INFO_KEYS:
-        if key == "reward_terms":
+    for key, field in _INFO_FIELDS.items():
+        if field is None:
             terms: dict[str, Any] = {}
             for name in REWARD_TERMS:
                 terms[name] = np.zeros(n)
                 terms[f"_{name}"] = np.zeros(n, dtype=bool)
             info[key] = terms
         else:
-            shape, dtype = _INFO_SHAPES[key]
+            shape, dtype = field
             info[key] = (
                 np.full(n, None, dtype=object) if dtype is object else np.zeros((n, *shape), dtype)
             )

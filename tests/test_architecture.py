@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: top-level folders mapped into ``residual_quad.*`` (setup.py) and the root package
 PACKAGE_DIRS = {
     "residual_quad": ROOT / "src" / "residual_quad",
-    **{f"residual_quad.{n}": ROOT / n for n in ("envs", "controllers", "training", "evaluation", "configs")},
+    **{
+        f"residual_quad.{n}": ROOT / n
+        for n in ("envs", "controllers", "training", "evaluation", "configs")
+    },
 }
 MAX_LINES = 600
 
@@ -26,7 +29,11 @@ def _modules() -> dict[str, Path]:
             rel = path.relative_to(base).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([pkg, *parts])
-            if pkg == "residual_quad" and parts and parts[0] in {"envs", "controllers", "training", "evaluation", "configs"}:
+            if (
+                pkg == "residual_quad"
+                and parts
+                and parts[0] in {"envs", "controllers", "training", "evaluation", "configs"}
+            ):
                 continue
             mods[name] = path
     return mods
@@ -124,5 +131,9 @@ def test_no_folder_import_cycle():
 
 
 def test_no_module_over_the_size_limit():
-    big = {str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    big = {
+        str(p.relative_to(ROOT)): n
+        for p in _modules().values()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert big == {}
