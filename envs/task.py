@@ -123,6 +123,28 @@ def task_step(
     episode as ``non_finite``; after ``simulation_unstable`` and ``non_finite`` the reward is 0
     with no terms. Truncated after ``task.max_steps`` steps unless terminated.
     """
+    if isinstance(obs, np.ndarray):
+        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
+            return _task_step(
+                task, prev_obs, obs, action, prev_action, steps, sim_time, unstable, contact_speed
+            )
+    return _task_step(
+        task, prev_obs, obs, action, prev_action, steps, sim_time, unstable, contact_speed
+    )
+
+
+def _task_step(
+    task: Task,
+    prev_obs: Any,
+    obs: Any,
+    action: Any,
+    prev_action: Any,
+    steps: Any,
+    sim_time: Any,
+    unstable: Any,
+    contact_speed: Any,
+) -> TaskStep:
+    """:func:`task_step` (for a batch: under numpy's error state of ignored overflows)."""
     batch = isinstance(obs, np.ndarray)
     if batch:  # field rows of the batch: element k of every row is env k
         o, p, a, pa = obs.T, prev_obs.T, action.T, prev_action.T
@@ -132,20 +154,17 @@ def task_step(
         sqrt = math.sqrt
     t = steps * task.control_dt
     residual = period_residual(p, o, task.control_dt, task.mass, task.gravity)
-    with np.errstate(over="ignore", invalid="ignore"):
-        try:
-            pos_error = position_error(o, o[_REF_POS], sqrt=sqrt)
-        except OverflowError:  # floats: a reference beyond the float range, squared
-            pos_error = math.inf
-        code = termination_code(
-            task.conditions, obs, pos_error, unstable, sim_time, t, contact_speed
-        )
-        pos_inf = pos_error == math.inf
-        try:
-            terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, sqrt=sqrt)
-            reward = total_reward(terms)
-        except OverflowError:  # floats: a reference velocity beyond the float range
-            terms, reward = {}, math.inf
+    try:
+        pos_error = position_error(o, o[_REF_POS], sqrt=sqrt)
+    except OverflowError:  # floats: a reference beyond the float range, squared
+        pos_error = math.inf
+    code = termination_code(task.conditions, obs, pos_error, unstable, sim_time, t, contact_speed)
+    pos_inf = pos_error == math.inf
+    try:
+        terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, sqrt=sqrt)
+        reward = total_reward(terms)
+    except OverflowError:  # floats: a reference velocity beyond the float range
+        terms, reward = {}, math.inf
     if batch:
         code[pos_inf & ((code < 0) | (code >= _FIRST_REWARDED))] = _NON_FINITE
         rewarded = (code < 0) | (code >= _FIRST_REWARDED)
