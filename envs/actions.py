@@ -113,3 +113,25 @@ def make_action_mapping(
     raise ValueError(
         f"unknown action_mode {action_mode!r}; valid choices: {', '.join(ACTION_MODES)}"
     )
+
+
+class _Qvel:
+    """The one attribute of ``MjData`` the ``ctbr`` rate loop reads (``qvel``)."""
+
+    __slots__ = ("qvel",)
+
+    def __init__(self, qvel: np.ndarray):
+        self.qvel = qvel
+
+
+def rotor_thrusts_batch(
+    mapping: RotorActions | CtbrActions, actions: np.ndarray, qvel: np.ndarray
+) -> np.ndarray:
+    """Rotor thrusts (N, shape ``(N, 4)``) of ``N`` clipped actions ``(N, 4)`` at the free
+    joint velocities ``qvel`` ``(N, 6)``: the mapping's formula on every row (the vector env)."""
+    if not isinstance(mapping, CtbrActions):
+        return (actions + 1.0) * mapping.half_max_rotor_thrust
+    thrusts = np.empty((len(actions), 4))
+    for k in range(len(actions)):
+        thrusts[k] = mapping.rotor_thrusts(actions[k].tolist(), _Qvel(qvel[k]))
+    return thrusts

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+
+from residual_quad.envs.plant import quat_to_rot
 
 
 class ObsLayout:
@@ -104,3 +107,28 @@ FIELDS: tuple[str, ...] = (
 
 
 OBS_DIM = 36
+
+
+def true_observation(qpos: Any, qvel: Any, reference: Any, thrusts: Any, imu: Any) -> Any:
+    """The true observation of the :class:`ObsLayout` layout from the physics' state.
+
+    Args:
+        qpos: the free joint's position ``(x, y, z, qw, qx, qy, qz)`` (m, unit quaternion).
+        qvel: its velocity ``(vx, vy, vz, ωx, ωy, ωz)`` (m/s world, rad/s body).
+        reference: the reference part, 11 entries (``ref_pos`` … ``ref_yaw_rate``, see
+            :func:`~residual_quad.envs.trajectories.reference_fields`).
+        thrusts: rotor thrusts applied over the period, N; ``imu``: accelerometer, m/s², body.
+
+    One observation from sequences of floats is a list of 36 floats (what the single env's
+    task step computes on); ``(N, k)`` arrays give an ``(N, OBS_DIM)`` array, the same values
+    (the attitude by the same operators of :func:`~residual_quad.envs.plant.quat_to_rot`).
+    """
+    batch = isinstance(qpos, np.ndarray) and qpos.ndim == 2
+    if batch:  # field rows
+        qpos, qvel, reference, thrusts, imu = qpos.T, qvel.T, reference.T, thrusts.T, imu.T
+    x, y, z, qw, qx, qy, qz = qpos
+    vx, vy, vz, wx, wy, wz = qvel
+    fields = [
+        x, y, z, vx, vy, vz, *quat_to_rot(qw, qx, qy, qz), wx, wy, wz, *reference, *thrusts, *imu
+    ]  # fmt: skip
+    return np.stack(fields, axis=1) if batch else fields

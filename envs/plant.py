@@ -154,6 +154,12 @@ class QuadrotorPlant:
         return any(self._warnings.tolist())
 
     @property
+    def wind_process(self) -> WindProcess | None:
+        """The wind sampler of the current episode (a new one at every :meth:`reset`; ``None``
+        before the first). The vector env mirrors its samples and sets its read position."""
+        return self._wind_proc
+
+    @property
     def time(self) -> float:
         return float(self.data.time)
 

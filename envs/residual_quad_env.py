@@ -22,23 +22,19 @@ from residual_quad.envs.disturbances import (
     WindModel,
     resolve_payload,
 )
-from residual_quad.envs.dynamics import period_residual
-from residual_quad.envs.observation import OBS_DIM, ObsLayout
-from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
+from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
+from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
-from residual_quad.envs.reward import RewardWeights, position_error, reward_terms, total_reward
+from residual_quad.envs.reward import RewardWeights
 from residual_quad.envs.sensors import SensorNoise, Sensors
-from residual_quad.envs.termination import (
-    NO_REWARD_REASONS,
-    CrashConditions,
-    termination_reason,
-)
+from residual_quad.envs.task import Task, reason, step_info, task_step
+from residual_quad.envs.termination import CrashConditions
 from residual_quad.envs.trajectories import (
-    Reference,
     Trajectory,
     check_reference,
     make_trajectory,
+    reference_fields,
 )
 
 MAX_EPISODE_S = 3600.0
@@ -327,6 +323,14 @@ class ResidualQuadEnv(gym.Env):
                 "pos_noise/vel_noise/gyro_noise/imu_noise, not both"
             )
         self.sensors = Sensors(sensor_noise)
+        self.task = Task(
+            self.crash_conditions,
+            self.reward_weights,
+            self.control_dt,
+            self.airframe.mass,
+            self.airframe.gravity,
+            self.max_steps,
+        )  # what the task step (shared with the vector env) needs
         self._width, self._height = width, height
         self._renderer: mujoco.Renderer | None = None
 
@@ -344,6 +348,27 @@ class ResidualQuadEnv(gym.Env):
     def nominal(self) -> Airframe:
         """What a controller may know: the nominal airframe (no payload, no disturbances)."""
         return self.airframe
+
+    @property
+    def steps(self) -> int:
+        """Control steps taken in the current episode."""
+        return self._steps
+
+    @property
+    def last_true_observation(self) -> np.ndarray:
+        """The true (noise-free) observation of the last ``reset`` or ``step`` (a new array)."""
+        return np.array(self._last_true_obs, dtype=float)
+
+    def set_state(self, physics_state: np.ndarray, steps: int) -> None:
+        """Put the plant at MuJoCo full-physics state ``physics_state``
+        (``mjSTATE_FULLPHYSICS``, see ``mj_getState``), ``steps`` control steps into the
+        episode: to render a state kept elsewhere (the vector env keeps its envs' states)."""
+        plant = self.plant
+        mujoco.mj_setState(
+            plant.model, plant.data, physics_state, mujoco.mjtState.mjSTATE_FULLPHYSICS
+        )
+        mujoco.mj_forward(plant.model, plant.data)
+        self._steps = int(steps)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -367,7 +392,7 @@ class ResidualQuadEnv(gym.Env):
         self.plant.reset(self.np_random, ref.pos + position_offset, ref.yaw + yaw_offset, velocity)
         self._steps = 0
         self._prev_action = [0.0, 0.0, 0.0, 0.0]
-        true_obs = self._observe(ref)
+        true_obs = self._observe(0.0)
         true_obs_array = np.array(true_obs)
         self._last_true_obs = true_obs
         self._needs_reset = False
@@ -382,61 +407,36 @@ class ResidualQuadEnv(gym.Env):
                 "call reset() first"
             )
         action = clip_action(action)
-        self.plant.step(self.action_mapping.rotor_thrusts(action, self.plant.data))
+        plant = self.plant
+        # physics: one control period of the plant
+        plant.step(self.action_mapping.rotor_thrusts(action, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
-        ref = self.trajectory(t)
         try:
-            true_obs = self._observe(ref)
+            true_obs = self._observe(t)
             true_obs_array = np.array(true_obs, dtype=float)
         except (AttributeError, TypeError, ValueError):
             self._needs_reset = True
-            check_reference(self.trajectory, ref, t)  # raises the clear error
+            check_reference(self.trajectory, self.trajectory(t), t)  # raises the clear error
             raise
         prev_true_obs, self._last_true_obs = self._last_true_obs, true_obs
-
-        frame = self.airframe
-        residual = period_residual(
-            prev_true_obs, true_obs, self.control_dt, frame.mass, frame.gravity
-        )  # m/s², world: the ground truth of what the nominal model misses
-        try:
-            pos_error = position_error(true_obs, ref.pos.tolist())
-        except OverflowError:  # a reference beyond the float range, squared
-            pos_error = math.inf
-        termination = termination_reason(
-            self.crash_conditions,
-            self.plant,
+        # task: the functions the vector env calls on its batch
+        out = task_step(
+            self.task,
+            prev_true_obs,
             true_obs,
-            true_obs_array,
-            pos_error,
-            self._steps * self.control_dt,
+            action,
+            self._prev_action,
+            self._steps,
+            plant.data.time,
+            plant.unstable(),
+            plant.floor_contact_speed() if plant.data.ncon else 0.0,
         )
-        if pos_error == math.inf and termination not in NO_REWARD_REASONS:
-            termination = "non_finite"  # a reference beyond the float range
-        terms: dict[str, float] = {}
-        reward = 0.0
-        if termination not in NO_REWARD_REASONS:
-            try:
-                terms = reward_terms(
-                    self.reward_weights,
-                    true_obs,
-                    ref.vel.tolist(),
-                    pos_error,
-                    action,
-                    self._prev_action,
-                )
-                reward = total_reward(terms)
-                if not math.isfinite(reward):
-                    raise OverflowError
-            except OverflowError:  # a reference velocity beyond the float range
-                terms, reward, termination = {}, 0.0, "non_finite"
-        terminated = termination is not None
-        truncated = not terminated and self._steps >= self.max_steps
-        if terminated or truncated:
+        if out.terminated or out.truncated:
             self._needs_reset = True
         self._prev_action = action
-        info = self._info(pos_error, residual, terms, termination)
-        return self.sensors.sense(true_obs_array), reward, terminated, truncated, info
+        info = self._info(out.pos_error, out.residual, out.terms, reason(out.code))
+        return self.sensors.sense(true_obs_array), out.reward, out.terminated, out.truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -465,26 +465,18 @@ class ResidualQuadEnv(gym.Env):
             self._renderer = None
 
     # ------------------------------------------------------------------ internals
-    def _observe(self, ref: Reference) -> list[float]:
-        """The true observation as a list (the attitude from the current quaternion)."""
+    def _observe(self, t: float) -> list[float]:
+        """The true observation at time ``t`` as a list (the attitude from the current
+        quaternion)."""
         plant = self.plant
         data = plant.data
-        x, y, z, qw, qx, qy, qz = data.qpos[0:7].tolist()
-        return [
-            x,
-            y,
-            z,
-            *data.qvel[0:3].tolist(),
-            *quat_to_rot(qw, qx, qy, qz),
-            *data.qvel[3:6].tolist(),
-            *ref.pos.tolist(),
-            *ref.vel.tolist(),
-            *ref.acc.tolist(),
-            math.remainder(ref.yaw, 2.0 * math.pi),
-            ref.yaw_rate,
-            *plant.thrusts.tolist(),
-            *plant.imu_specific_force(),
-        ]
+        return true_observation(
+            data.qpos[0:7].tolist(),
+            data.qvel[0:6].tolist(),
+            reference_fields(self.trajectory, t),
+            plant.thrusts.tolist(),
+            plant.imu_specific_force(),
+        )
 
     def _info(
         self,
@@ -494,16 +486,15 @@ class ResidualQuadEnv(gym.Env):
         termination: str | None,
     ) -> dict[str, Any]:
         plant = self.plant
-        return {
-            "t": self._steps * self.control_dt,
-            "position_error": pos_error,
-            "residual_accel": residual,
-            "wind": plant.wind.copy(),
-            "drag_force": plant.drag_force.copy(),
-            "ground_gain": plant.ground_gain,
-            "payload_kg": self.payload_kg,
-            "true_mass": plant.true_mass,
-            "reward_terms": terms,
-            "diverged": termination is not None,
-            "termination": termination,
-        }
+        return step_info(
+            self._steps * self.control_dt,
+            pos_error,
+            residual,
+            plant.wind,
+            plant.drag_force,
+            plant.ground_gain,
+            self.payload_kg,
+            plant.true_mass,
+            terms,
+            termination,
+        )

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from residual_quad.envs.checks import real
 from residual_quad.envs.observation import ObsLayout as L
-from residual_quad.envs.plant import QuadrotorPlant
 
 _R22 = L.R22  # cos(tilt), bound once (a module global is looked up faster)
 
-#: every reason :func:`termination_reason` can return, in the order they are checked
+#: every reason :func:`termination_code` can return (as its index), in the order they are checked
 TERMINATION_REASONS: tuple[str, ...] = (
     "simulation_unstable",
     "non_finite",
@@ -44,38 +44,65 @@ class CrashConditions:
         object.__setattr__(self, "cos_max_tilt", math.cos(self.max_tilt))
 
 
-def termination_reason(
+def termination_code(
     conditions: CrashConditions,
-    plant: QuadrotorPlant,
-    obs: Sequence[float],
-    obs_array: np.ndarray,
-    pos_error: float,
-    expected_time: float,
-) -> str | None:
-    """Why the episode ends now (one of :data:`TERMINATION_REASONS`), or ``None``.
+    obs: Any,
+    pos_error: Any,
+    unstable: Any,
+    sim_time: Any,
+    expected_time: Any,
+    contact_speed: Any,
+) -> Any:
+    """Why the episode ends now, as an index into :data:`TERMINATION_REASONS`; -1 when it goes on.
 
     Args:
         conditions: crash limits.
-        plant: the plant after the step (time, contacts, velocity).
-        obs: the true observation as a list of floats; ``obs_array`` the same as an array.
+        obs: the true observation after the step: one as a list of floats (an int is returned),
+            or an ``(N, OBS_DIM)`` array (an int array of N is returned, the other arguments
+            arrays of N).
         pos_error: tracking error ``‖p − p_ref‖``, m.
-        expected_time: simulated time the plant should have reached, s.
+        unstable: the physics saw MuJoCo warn in a substep of the period (a NaN, inf or huge
+            position, velocity or acceleration, see :meth:`QuadrotorPlant.unstable`), after
+            which MuJoCo reset its data to the default pose.
+        sim_time: the physics' simulated time, s; ``expected_time`` the time it should have
+            reached. A time that fell behind is how older MuJoCo versions showed the same reset.
+        contact_speed: the frame's speed while a geom of it touches the floor, else 0, m/s.
 
-    ``simulation_unstable``: MuJoCo raised a warning in a substep of the period (a NaN, inf or
-    huge position, velocity or acceleration, see :meth:`QuadrotorPlant.unstable`) and reset its
-    data to the default pose, so the state no longer follows the flight; a simulated time that
-    fell behind ``expected_time`` (how older MuJoCo versions showed the same reset) counts too.
-    ``tilt`` tests ``R22 = cos(tilt)`` against ``cos(max_tilt)``.
+    The reasons are checked in the order of :data:`TERMINATION_REASONS` (the first that holds
+    wins). ``tilt`` tests ``R22 = cos(tilt)`` against ``cos(max_tilt)``.
     """
-    data = plant.data
-    if plant.unstable() or abs(data.time - expected_time) > 1e-6:
-        return "simulation_unstable"
-    if not math.isfinite(sum(obs)) and not np.all(np.isfinite(obs_array)):
-        return "non_finite"
-    if obs[_R22] < conditions.cos_max_tilt:
-        return "tilt"
-    if pos_error > conditions.max_position_error:
-        return "position_error"
-    if data.ncon and plant.floor_contact_speed() > conditions.crash_speed:
-        return "ground_contact"
-    return None
+    batch = isinstance(obs, np.ndarray) and obs.ndim == 2
+    checks = (
+        unstable | (abs(sim_time - expected_time) > 1e-6),
+        ~np.isfinite(obs).all(axis=1) if batch else not _all_finite(obs),
+        (obs[:, _R22] if batch else obs[_R22]) < conditions.cos_max_tilt,
+        pos_error > conditions.max_position_error,
+        contact_speed > conditions.crash_speed,
+    )
+    if batch:
+        return np.select(checks, range(len(checks)), -1)
+    for code, hit in enumerate(checks):
+        if hit:
+            return code
+    return -1
+
+
+def termination_reason(
+    conditions: CrashConditions,
+    obs: Sequence[float],
+    pos_error: float,
+    unstable: bool,
+    sim_time: float,
+    expected_time: float,
+    contact_speed: float,
+) -> str | None:
+    """:func:`termination_code` of one observation as the reason's name (``None``: goes on)."""
+    code = termination_code(
+        conditions, obs, pos_error, unstable, sim_time, expected_time, contact_speed
+    )
+    return TERMINATION_REASONS[code] if code >= 0 else None
+
+
+def _all_finite(obs: Sequence[float]) -> bool:
+    """Every entry of one observation is finite (one sum first: the common case is one call)."""
+    return math.isfinite(sum(obs)) or all(map(math.isfinite, obs))

@@ -199,3 +199,23 @@ def check_reference(trajectory: object, ref: object, t: float) -> Reference:
                 f"got {value!r}"
             )
     return ref
+
+
+def reference_fields(trajectory: Trajectory, t: float) -> list[float]:
+    """The reference part of the observation at time ``t`` (s): ``ref_pos``, ``ref_vel``,
+    ``ref_acc``, the heading wrapped to ``[-π, π]`` and its rate (11 entries, the order of
+    :class:`~residual_quad.envs.observation.ObsLayout`); both envs build it here.
+
+    A reference that cannot be read raises :func:`check_reference`'s clear error."""
+    ref = trajectory(t)
+    try:
+        return [
+            *ref.pos.tolist(),
+            *ref.vel.tolist(),
+            *ref.acc.tolist(),
+            math.remainder(ref.yaw, 2.0 * math.pi),
+            ref.yaw_rate,
+        ]
+    except (AttributeError, TypeError, ValueError):
+        check_reference(trajectory, ref, t)
+        raise

@@ -2,71 +2,51 @@
 
 from __future__ import annotations
 
-import copy
-import math
+import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import mujoco
-import mujoco.rollout
 import numpy as np
+from gymnasium.error import ClosedEnvironmentError, ResetNeeded
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from residual_quad.envs.actions import CtbrActions
-from residual_quad.envs.checks import integer, seed_value
-from residual_quad.envs.disturbances import drag_world_force
-from residual_quad.envs.dynamics import period_residual
-from residual_quad.envs.observation import OBS_DIM, ObsLayout
-from residual_quad.envs.plant import DSBL_CONTACT, quat_to_rot, specific_force
+from residual_quad.envs.actions import rotor_thrusts_batch
+from residual_quad.envs.checks import integer
+from residual_quad.envs.observation import OBS_DIM, true_observation
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-from residual_quad.envs.reward import REWARD_TERMS, position_error, reward_terms, total_reward
-from residual_quad.envs.termination import NO_REWARD_REASONS, TERMINATION_REASONS
-from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
+from residual_quad.envs.reward import REWARD_TERMS
+from residual_quad.envs.scenarios import (
+    SCENARIO_KEYS,
+    Sampler,
+    Scenario,
+    check_scenario,
+    env_seeds,
+    scenario_list,
+)
+from residual_quad.envs.task import empty_batch_info, fill_batch_info, task_step
+from residual_quad.envs.termination import TERMINATION_REASONS
+from residual_quad.envs.trajectories import (
+    TRAJECTORIES,
+    check_reference,
+    make_trajectory,
+    reference_fields,
+)
+from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics
+
+__all__ = ["MAX_NUM_ENVS", "SCENARIO_KEYS", "ResidualQuadVectorEnv", "Sampler", "Scenario"]
 
 MAX_NUM_ENVS = 16_384
 """The largest ``num_envs``: each env holds a single env, its MuJoCo model and data (≈ 1.4 MB and
 ≈ 4 ms to build), so 16 384 envs are ≈ 23 GB and a minute of construction — more is a typo, and
 is refused before anything is allocated."""
 
-SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "options")
-"""The keys of a scenario: ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
-and ``options`` (its reset options)."""
-
-Scenario = Mapping[str, Any]
-Sampler = Callable[[np.random.Generator], Scenario]
-
-_FULL = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
-_CONTROL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
-_L = ObsLayout
-
-
-def _check_scenario(index: int, scenario: Any) -> dict[str, Any]:
-    """A scenario as a dict; anything but a mapping with keys among :data:`SCENARIO_KEYS` is a
-    ``ValueError`` naming the env index and the valid keys."""
-    if not isinstance(scenario, Mapping):
-        raise ValueError(
-            f"scenario of env {index} must be a dict with keys among {', '.join(SCENARIO_KEYS)}, "
-            f"got {scenario!r}"
-        )
-    unknown = sorted(str(k) for k in scenario if k not in SCENARIO_KEYS)
-    if unknown:
-        raise ValueError(
-            f"scenario of env {index}: unknown keys {unknown}; valid: {', '.join(SCENARIO_KEYS)}"
-        )
-    return dict(scenario)
-
-
-class _Qvel:
-    """The one attribute of ``MjData`` the ``ctbr`` rate loop reads (``qvel``)."""
-
-    __slots__ = ("qvel",)
-
-    def __init__(self, qvel: np.ndarray):
-        self.qvel = qvel
+_REFERENCE_SIZE = 11  # entries of reference_fields
+_REASONS = np.array([None, *TERMINATION_REASONS], dtype=object)  # by code + 1
 
 
 class ResidualQuadVectorEnv(VectorEnv):
@@ -88,20 +68,13 @@ class ResidualQuadVectorEnv(VectorEnv):
     ## Physics
 
     Each env keeps a single env (its scenario, seeded generator, wind process, sensors and
-    plant). An env that flies above the contact band (the plant's exact rule: collision detection
-    cannot matter this period) is stepped by one ``rollout`` call per physics substep
-    (``nstep=1``), all such envs together, on a persistent thread pool of ``nthread`` threads
-    (default: the cores): the drag on the air-relative velocity and the ground-effect gain are
-    recomputed in numpy before every substep by the same functions the single env uses
-    (:func:`~residual_quad.envs.disturbances.drag_world_force`,
-    :meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
-    (``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``: rotor forces ``gain·f``, on a copy of the model with
-    unit actuator gain and no control clamp — the same product MuJoCo forms from the single env's
-    actuator gain; the frame's drag wrench). One model per distinct payload; models with the same
-    size signature go in one call. An env in the contact band is stepped by its own plant
-    (``QuadrotorPlant.step``, contacts included). The accelerometer of a batched env uses the last
-    substep's ``Δv/Δt`` (MuJoCo's Euler step) and pre-step attitude in
-    :func:`~residual_quad.envs.plant.specific_force`: equal to the single env's to ~1e-12.
+    plant). A step is the single env's in two parts: the physics, batched by
+    :class:`~residual_quad.envs.vector_physics.BatchPhysics` (envs above the contact band on
+    ``rollout``, ``nthread`` threads; an env in the band on its own plant), then the task:
+    :func:`~residual_quad.envs.observation.true_observation` and
+    :func:`~residual_quad.envs.task.task_step`, the functions the single env calls, on the whole
+    batch. A batched env's accelerometer (last substep's ``Δv/Δt``) equals the single env's to
+    ~1e-12.
 
     ## Scenarios
 
@@ -133,6 +106,15 @@ class ResidualQuadVectorEnv(VectorEnv):
     propagates from ``step`` with the vector env exactly as before the call — every generator,
     env and scenario restored, no env stepped — so calling ``step`` again redoes the same
     autoresets with the same draws (as if the sampler had never failed).
+
+    ## Subsets (for trainers)
+
+    :meth:`step_subset` steps only some envs (an SB3 action repeat stops an env whose episode
+    ended mid-repeat) and :meth:`reset_subset` autoresets given envs now (SB3 resets in the same
+    step): the same per-env step and all-or-nothing autoreset :meth:`step` is made of, so every
+    env evolves exactly as under :meth:`step`. :meth:`replace_env` is the hook an autoreset with
+    a sampler calls to put an env of the drawn scenario in place (a subclass may reuse env
+    objects; :meth:`make_env` builds one, :meth:`set_env` installs one).
 
     ## Bad input
 
@@ -194,43 +176,23 @@ class ResidualQuadVectorEnv(VectorEnv):
             raise ValueError(f"nthread must be an integer >= 1, got {nthread!r}")
         if sampler is not None and not callable(sampler):
             raise ValueError(f"sampler must be a callable (rng) -> scenario, got {sampler!r}")
-        if scenarios is None:
-            scenarios = [{}] * num_envs
-        elif isinstance(scenarios, Mapping):
-            scenarios = [scenarios] * num_envs
-        elif not isinstance(scenarios, Sequence) or isinstance(scenarios, str):
-            raise ValueError(
-                f"scenarios must be None, one scenario dict or a list of {num_envs}, "
-                f"got {scenarios!r}"
-            )
-        if len(scenarios) != num_envs:
-            raise ValueError(
-                f"scenarios has {len(scenarios)} entries; give one per env ({num_envs}) or a "
-                f"single scenario dict to broadcast"
-            )
+        scenarios = scenario_list(scenarios, num_envs)
         self.num_envs = num_envs
         self._env_kwargs = dict(env_kwargs)
         self._sampler = sampler
         self._sampler_rng = np.random.default_rng()
-        self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
         self._trajectories: dict[str, Any] = {}  # one shared instance per built-in name
-        # per-env facts derived from self.envs[i], kept by _set_env
+        # per-env facts derived from self.envs[i], kept by set_env
         self._payload_kg = np.zeros(num_envs)  # kg (info)
         self._true_mass = np.zeros(num_envs)  # kg (info)
         self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
-        self._env_models: list[mujoco.MjModel | None] = [None] * num_envs  # rollout model
         self._trajectory_groups: list[tuple[Any, np.ndarray]] | None = None  # see _references
-        # a mirror of every env's wind block (see _winds): samples, length, read position, and
-        # which process and block array it copies
-        self._wind_block = np.zeros((num_envs, 0, 3))  # m/s, world
-        self._wind_len = np.zeros(num_envs, dtype=np.int64)
-        self._wind_pos = np.zeros(num_envs, dtype=np.int64)
-        self._wind_src: list[tuple[Any, Any]] = [(None, None)] * num_envs
+        self._physics: BatchPhysics | None = None
         self.envs: list[ResidualQuadEnv] = []
         self.scenarios: list[dict[str, Any]] = []
         for i, scenario in enumerate(scenarios):
-            self._set_env(i, self._make_env(i, scenario))
-            self.scenarios.append(_check_scenario(i, scenario))
+            self.set_env(i, self.make_env(i, scenario))
+            self.scenarios.append(check_scenario(i, scenario))
         first = self.envs[0]
         self.render_mode = first.render_mode
         if (
@@ -252,26 +214,23 @@ class ResidualQuadVectorEnv(VectorEnv):
             if message is not None:
                 gym.logger.warn(message)
             self.max_steps = min(self.max_steps, max_episode_steps)
+        self.task = dataclasses.replace(first.task, max_steps=self.max_steps)
         self.airframe = first.airframe
         self.control_dt = first.control_dt  # s
-        plant = first.plant
-        self.substeps = plant.substeps
-        self.physics_dt = plant.physics_dt  # s
         self.nthread = int(nthread)
-        self._pool = mujoco.rollout.Rollout(nthread=0 if self.nthread == 1 else self.nthread)
-        self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per thread
-        self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
+        self._physics = BatchPhysics(
+            num_envs, first.plant, lambda i: self.envs[i].plant, self.nthread
+        )
+        self.substeps = self._physics.substeps
+        self.physics_dt = self._physics.physics_dt  # s
 
         self.single_action_space = first.action_space
         self.single_observation_space = first.observation_space
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
 
-        nq, nv = plant.model.nq, plant.model.nv
-        self._nstate = mujoco.mj_stateSize(plant.model, _FULL)
-        self._qpos = slice(1, 1 + nq)
-        self._qvel = slice(1 + nq, 1 + nq + nv)
-        self._state = np.zeros((num_envs, self._nstate))
+        nv = first.plant.model.nv
+        self._state = np.zeros((num_envs, self._physics.nstate))  # MuJoCo full-physics states
         self._qacc = np.zeros((num_envs, nv))  # last substep's acceleration (warm start)
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._prev_action = np.zeros((num_envs, 4))
@@ -279,9 +238,12 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._started = False
 
-    # ------------------------------------------------------------------ construction
-    def _make_env(self, index: int, scenario: Any) -> ResidualQuadEnv:
-        scenario = _check_scenario(index, scenario)
+    # ------------------------------------------------------------------ the envs
+    def make_env(self, index: int, scenario: Scenario) -> ResidualQuadEnv:
+        """A single env of ``scenario`` (over the keyword arguments) for index ``index``; a
+        scenario it refuses is a ``ValueError`` naming the index. Envs given the same built-in
+        trajectory share one (pure, frozen) instance."""
+        scenario = check_scenario(index, scenario)
         kwargs = {**self._env_kwargs, **{k: v for k, v in scenario.items() if k != "options"}}
         name = kwargs.get("trajectory", "hover")
         if isinstance(name, str) and name in TRAJECTORIES:
@@ -293,9 +255,9 @@ class ResidualQuadVectorEnv(VectorEnv):
         except ValueError as err:
             raise ValueError(f"env {index}: {err}") from None
 
-    def _set_env(self, index: int, env: ResidualQuadEnv) -> None:
+    def set_env(self, index: int, env: ResidualQuadEnv) -> None:
         """Make ``env`` the env at ``index`` and refresh what the batch keeps about it (every
-        replacement of an env goes through here)."""
+        replacement of an env goes through here; the env is reset by the caller)."""
         if index == len(self.envs):
             self.envs.append(env)
         else:
@@ -303,34 +265,20 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._payload_kg[index] = env.payload_kg
         self._true_mass[index] = env.plant.true_mass
         self._noisy[index] = env.sensors.noisy
-        self._env_models[index] = None
         self._trajectory_groups = None
+        if self._physics is not None:
+            self._physics.forget(index)
 
-    def _env_model(self, index: int) -> mujoco.MjModel:
-        """The rollout model of env ``index`` (cached until the env is replaced)."""
-        model = self._env_models[index]
-        if model is None:
-            model = self._env_models[index] = self._rollout_model(self.envs[index])
-        return model
-
-    def _rollout_model(self, env: ResidualQuadEnv) -> mujoco.MjModel:
-        """The env's model for ``rollout``: unit actuator gain, no control clamp (the force
-        ``gain·f`` arrives in the control), collision detection off (only envs above the contact
-        band are batched). One per distinct payload."""
-        key = env.payload_kg
-        model = self._models.get(key)
-        if model is None:
-            model = copy.copy(env.plant.model)
-            model.actuator_gainprm[:, 0] = 1.0
-            model.actuator_ctrllimited[:] = 0
-            model.opt.disableflags |= DSBL_CONTACT
-            self._models[key] = model
-            data = mujoco.MjData(model)
-            mujoco.mj_step(model, data)  # what MuJoCo's reset on a warning leaves after a substep
-            fallen = np.zeros(self._nstate)
-            mujoco.mj_getState(model, data, fallen, _FULL)
-            self._fallen[id(model)] = fallen
-        return model
+    def replace_env(self, index: int, scenario: dict[str, Any]) -> None:
+        """Hook of the autoreset with a sampler: put an env of ``scenario`` at ``index``, the
+        old env's generator continuing in it. This one builds a new env (:meth:`make_env`) and
+        closes the old one after the reset; a subclass may reuse env objects instead (it must
+        leave the old env usable: a failed autoreset puts it back)."""
+        old = self.envs[index]
+        new = self.make_env(index, scenario)
+        new.np_random = old.np_random
+        self.set_env(index, new)
+        old.close()
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -341,126 +289,78 @@ class ResidualQuadVectorEnv(VectorEnv):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         self._check_open("reset")
         n = self.num_envs
-        seeds = self._seeds(seed)
+        seeds = env_seeds(seed, n)
         if seed is not None and not isinstance(seed, Sequence | np.ndarray):
             self._sampler_rng = np.random.default_rng(int(seed) + n)
         obs = np.zeros((n, OBS_DIM))
-        infos = []
+        info = empty_batch_info(n)
         for i in range(n):
-            obs[i], info = self._reset_env(i, seeds[i], options)
-            infos.append(info)
+            obs[i], env_info = self._reset_env(i, seeds[i], options)
+            fill_batch_info(info, i, env_info)
         self._autoreset[:] = False
         self._started = True
-        return obs, self._batch_infos(infos)
-
-    def _check_open(self, method: str) -> None:
-        """Gymnasium's ``ClosedEnvironmentError`` naming ``method`` once :meth:`close` ran (its
-        thread pool and renderers are gone; ``close`` itself may be called again)."""
-        if self.closed:
-            from gymnasium.error import ClosedEnvironmentError
-
-            raise ClosedEnvironmentError(
-                f"the vector env is closed: {method}() after close(); build a new one"
-            )
-
-    def _seeds(self, seed: Any) -> list[int | None]:
-        """The seed of every env for ``reset(seed=...)``: ``None``, an integer ``s >= 0`` (env
-        ``i`` gets ``s + i``) or a sequence of ``num_envs`` entries, each an integer ``>= 0`` or
-        ``None``; numpy integers are accepted, anything else is a ``ValueError`` naming ``seed``
-        and what it accepts."""
-        n = self.num_envs
-        if seed is None:
-            return [None] * n
-        if isinstance(seed, Sequence | np.ndarray) and not isinstance(seed, str | bytes):
-            seeds = list(seed)
-            if len(seeds) != n:
-                raise ValueError(
-                    f"seed list has {len(seeds)} entries, num_envs is {n}: give one seed per env"
-                )
-            return [seed_value(s, f"seed[{i}]") for i, s in enumerate(seeds)]
-        try:
-            first = seed_value(seed)
-        except ValueError:
-            raise ValueError(
-                f"seed must be an integer >= 0 (env i gets seed + i), a list of {n} integers "
-                f">= 0 or None (one per env), or None; got {seed!r}"
-            ) from None
-        assert first is not None
-        return [first + i for i in range(n)]
-
-    def _reset_env(
-        self, i: int, seed: int | None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        env = self.envs[i]
-        if options is None:
-            options = self.scenarios[i].get("options")
-        try:
-            obs, info = env.reset(seed=seed, options=options)
-        except ValueError as err:
-            raise ValueError(f"env {i}: {err}") from None
-        mujoco.mj_getState(env.plant.model, env.plant.data, self._state[i], _FULL)
-        self._qacc[i] = env.plant.data.qacc
-        self._true_obs[i] = env._last_true_obs
-        self._steps[i] = 0
-        self._prev_action[i] = 0.0
-        self._mirror_wind(i)
         return obs, info
 
-    def _autoreset_envs(self, ids: list[int]) -> dict[int, tuple[np.ndarray, dict[str, Any]]]:
-        """Autoreset the envs ``ids`` (in order), all or nothing; their reset observations and
-        infos by index.
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        self._check_started("step")
+        action = self.check_actions(actions)
+        obs, reset_info = self._autoreset_envs(np.flatnonzero(self._autoreset).tolist())
+        active = np.flatnonzero(~self._autoreset)
+        obs, reward, terminated, truncated, info = self._step_envs(active, action[active], obs)
+        for i in np.flatnonzero(self._autoreset).tolist():
+            fill_batch_info(info, i, reset_info[i])
+        self._autoreset = terminated | truncated
+        return obs, reward, terminated, truncated, info
 
-        The sampler draws every scenario first, then each env is replaced and reset. If anything
-        raises (the sampler, a scenario the env refuses, a reset), the exception propagates with
-        the vector env as it was before the call: the sampler's generator, every env's generator,
-        env object and scenario restored and the envs still pending autoreset, so a retry of
-        ``step`` redoes the same autoresets with the same draws (no env is reset twice, no draw
-        is lost)."""
-        rng_state = self._sampler_rng.bit_generator.state
-        saved = [
-            (i, self.envs[i], self.envs[i].np_random.bit_generator.state, self.scenarios[i])
-            for i in ids
-        ]
-        out: dict[int, tuple[np.ndarray, dict[str, Any]]] = {}
-        try:
-            if self._sampler is not None:
-                drawn = [_check_scenario(i, self._sampler(self._sampler_rng)) for i in ids]
-                for i, scenario in zip(ids, drawn, strict=True):
-                    self._replace_env(i, scenario)
-                    self.scenarios[i] = scenario
-            for i in ids:
-                out[i] = self._reset_env(i, None)
-        except BaseException:
-            self._sampler_rng.bit_generator.state = rng_state
-            for i, env, state, scenario in saved:
-                if self.envs[i] is not env:
-                    self._set_env(i, env)
-                env.np_random.bit_generator.state = state
-                self.scenarios[i] = scenario
-            raise
-        return out
+    def step_subset(
+        self, ids: Sequence[int] | np.ndarray, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step only the envs ``ids`` (distinct indices in increasing order, none pending
+        autoreset) with ``actions`` (one row each, checked and clipped as :meth:`step`'s).
 
-    def _autoreset_env(self, i: int) -> tuple[np.ndarray, dict[str, Any]]:
-        if self._sampler is not None:
-            scenario = _check_scenario(i, self._sampler(self._sampler_rng))
-            self._replace_env(i, scenario)
-            self.scenarios[i] = scenario
-        return self._reset_env(i, None)
+        Returns :meth:`step`'s five outputs full size (``num_envs`` rows), the rows of the
+        other envs zero and their info masks ``False``; the other envs do not move. An env whose
+        episode ends here is pending autoreset: the next :meth:`step` resets it, or
+        :meth:`reset_subset` does now. Ids out of range, repeated or unsorted, or of an env
+        pending autoreset, are a ``ValueError``."""
+        self._check_started("step_subset")
+        ids = self._check_ids(ids)
+        pending = ids[self._autoreset[ids]]
+        if len(pending):
+            raise ValueError(
+                f"envs {pending.tolist()} ended their episode: reset_subset them (or step all) "
+                "before stepping them"
+            )
+        action = self.check_actions(actions, n=len(ids))
+        obs = np.zeros((self.num_envs, OBS_DIM))
+        obs, reward, terminated, truncated, info = self._step_envs(ids, action, obs)
+        self._autoreset[ids] = terminated[ids] | truncated[ids]
+        return obs, reward, terminated, truncated, info
 
-    def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
-        """Put an env of ``scenario`` at index ``i``, the old env's generator continuing in it
-        (a subclass may reuse env objects instead of building one). The old env stays usable:
-        a failed autoreset puts it back (:meth:`_autoreset_envs`)."""
-        old = self.envs[i]
-        new = self._make_env(i, scenario)
-        new._np_random = old.np_random
-        self._set_env(i, new)
-        old.close()
+    def reset_subset(self, ids: Sequence[int] | np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Autoreset the envs ``ids`` now, as :meth:`step` would at its start: a new scenario
+        from the sampler (drawn in the order of ``ids``), each env's generator continuing, all
+        or nothing (see Autoreset). For a trainer that resets an ended env in the same step.
 
-    def _check_actions(self, actions: Any, dim: int = 4) -> np.ndarray:
-        """``actions`` (num_envs, dim) as float64 clipped to [-1, 1]; a ``ValueError`` naming
-        the problem (shape, dtype, the first env with NaN/inf) otherwise."""
-        n = self.num_envs
+        Returns the first observations and the reset infos, full size (``num_envs`` rows, the
+        rows of ``ids`` filled, info masks set there). The envs are no longer pending autoreset.
+        Ids out of range, repeated or unsorted are a ``ValueError``."""
+        self._check_started("reset_subset")
+        ids = self._check_ids(ids)
+        obs, infos = self._autoreset_envs(ids.tolist())
+        info = empty_batch_info(self.num_envs)
+        for i, env_info in infos.items():
+            fill_batch_info(info, i, env_info)
+        self._autoreset[ids] = False
+        return obs, info
+
+    def check_actions(self, actions: Any, dim: int = 4, n: int | None = None) -> np.ndarray:
+        """``actions`` as an ``(n, dim)`` float64 array (``n``: ``num_envs`` by default)
+        clipped to [-1, 1]; a ``ValueError`` naming the problem (shape, dtype, the first row
+        with NaN/inf) otherwise."""
+        n = self.num_envs if n is None else n
         try:
             arr = np.asarray(actions)
         except Exception:
@@ -482,227 +382,167 @@ class ResidualQuadVectorEnv(VectorEnv):
             )
         return np.minimum(np.maximum(arr, -1.0), 1.0)
 
-    def step(
-        self, actions: Any
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        self._check_open("step")
-        if not self._started:
-            from gymnasium.error import ResetNeeded
-
-            raise ResetNeeded("call reset() before step()")
-        action = self._check_actions(actions)
-        n = self.num_envs
-        obs = np.zeros((n, OBS_DIM))
-        reward = np.zeros(n)
-        terminated = np.zeros(n, dtype=bool)
-        truncated = np.zeros(n, dtype=bool)
-        reset_infos = {}
-        for i, (reset_obs, reset_info) in self._autoreset_envs(
-            np.flatnonzero(self._autoreset).tolist()
-        ).items():
-            obs[i], reset_infos[i] = reset_obs, reset_info
-        active = np.flatnonzero(~self._autoreset)
-        info = self._step_active(active, action[active], obs, reward, terminated, truncated)
-        for i, env_info in reset_infos.items():
-            self._fill_info(info, i, env_info)
-        self._autoreset = terminated | truncated
-        return obs, reward, terminated, truncated, info
-
-    # ------------------------------------------------------------------ the batched step
-    def _rotor_thrusts(self, active: np.ndarray, action: np.ndarray) -> np.ndarray:
-        mapping = self.envs[0].action_mapping
-        if not isinstance(mapping, CtbrActions):
-            return (action + 1.0) * mapping.half_max_rotor_thrust
-        thrusts = np.empty((len(active), 4))
-        qvel = self._state[:, self._qvel]
-        for k, i in enumerate(active.tolist()):
-            thrusts[k] = mapping.rotor_thrusts(action[k].tolist(), _Qvel(qvel[i]))
-        return thrusts
-
-    def _step_active(
-        self,
-        active: np.ndarray,
-        action: np.ndarray,
-        obs_out: np.ndarray,
-        reward_out: np.ndarray,
-        terminated_out: np.ndarray,
-        truncated_out: np.ndarray,
-    ) -> dict[str, Any]:
-        m = len(active)
-        frame = self.airframe
-        info = self._empty_info()
-        if m == 0:
-            return info
-        f = np.minimum(np.maximum(self._rotor_thrusts(active, action), 0.0), frame.max_rotor_thrust)
-        state = self._state[active]
-        qpos, qvel = state[:, self._qpos], state[:, self._qvel]
-        plant0 = self.envs[0].plant
-        reach = plant0.contact_height + 2.0 * np.abs(qvel[:, 2]) * self.control_dt
-        batched = qpos[:, 2] > reach  # above the contact band: no collision check can matter
-        imu = np.zeros((m, 3))
-        wind = np.zeros((m, 3))
-        drag = np.zeros((m, 3))
-        gain = np.ones(m)
-        unstable = np.zeros(m, dtype=bool)
-        contact_speed = np.zeros(m)
-        qacc = self._qacc[active]
-
-        # envs in the contact band: their own plant, exactly the single env's step
-        for k in np.flatnonzero(~batched).tolist():
-            i = int(active[k])
-            plant = self.envs[i].plant
-            d = plant.data
-            mujoco.mj_setState(plant.model, d, state[k], _FULL)
-            d.qacc_warmstart[:] = qacc[k]
-            plant._wind_proc.position = self._wind_pos[i]  # the mirror read ahead of it
-            plant.step(f[k].tolist())
-            self._mirror_wind(i)
-            mujoco.mj_getState(plant.model, d, state[k], _FULL)
-            qacc[k] = d.qacc
-            imu[k] = plant.imu_specific_force()
-            wind[k], drag[k], gain[k] = plant.wind, plant.drag_force, plant.ground_gain
-            unstable[k] = plant.unstable()
-            contact_speed[k] = plant.floor_contact_speed() if d.ncon else 0.0
-
-        rows = np.flatnonzero(batched)
-        if len(rows):
-            unstable[rows] = self._rollout_period(
-                active, rows, f, state, qacc, imu, wind, drag, gain
+    # ------------------------------------------------------------------ checks
+    def _check_open(self, method: str) -> None:
+        """Gymnasium's ``ClosedEnvironmentError`` naming ``method`` once :meth:`close` ran (its
+        thread pool and renderers are gone; ``close`` itself may be called again)."""
+        if self.closed:
+            raise ClosedEnvironmentError(
+                f"the vector env is closed: {method}() after close(); build a new one"
             )
-        self._state[active] = state
-        self._qacc[active] = qacc
 
-        # observation, as the single env assembles it
+    def _check_started(self, method: str) -> None:
+        self._check_open(method)
+        if not self._started:
+            raise ResetNeeded(f"call reset() before {method}()")
+
+    def _check_ids(self, ids: Any) -> np.ndarray:
+        """Env indices as an int array: distinct, increasing, in range; else a ``ValueError``."""
+        arr = np.asarray(ids)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise ValueError(f"ids must be a 1-d sequence of env indices, got {ids!r}")
+        arr = arr.astype(np.int64)
+        if arr.size and (
+            arr[0] < 0 or arr[-1] >= self.num_envs or (len(arr) > 1 and (np.diff(arr) <= 0).any())
+        ):
+            raise ValueError(
+                f"ids must be distinct env indices in [0, {self.num_envs}) in increasing order, "
+                f"got {arr.tolist()}"
+            )
+        return arr
+
+    # ------------------------------------------------------------------ resets
+    def _reset_env(
+        self, i: int, seed: int | None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        env = self.envs[i]
+        if options is None:
+            options = self.scenarios[i].get("options")
+        try:
+            obs, info = env.reset(seed=seed, options=options)
+        except ValueError as err:
+            raise ValueError(f"env {i}: {err}") from None
+        mujoco.mj_getState(env.plant.model, env.plant.data, self._state[i], FULL_PHYSICS)
+        self._qacc[i] = env.plant.data.qacc
+        self._true_obs[i] = env.last_true_observation
+        self._steps[i] = 0
+        self._prev_action[i] = 0.0
+        self._physics.wind.mirror(i)
+        return obs, info
+
+    def _autoreset_envs(self, ids: list[int]) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
+        """Autoreset the envs ``ids`` (in order), all or nothing: the observations (full size,
+        their rows filled) and their infos by index.
+
+        The sampler draws every scenario first, then each env is replaced and reset. If anything
+        raises (the sampler, a scenario the env refuses, a reset), the exception propagates with
+        the vector env as it was before the call: the sampler's generator, every env's generator,
+        env object and scenario restored and the envs still pending autoreset, so a retry of
+        ``step`` redoes the same autoresets with the same draws (no env is reset twice, no draw
+        is lost)."""
+        obs = np.zeros((self.num_envs, OBS_DIM))
+        infos: dict[int, dict[str, Any]] = {}
+        if not ids:
+            return obs, infos
+        rng_state = self._sampler_rng.bit_generator.state
+        saved = [
+            (i, self.envs[i], self.envs[i].np_random.bit_generator.state, self.scenarios[i])
+            for i in ids
+        ]
+        try:
+            if self._sampler is not None:
+                drawn = [check_scenario(i, self._sampler(self._sampler_rng)) for i in ids]
+                for i, scenario in zip(ids, drawn, strict=True):
+                    self.replace_env(i, scenario)
+                    self.scenarios[i] = scenario
+            for i in ids:
+                obs[i], infos[i] = self._reset_env(i, None)
+        except BaseException:
+            self._sampler_rng.bit_generator.state = rng_state
+            for i, env, state, scenario in saved:
+                if self.envs[i] is not env:
+                    self.set_env(i, env)
+                env.np_random.bit_generator.state = state
+                self.scenarios[i] = scenario
+            raise
+        return obs, infos
+
+    # ------------------------------------------------------------------ the step
+    def _step_envs(
+        self, active: np.ndarray, action: np.ndarray, obs_out: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step the envs ``active`` (clipped ``action`` rows): the batched physics, then the task
+        functions the single env calls. Full-size outputs; ``obs_out`` filled at ``active``."""
+        n = self.num_envs
+        reward_out = np.zeros(n)
+        terminated_out = np.zeros(n, dtype=bool)
+        truncated_out = np.zeros(n, dtype=bool)
+        info = empty_batch_info(n)
+        if len(active) == 0:
+            return obs_out, reward_out, terminated_out, truncated_out, info
+        physics = self._physics
+        f = np.minimum(
+            np.maximum(
+                rotor_thrusts_batch(
+                    self.envs[0].action_mapping, action, self._state[active, physics.qvel]
+                ),
+                0.0,
+            ),
+            self.airframe.max_rotor_thrust,
+        )
+        state, qacc = self._state[active], self._qacc[active]
+        period = physics.step(active, f, state, qacc)
+        self._state[active], self._qacc[active] = state, qacc
         self._steps[active] += 1
         steps = self._steps[active]
-        t = steps * self.control_dt
-        qpos, qvel = state[:, self._qpos], state[:, self._qvel]
-        obs = np.empty((m, OBS_DIM))
-        obs[:, _L.pos] = qpos[:, 0:3]
-        obs[:, _L.vel] = qvel[:, 0:3]
-        obs[:, _L.rot] = np.array(quat_to_rot(*qpos[:, 3:7].T)).T
-        obs[:, _L.omega_b] = qvel[:, 3:6]
-        self._references(active, steps, obs)
-        obs[:, _L.thrusts] = f
-        obs[:, _L.imu] = imu
-
-        prev = self._true_obs[active]
-        residual = period_residual(
-            prev.T, obs.T, self.control_dt, frame.mass, frame.gravity
-        ).T  # m/s², world
-        with np.errstate(over="ignore", invalid="ignore"):
-            pos_error = position_error(obs.T, obs[:, _L.ref_pos].T, sqrt=np.sqrt)
-        # the crash checks of termination.termination_reason, in its order, element by element
-        conditions = self.envs[0].crash_conditions
-        unstable |= np.abs(state[:, 0] - t) > 1e-6
-        finite = np.isfinite(obs).all(axis=1)
-        reason = np.full(m, -1)
-        checks = (
-            unstable,
-            ~finite,
-            obs[:, _L.R22] < conditions.cos_max_tilt,
-            pos_error > conditions.max_position_error,
-            contact_speed > conditions.crash_speed,
+        qpos, qvel = state[:, physics.qpos], state[:, physics.qvel]
+        reference = self._references(active, steps)
+        obs = true_observation(qpos[:, 0:7], qvel[:, 0:6], reference, f, period.imu)
+        out = task_step(
+            self.task,
+            self._true_obs[active],
+            obs,
+            action,
+            self._prev_action[active],
+            steps,
+            period.sim_time,
+            period.unstable,
+            period.contact_speed,
         )
-        for code in range(len(checks) - 1, -1, -1):
-            reason[checks[code]] = code
-        no_reward_codes = [TERMINATION_REASONS.index(r) for r in NO_REWARD_REASONS]
-        reason[(pos_error == math.inf) & ~np.isin(reason, no_reward_codes)] = 1  # non_finite
-        rewarded = ~np.isin(reason, no_reward_codes)
-        weights = self.envs[0].reward_weights
-        with np.errstate(over="ignore", invalid="ignore"):
-            terms = reward_terms(
-                weights,
-                obs.T,
-                obs[:, _L.ref_vel].T,
-                pos_error,
-                action.T,
-                self._prev_action[active].T,
-                sqrt=np.sqrt,
-            )
-            rew = total_reward(terms)
-        overflow = rewarded & ~np.isfinite(rew)
-        reason[overflow] = 1
-        rewarded &= ~overflow
-        rew = np.where(rewarded, rew, 0.0)
-        term = reason >= 0
-        trunc = ~term & (steps >= self.max_steps)
-
         self._true_obs[active] = obs
         self._prev_action[active] = action
         obs_out[active] = obs
         for k in np.flatnonzero(self._noisy[active]).tolist():
             obs_out[active[k]] = self.envs[int(active[k])].sensors.sense(obs[k])
-        reward_out[active] = rew
-        terminated_out[active] = term
-        truncated_out[active] = trunc
-
-        payload, true_mass = self._payload_kg[active], self._true_mass[active]
-        reasons = np.array([None, *TERMINATION_REASONS], dtype=object)[reason + 1]
+        reward_out[active] = out.reward
+        terminated_out[active] = out.terminated
+        truncated_out[active] = out.truncated
         for key, value in (
-            ("t", t),
-            ("position_error", pos_error),
-            ("residual_accel", residual),
-            ("wind", wind),
-            ("drag_force", drag),
-            ("ground_gain", gain),
-            ("payload_kg", payload),
-            ("true_mass", true_mass),
-            ("diverged", term),
-            ("termination", reasons),
+            ("t", out.t),
+            ("position_error", out.pos_error),
+            ("residual_accel", out.residual.T),
+            ("wind", period.wind),
+            ("drag_force", period.drag),
+            ("ground_gain", period.gain),
+            ("payload_kg", self._payload_kg[active]),
+            ("true_mass", self._true_mass[active]),
+            ("diverged", out.terminated),
+            ("termination", _REASONS[out.code + 1]),
         ):
             info[key][active] = value
             info[f"_{key}"][active] = True
-        rt = info["reward_terms"]
+        rt, rewarded = info["reward_terms"], out.rewarded
         for name in REWARD_TERMS:
-            rt[name][active] = np.where(rewarded, terms[name], 0.0)
+            rt[name][active] = np.where(rewarded, out.terms[name], 0.0)
             rt[f"_{name}"][active] = rewarded
         info["_reward_terms"][active] = rewarded
-        return info
+        return obs_out, reward_out, terminated_out, truncated_out, info
 
-    def _mirror_wind(self, i: int) -> None:
-        """Copy env ``i``'s wind block and read position into the mirror (after its reset, a
-        refill, or a period its own plant flew)."""
-        proc = self.envs[i].plant._wind_proc
-        buf = proc.block
-        src_proc, src_buf = self._wind_src[i]
-        if src_proc is not proc or src_buf is not buf:
-            if len(buf) > self._wind_block.shape[1]:
-                grown = np.zeros((self.num_envs, len(buf), 3))
-                grown[:, : self._wind_block.shape[1]] = self._wind_block
-                self._wind_block = grown
-            self._wind_block[i, : len(buf)] = buf
-            self._wind_len[i] = len(buf)
-            self._wind_src[i] = (proc, buf)
-        self._wind_pos[i] = proc.position
-
-    def _winds(self, envs: np.ndarray) -> np.ndarray:
-        """The next period's wind samples (len(envs), substeps, 3) of ``envs``, m/s, world: the
-        samples each env's own :class:`~residual_quad.envs.disturbances.WindProcess` would hand
-        out, gathered from the mirror in one indexing; an env whose block runs out takes them from
-        its process (which refills exactly when the single env's would) and is mirrored anew."""
-        n = self.substeps
-        pos = self._wind_pos[envs]
-        out = np.empty((len(envs), n, 3))
-        fits = pos + n <= self._wind_len[envs]
-        if fits.all():
-            out[:] = self._wind_block[envs[:, None], pos[:, None] + np.arange(n)]
-        else:
-            j = np.flatnonzero(fits)
-            out[j] = self._wind_block[envs[j, None], pos[j, None] + np.arange(n)]
-            for k in np.flatnonzero(~fits).tolist():
-                i = int(envs[k])
-                proc = self.envs[i].plant._wind_proc
-                proc.position = self._wind_pos[i]
-                out[k] = proc.take(n)
-                self._mirror_wind(i)
-        self._wind_pos[envs[fits]] += n
-        return out
-
-    def _references(self, active: np.ndarray, steps: np.ndarray, obs: np.ndarray) -> None:
-        """The reference part of the observations of the envs ``active`` at their ``steps``:
-        one trajectory call per distinct (trajectory object, step) — envs given the same
-        built-in trajectory share one (pure, frozen) instance."""
+    def _references(self, active: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The reference part of the observations of the envs ``active`` at their ``steps``
+        (rows of :func:`~residual_quad.envs.trajectories.reference_fields`): one trajectory call
+        per distinct (trajectory object, step) — envs given the same built-in trajectory share
+        one (pure, frozen) instance."""
         if self._trajectory_groups is None:
             by_object: dict[int, list[int]] = {}
             for i, env in enumerate(self.envs):
@@ -725,198 +565,21 @@ class ResidualQuadVectorEnv(VectorEnv):
             else:
                 for step in np.unique(group_steps).tolist():
                     calls.append((int(step), rows[group_steps == step]))
+        block = np.empty((len(active), _REFERENCE_SIZE))
         for step, ks in calls:
             i = int(active[ks[0]])
             trajectory = self.envs[i].trajectory
             tk = float(step) * self.control_dt
-            ref = trajectory(tk)
-            rows = ks if len(ks) > 1 else int(ks[0])
             try:
-                obs[rows, _L.ref_pos] = ref.pos
-                obs[rows, _L.ref_vel] = ref.vel
-                obs[rows, _L.ref_acc] = ref.acc
-                obs[rows, _L.ref_yaw] = math.remainder(ref.yaw, 2.0 * math.pi)
-                obs[rows, _L.ref_yaw_rate] = ref.yaw_rate
+                block[ks if len(ks) > 1 else int(ks[0])] = reference_fields(trajectory, tk)
             except (AttributeError, TypeError, ValueError):
-                from residual_quad.envs.trajectories import check_reference
-
                 self._autoreset[active[ks]] = True
                 try:
-                    check_reference(trajectory, ref, tk)
+                    check_reference(trajectory, trajectory(tk), tk)
                 except (TypeError, ValueError) as err:
                     raise type(err)(f"env {i}: {err}") from None
                 raise
-
-    def _rollout_period(
-        self,
-        active: np.ndarray,
-        rows: np.ndarray,
-        f: np.ndarray,
-        state: np.ndarray,
-        qacc: np.ndarray,
-        imu_out: np.ndarray,
-        wind_out: np.ndarray,
-        drag_out: np.ndarray,
-        gain_out: np.ndarray,
-    ) -> np.ndarray:
-        """One control period of the envs ``active[rows]`` on ``rollout``: one call per substep
-        and model size signature, the drag and ground-effect wrench recomputed between calls.
-
-        Returns which of them MuJoCo found unstable. ``rollout`` clears MuJoCo's warning counters,
-        so the instability is read from what MuJoCo does on it: it puts the data back at the
-        model's default pose at rest and finishes the substep from there without controls: a
-        substep that lands exactly on that state, from anywhere but the default pose at rest, was
-        unstable."""
-        winds = self._winds(active[rows])
-        models = [self._env_model(int(active[k])) for k in rows.tolist()]
-        groups: dict[int, list[int]] = {}
-        for j, model in enumerate(models):
-            groups.setdefault(model.nbody, []).append(j)
-        unstable = np.zeros(len(rows), dtype=bool)
-        for js in groups.values():
-            g = np.array(js)
-            r = rows[g]
-            unstable[g] = self._rollout_group(
-                [models[j] for j in js],
-                f[r],
-                state,
-                r,
-                qacc,
-                winds[g],
-                imu_out,
-                wind_out,
-                drag_out,
-                gain_out,
-            )
-        return unstable
-
-    def _rollout_group(
-        self,
-        models: list[mujoco.MjModel],
-        f: np.ndarray,
-        state: np.ndarray,
-        rows: np.ndarray,
-        qacc: np.ndarray,
-        winds: np.ndarray,
-        imu_out: np.ndarray,
-        wind_out: np.ndarray,
-        drag_out: np.ndarray,
-        gain_out: np.ndarray,
-    ) -> np.ndarray:
-        """:meth:`_rollout_period` for envs whose models share one size signature: the period's
-        substeps, one ``rollout`` call each (checks skipped: every array is built here with the
-        shapes ``rollout`` needs, contiguous float64)."""
-        plant0 = self.envs[0].plant
-        drag_model = plant0.drag
-        k_h, k_v, c_lin = drag_model.k_h, drag_model.k_v, drag_model.c_lin
-        ge = plant0.ground_effect
-        n = len(rows)
-        nb = models[0].nbody
-        datas = self._datas.get(nb)
-        if datas is None:
-            datas = [mujoco.MjData(models[0]) for _ in range(max(1, self.nthread))]
-            self._datas[nb] = datas
-        nu = 4
-        x0 = nu + 6 * plant0.body_id  # the body's force in the xfrc_applied block
-        control = np.zeros((n, 1, nu + 6 * nb))
-        s = np.ascontiguousarray(state[rows])
-        out = np.empty((n, 1, self._nstate))
-        no_sensors = np.empty((n, 1, 0))
-        warm = np.ascontiguousarray(qacc[rows])
-        qpos_sl, qvel_sl = self._qpos, self._qvel
-        qpos0 = plant0.model.qpos0
-        fallen = np.stack([self._fallen[id(model)] for model in models])
-        unstable = np.zeros(n, dtype=bool)
-        fk = f.copy()
-        for sub in range(self.substeps):
-            qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
-            before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose
-            w = winds[:, sub]
-            rot = quat_to_rot(*qpos[:, 3:7].T)
-            fx, fy, fz = drag_world_force(
-                rot,
-                qvel[:, 0] - w[:, 0],
-                qvel[:, 1] - w[:, 1],
-                qvel[:, 2] - w[:, 2],
-                k_h,
-                k_v,
-                c_lin,
-                sqrt=np.sqrt,
-            )
-            gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
-            if sub == self.substeps - 1:
-                v_before, rot_before = qvel[:, 0:3].copy(), rot
-            control[:, 0, 0:nu] = gain[:, None] * fk
-            control[:, 0, x0] = fx
-            control[:, 0, x0 + 1] = fy
-            control[:, 0, x0 + 2] = fz
-            self._pool.rollout(
-                models,
-                datas,
-                s,
-                control,
-                control_spec=_CONTROL_SPEC,
-                nstep=1,
-                initial_warmstart=warm,
-                state=out,
-                sensordata=no_sensors,
-                skip_checks=True,
-            )
-            s = out[:, 0, :].copy()
-            unstable |= (s == fallen).all(axis=1) & ~before
-            fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
-        v_after = s[:, qvel_sl][:, 0:3]
-        acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
-        imu_out[rows] = np.array(specific_force(acc.T, list(rot_before), self.airframe.gravity)).T
-        qacc[rows, 0:3] = acc
-        state[rows] = s
-        wind_out[rows] = winds[:, -1]
-        drag_out[rows] = np.stack((fx, fy, fz), axis=1)
-        gain_out[rows] = gain
-        return unstable
-
-    # ------------------------------------------------------------------ info
-    def _empty_info(self) -> dict[str, Any]:
-        n = self.num_envs
-        info: dict[str, Any] = {
-            "t": np.zeros(n),
-            "position_error": np.zeros(n),
-            "residual_accel": np.zeros((n, 3)),
-            "wind": np.zeros((n, 3)),
-            "drag_force": np.zeros((n, 3)),
-            "ground_gain": np.zeros(n),
-            "payload_kg": np.zeros(n),
-            "true_mass": np.zeros(n),
-            "diverged": np.zeros(n, dtype=bool),
-            "termination": np.full(n, None, dtype=object),
-        }
-        for key in list(info):
-            info[f"_{key}"] = np.zeros(n, dtype=bool)
-        terms: dict[str, Any] = {}
-        for name in REWARD_TERMS:
-            terms[name] = np.zeros(n)
-            terms[f"_{name}"] = np.zeros(n, dtype=bool)
-        info["reward_terms"] = terms
-        info["_reward_terms"] = np.zeros(n, dtype=bool)
-        return info
-
-    def _fill_info(self, info: dict[str, Any], i: int, env_info: dict[str, Any]) -> None:
-        """Put one env's (single-env) info dict into the batched ``info`` at index ``i``."""
-        for key, value in env_info.items():
-            if key == "reward_terms":
-                for name, term in value.items():
-                    info[key][name][i] = term
-                    info[key][f"_{name}"][i] = True
-                info[f"_{key}"][i] = bool(value)
-                continue
-            info[key][i] = value
-            info[f"_{key}"][i] = True
-
-    def _batch_infos(self, infos: list[dict[str, Any]]) -> dict[str, Any]:
-        info = self._empty_info()
-        for i, env_info in enumerate(infos):
-            self._fill_info(info, i, env_info)
-        return info
+        return block
 
     # ------------------------------------------------------------------ render, close
     def render(self) -> np.ndarray | None:
@@ -924,15 +587,12 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._check_open("render")
         if self.render_mode != "rgb_array":
             return None
-        i = self.render_env
-        env = self.envs[i]
-        plant = env.plant
-        mujoco.mj_setState(plant.model, plant.data, self._state[i], _FULL)
-        mujoco.mj_forward(plant.model, plant.data)
-        env._steps = int(self._steps[i])
+        env = self.envs[self.render_env]
+        env.set_state(self._state[self.render_env], int(self._steps[self.render_env]))
         return env.render()
 
     def close_extras(self, **kwargs: Any) -> None:
         for env in self.envs:
             env.close()
-        self._pool.close()
+        if self._physics is not None:
+            self._physics.close()

@@ -106,3 +106,21 @@ def test_fly_names_a_bad_spec(spec, match):
 def test_build_controller_names_a_bad_control_rate():
     with pytest.raises(ValueError, match="control_hz"):
         build_controller("geo", {"control_hz": 0})
+
+
+def test_run_episode_flies_a_users_env_like_the_keyword_form():
+    """``run_episode(controller, env=...)`` flies an env the user built, through its wrappers,
+    with the result of the keyword form; scenario arguments beside ``env`` are refused."""
+    import gymnasium as gym
+
+    kwargs = {"payload": "light", "wind": "windy", "trajectory": "helix", "episode_s": 4.0}
+    expected = run_episode("geo", seed=3, **kwargs)
+    user_env = gym.wrappers.RecordEpisodeStatistics(gym.make("ResidualQuad-v0", **kwargs))
+    got = run_episode("geo", env=user_env, seed=3)
+    assert got.steps == expected.steps and got.rmse == expected.rmse
+    assert np.array_equal(got.pos, expected.pos) and np.array_equal(got.thrusts, expected.thrusts)
+    assert user_env.episode_count == 1  # the flight went through the wrapper
+    user_env.reset(seed=0)  # left open for the caller
+    user_env.close()
+    with pytest.raises(ValueError, match=r"\['episode_s', 'payload'\]"):
+        run_episode("geo", env=ResidualQuadEnv(), payload="light", episode_s=2.0)

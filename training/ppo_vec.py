@@ -79,33 +79,33 @@ class ScenarioSampler:
 
 
 class _MaskedVectorEnv(ResidualQuadVectorEnv):
-    """The vector env with the two operations SB3's convention needs: step a subset of the envs
-    (action repeat: an env whose episode ended mid-repeat must not step on) and autoreset given
-    envs now (SB3 resets in the same step). Both go through the vector env's own per-env step and
-    autoreset, so every env evolves exactly as under :meth:`step`.
+    """The vector env for SB3's convention: its public :meth:`~ResidualQuadVectorEnv.
+    step_subset` (action repeat: an env whose episode ended mid-repeat must not step on) and
+    :meth:`~ResidualQuadVectorEnv.reset_subset` (SB3 resets in the same step), both made of the
+    vector env's own per-env step and autoreset, so every env evolves exactly as under ``step``.
 
-    One change of cost, not of result: an autoreset that draws a scenario another env left
-    reuses that env object (its plant compiled for the payload) instead of building one (≈3 ms,
-    more than a hundred policy steps of an env): a reset restores an env completely (same
-    generator state → the same episode; the equivalence tests compare with the vector env's
-    own autoreset, which builds)."""
+    One change of cost, not of result: its :meth:`replace_env` hook reuses the env object
+    another env left for a drawn scenario (its plant compiled for the payload) instead of
+    building one (≈3 ms, more than a hundred policy steps of an env): a reset restores an env
+    completely (same generator state → the same episode; the equivalence tests compare with the
+    vector env's own autoreset, which builds)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._spare: dict[tuple[tuple[str, str], ...], list[Any]] = {}
         self._keys = [_build_key(sc) for sc in self.scenarios]
 
-    def _replace_env(self, i: int, scenario: dict[str, Any]) -> None:
+    def replace_env(self, index: int, scenario: dict[str, Any]) -> None:
         key = _build_key(scenario)
-        if key == self._keys[i]:
+        if key == self._keys[index]:
             return  # the same scenario: the env itself serves again
-        old = self.envs[i]
-        self._spare.setdefault(self._keys[i], []).append(old)
+        old = self.envs[index]
+        self._spare.setdefault(self._keys[index], []).append(old)
         spare = self._spare.get(key)
-        new = spare.pop() if spare else self._make_env(i, scenario)
-        new._np_random = old.np_random  # the env's generator continues
-        self._set_env(i, new)
-        self._keys[i] = key
+        new = spare.pop() if spare else self.make_env(index, scenario)
+        new.np_random = old.np_random  # the env's generator continues
+        self.set_env(index, new)
+        self._keys[index] = key
 
     def close_extras(self, **kwargs: Any) -> None:
         super().close_extras(**kwargs)
@@ -113,34 +113,6 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
             for env in spare:
                 env.close()
         self._spare.clear()
-
-    def step_subset(
-        self, active: np.ndarray, actions: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step the envs ``active`` (sorted indices, none pending autoreset) with ``actions``
-        (one row each); full-size outputs, untouched rows zero."""
-        if not self._started:
-            from gymnasium.error import ResetNeeded
-
-            raise ResetNeeded("call reset() before step()")
-        assert not self._autoreset[active].any(), "reset ended envs before stepping them"
-        n = self.num_envs
-        obs = np.zeros((n, OBS_DIM))
-        reward = np.zeros(n)
-        terminated = np.zeros(n, dtype=bool)
-        truncated = np.zeros(n, dtype=bool)
-        info = self._step_active(active, actions, obs, reward, terminated, truncated)
-        self._autoreset[active] = terminated[active] | truncated[active]
-        return obs, reward, terminated, truncated, info
-
-    def reset_ended(self, ids: Sequence[int]) -> np.ndarray:
-        """Autoreset the envs ``ids`` now (in order: sampler draws as :meth:`step` would make
-        them); their first observations, one row each."""
-        obs = np.zeros((len(ids), OBS_DIM))
-        for k, i in enumerate(ids):
-            obs[k], _ = self._autoreset_env(int(i))
-            self._autoreset[int(i)] = False
-        return obs
 
 
 def _build_key(scenario: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -223,7 +195,7 @@ class QuadVecEnv(VecEnv):
         venv = self.vector_env
         n = self.num_envs
         # shape, finite, clipped to [-1, 1]
-        action = venv._check_actions(self._actions, self.action_dim)
+        action = venv.check_actions(self._actions, self.action_dim)
         self._actions = None
         reward = np.zeros(n)
         last = np.zeros((n, OBS_DIM))
@@ -262,7 +234,7 @@ class QuadVecEnv(VecEnv):
             )
         ended = np.flatnonzero(dones)
         if len(ended):
-            raw_first = venv.reset_ended(ended)
+            raw_first = venv.reset_subset(ended)[0][ended]
             self._raw[ended] = raw_first
             first = ppo_features_batch(raw_first)
             for k, i in enumerate(ended.tolist()):

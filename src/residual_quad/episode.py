@@ -79,15 +79,16 @@ class EpisodeResult:
 
 def run_episode(
     controller: Controller | str,
+    env: gym.Env | None = None,
     *,
-    payload: str | float = "none",
-    wind: Any = "calm",
-    trajectory: Any = "hover",
+    payload: str | float | None = None,
+    wind: Any = None,
+    trajectory: Any = None,
     seed: int = 0,
     reset_options: dict[str, Any] | None = None,
     callback: Any = None,
     frame_every: int = 0,
-    env_id: str = ENV_ID,
+    env_id: str | None = None,
     **env_kwargs: Any,
 ) -> EpisodeResult:
     """Fly ``controller`` (an object or a registered name) for one episode.
@@ -95,19 +96,39 @@ def run_episode(
     Args:
         controller: a :class:`Controller` or a spec for :func:`make_controller` (``geo``,
             ``hnewton:lm``, ``geo:kp=15``, ``my_pkg.ctrl:Factory``).
-        payload, wind, trajectory: scenario (see ``ResidualQuad-v0``).
+        env: an environment the caller built (``ResidualQuad-v0``, possibly in Gymnasium
+            wrappers, which the flight goes through), like SB3's ``evaluate_policy(model, env)``;
+            it is reset with ``seed`` and left open. ``None``: one is made with ``gym.make``
+            from the scenario arguments below (and closed). Scenario arguments together with
+            ``env`` are a ``ValueError`` naming them.
+        payload, wind, trajectory: scenario (see ``ResidualQuad-v0``; default ``none``,
+            ``calm``, ``hover``).
         seed: env seed (wind realization); the controller is reset with the same seed.
         reset_options: passed to ``env.reset`` (``yaw_offset``, ``position_offset``, ...).
         callback: optional ``callback(step, obs, action, info)`` called after every step.
         frame_every: if > 0, render the env (``render_mode="rgb_array"`` in ``env_kwargs``) after
             steps 1, 1 + n, 1 + 2n, ... into ``result.extras["frames"]``.
-        env_id: the registered env to fly: ``ResidualQuad-v0`` or ``ResidualQuadRemote-v0``
-            (a simulation server; give its ``address=`` in ``env_kwargs``).
+        env_id: the registered env to fly: ``ResidualQuad-v0`` (default) or
+            ``ResidualQuadRemote-v0`` (a simulation server; give its ``address=`` in
+            ``env_kwargs``).
         **env_kwargs: any other ``ResidualQuad-v0`` argument.
     """
     frame_every = integer("frame_every", frame_every, low=0)
     if callback is not None and not callable(callback):
         raise ValueError(f"callback must be callable or None, got {callback!r}")
+    scenario = {"payload": payload, "wind": wind, "trajectory": trajectory, "env_id": env_id}
+    if env is not None:
+        given = sorted([k for k, v in scenario.items() if v is not None] + list(env_kwargs))
+        if given:
+            raise ValueError(
+                f"run_episode got env= and scenario arguments {given}: give the scenario to the "
+                "env you build, or leave env out and run_episode makes one from them"
+            )
+        base = env.unwrapped  # the env's own attributes; the flight goes through the wrappers
+        if isinstance(controller, str):
+            context = ControlContext(airframe=base.airframe, control_dt=base.control_dt)
+            controller = parse_spec(controller).build(context)
+        return _fly(controller, env, base, seed, reset_options, callback, frame_every)
     if isinstance(controller, str):
         context = ControlContext(
             airframe=env_kwargs.get("airframe") or Airframe(),
@@ -116,60 +137,73 @@ def run_episode(
         controller = parse_spec(controller).build(context)
     # the env speaks the controller's action mode unless the caller insists on one
     env_kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
-    env = gym.make(
-        env_id,
-        payload=payload,
-        wind=wind,
-        trajectory=trajectory,
+    made = gym.make(
+        env_id or ENV_ID,
+        payload="none" if payload is None else payload,
+        wind="calm" if wind is None else wind,
+        trajectory="hover" if trajectory is None else trajectory,
         disable_env_checker=True,
         **env_kwargs,
     ).unwrapped
     try:
-        if getattr(controller, "action_mode", "rotor") != env.action_mode:
-            raise ValueError(
-                f"controller acts in action_mode {controller.action_mode!r} but the env was "
-                f"made with {env.action_mode!r}"
-            )
-        t0 = time.perf_counter()
-        obs, info = env.reset(seed=seed, options=reset_options)
-        controller.reset(seed)
-        # buffers sized for the whole episode up to a cap, grown by doubling past it: a long
-        # episode_s costs memory only as far as it is flown
-        n = min(env.max_steps + 1, _INITIAL_CAPACITY)
-        dt = env.control_dt
-        t = np.empty(n)
-        pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
-        thr = np.empty((n, 4))
-        cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
-        t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
-        thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
-        cos_tilt[0] = obs[L.R22]
-        k = 0
-        termination = None
-        frames: list[np.ndarray] = []
-        while True:
-            action = controller.policy(obs)
-            obs, _, terminated, truncated, info = env.step(action)
-            k += 1
-            if k == n:  # full: double the buffers
-                t, pos, ref, res, wnd, thr, cos_tilt = (
-                    np.concatenate([a, np.empty_like(a)])
-                    for a in (t, pos, ref, res, wnd, thr, cos_tilt)
-                )
-                n *= 2
-            t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
-            thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
-            cos_tilt[k] = obs[L.R22]
-            if callback is not None:
-                callback(k, obs, action, info)
-            if frame_every and (k - 1) % frame_every == 0:
-                frames.append(env.render())
-            if terminated or truncated:
-                termination = info["termination"]
-                break
-        wall = time.perf_counter() - t0
+        return _fly(controller, made, made, seed, reset_options, callback, frame_every)
     finally:
-        env.close()  # also when a reset option or the controller raises
+        made.close()  # also when a reset option or the controller raises
+
+
+def _fly(
+    controller: Controller,
+    env: gym.Env,
+    base: Any,
+    seed: int,
+    reset_options: dict[str, Any] | None,
+    callback: Any,
+    frame_every: int,
+) -> EpisodeResult:
+    """:func:`run_episode`'s flight through ``env`` (``base``: the env under its wrappers)."""
+    if getattr(controller, "action_mode", "rotor") != base.action_mode:
+        raise ValueError(
+            f"controller acts in action_mode {controller.action_mode!r} but the env was "
+            f"made with {base.action_mode!r}"
+        )
+    t0 = time.perf_counter()
+    obs, info = env.reset(seed=seed, options=reset_options)
+    controller.reset(seed)
+    # buffers sized for the whole episode up to a cap, grown by doubling past it: a long
+    # episode_s costs memory only as far as it is flown
+    n = min(base.max_steps + 1, _INITIAL_CAPACITY)
+    dt = base.control_dt
+    t = np.empty(n)
+    pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
+    thr = np.empty((n, 4))
+    cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
+    t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
+    thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
+    cos_tilt[0] = obs[L.R22]
+    k = 0
+    termination = None
+    frames: list[np.ndarray] = []
+    while True:
+        action = controller.policy(obs)
+        obs, _, terminated, truncated, info = env.step(action)
+        k += 1
+        if k == n:  # full: double the buffers
+            t, pos, ref, res, wnd, thr, cos_tilt = (
+                np.concatenate([a, np.empty_like(a)])
+                for a in (t, pos, ref, res, wnd, thr, cos_tilt)
+            )
+            n *= 2
+        t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
+        thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
+        cos_tilt[k] = obs[L.R22]
+        if callback is not None:
+            callback(k, obs, action, info)
+        if frame_every and (k - 1) % frame_every == 0:
+            frames.append(env.render())
+        if terminated or truncated:
+            termination = info["termination"]
+            break
+    wall = time.perf_counter() - t0
     result = episode_result(
         t, pos, ref, thr, cos_tilt, res, wnd, k, dt, bool(info["diverged"]), termination, wall
     )

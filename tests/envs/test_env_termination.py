@@ -12,6 +12,7 @@ from residual_quad.envs.observation import OBS_DIM, ObsLayout
 from residual_quad.envs.termination import (
     TERMINATION_REASONS,
     CrashConditions,
+    termination_code,
     termination_reason,
 )
 
@@ -38,9 +39,15 @@ def _upright():
 
 
 def _reason(obs, plant=None, pos_error=0.0, conditions=None):
+    """The reason of one observation; the batch form (one row) must give the same code."""
     plant = plant or _Plant()
     conditions = conditions or CrashConditions()
-    return termination_reason(conditions, plant, obs.tolist(), obs, pos_error, 0.01)
+    speed = plant.floor_contact_speed() if plant.data.ncon else 0.0
+    args = (plant.unstable(), plant.data.time, 0.01, speed)
+    reason = termination_reason(conditions, obs.tolist(), pos_error, *args)
+    batch = termination_code(conditions, obs[None], np.array([pos_error]), *map(np.array, args))
+    assert batch.tolist() == [-1 if reason is None else TERMINATION_REASONS.index(reason)]
+    return reason
 
 
 def test_crash_conditions_defaults():

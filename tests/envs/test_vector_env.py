@@ -332,3 +332,64 @@ def test_step_reset_and_render_after_close_say_the_env_is_closed():
     never_reset.close()
     with pytest.raises(ClosedEnvironmentError, match=r"closed: step\(\) after close"):
         never_reset.step(np.zeros((1, 4)))
+
+
+def test_step_subset_and_reset_subset_equal_the_full_step():
+    """``step_subset`` of every env is ``step``; the others stay put while a subset steps; an env
+    ended by ``step_subset`` and reset by ``reset_subset`` gives the observations the vector
+    env's own NEXT_STEP autoreset gives (same sampler draws)."""
+    sampler_calls = []
+
+    def sampler(rng):
+        sampler_calls.append(1)
+        return {"payload": ["none", "light"][int(rng.integers(2))], "trajectory": "helix"}
+
+    kw = {"scenarios": MIXED[:3], "sampler": sampler, "nthread": 1, "episode_s": 0.3}
+    a, b = ResidualQuadVectorEnv(3, **kw), ResidualQuadVectorEnv(3, **kw)
+    oa, _ = a.reset(seed=5)
+    ob, _ = b.reset(seed=5)
+    assert np.array_equal(oa, ob)
+    rng = np.random.default_rng(0)
+    ids = np.arange(3)
+    for _ in range(40):
+        actions = rng.uniform(-0.4, 0.0, (3, 4))
+        ended = np.flatnonzero(b._autoreset)  # b: the trainer's way, reset the ended envs now
+        if len(ended):
+            first, info = b.reset_subset(ended)
+            assert info["_t"].tolist() == [i in ended for i in range(3)]
+        sa = a.step(actions)
+        sb = b.step_subset(ids, actions)
+        for i in ended.tolist():  # a's autoreset step gives the reset observation
+            assert np.array_equal(sa[0][i], first[i]) and sa[1][i] == 0.0
+        fresh = np.setdiff1d(ids, ended)  # the envs a stepped (b stepped them all)
+        assert np.array_equal(sa[0][fresh], sb[0][fresh])
+        assert np.array_equal(sa[1][fresh], sb[1][fresh])
+        if len(ended):  # b stepped the reset envs once more: resync b's state from a's step
+            break
+    assert sampler_calls  # autoresets with draws happened
+    # a subset steps alone: the other envs' state does not move
+    c = ResidualQuadVectorEnv(3, nthread=1)
+    c.reset(seed=1)
+    before = c._state.copy()
+    obs, reward, term, trunc, info = c.step_subset([0, 2], np.zeros((2, 4)))
+    assert np.array_equal(c._state[1], before[1]) and not np.array_equal(c._state[0], before[0])
+    assert info["_t"].tolist() == [True, False, True] and np.all(obs[1] == 0.0)
+
+
+def test_subset_ids_and_pending_envs_are_refused():
+    env = ResidualQuadVectorEnv(3, nthread=1, episode_s=0.01)
+    with pytest.raises(Exception, match="reset"):
+        env.step_subset([0], np.zeros((1, 4)))
+    env.reset(seed=0)
+    for bad in ([2, 1], [0, 0], [3], [-1], [[0]], [0.5]):
+        with pytest.raises(ValueError, match="ids"):
+            env.step_subset(bad, np.zeros((len(bad), 4)))
+    with pytest.raises(ValueError, match=r"shape \(2, 4\)"):
+        env.step_subset([0, 1], np.zeros((3, 4)))
+    _, _, _, truncated, _ = env.step_subset([1], np.zeros((1, 4)))  # one step: the episode ends
+    assert truncated.tolist() == [False, True, False]
+    with pytest.raises(ValueError, match=r"envs \[1\] ended"):
+        env.step_subset([0, 1], np.zeros((2, 4)))
+    obs, _ = env.reset_subset([1])
+    env.step_subset([0, 1], np.zeros((2, 4)))  # reset: it steps again
+    assert obs[1].any() and not obs[0].any()

@@ -1,0 +1,270 @@
+"""The vector env's physics: one control period of N plants, batched on ``mujoco.rollout``.
+
+The physics half of the vector env's step (the task half is :mod:`residual_quad.envs.task`,
+shared with the single env). An env that flies above the contact band (the plant's exact rule:
+collision detection cannot matter this period) is stepped by one ``rollout`` call per physics
+substep, all such envs together: the drag on the air-relative velocity and the ground-effect gain
+are recomputed in numpy before every substep by the single env's functions
+(:func:`~residual_quad.envs.disturbances.drag_world_force`,
+:meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
+(``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``). An env in the contact band is stepped by its own plant
+(:meth:`QuadrotorPlant.step`, contacts included).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import NamedTuple
+
+import mujoco
+import mujoco.rollout
+import numpy as np
+
+from residual_quad.envs.disturbances import drag_world_force
+from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, quat_to_rot, specific_force
+from residual_quad.envs.wind_mirror import WindMirror
+
+FULL_PHYSICS = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
+"""MuJoCo's state spec of the vector env's per-env state rows (``mj_getState``)."""
+
+_CONTROL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+
+
+class PeriodResult(NamedTuple):
+    """What the physics reports of one period, one row per stepped env."""
+
+    imu: np.ndarray  # m/s², body, (m, 3): accelerometer
+    wind: np.ndarray  # m/s, world, (m, 3): last substep's wind
+    drag: np.ndarray  # N, world, (m, 3): last substep's drag force
+    gain: np.ndarray  # (m,): last substep's ground-effect gain
+    unstable: np.ndarray  # (m,) bool: MuJoCo found the period unstable
+    contact_speed: np.ndarray  # m/s, (m,): frame speed while touching the floor, else 0
+    sim_time: np.ndarray  # s, (m,): simulated time reached
+
+
+class BatchPhysics:
+    """The plants of ``num_envs`` envs stepped together; their states live in the caller's
+    ``(num_envs, nstate)`` array of MuJoCo full-physics states.
+
+    Args:
+        num_envs: batch size.
+        plant: env 0's plant (rates, drag, ground effect and model layout shared by all).
+        plant_of: ``plant_of(i)``: env ``i``'s current plant (its model gives the rollout model,
+            its wind process the samples).
+        nthread: rollout threads (1: on the calling thread).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        plant: QuadrotorPlant,
+        plant_of: Callable[[int], QuadrotorPlant],
+        nthread: int,
+    ):
+        self._plant_of = plant_of
+        self.plant0 = plant
+        self.substeps = plant.substeps
+        self.physics_dt = plant.physics_dt  # s
+        self.control_dt = plant.control_dt  # s
+        nq, nv = plant.model.nq, plant.model.nv
+        self.nstate = mujoco.mj_stateSize(plant.model, FULL_PHYSICS)
+        self.qpos = slice(1, 1 + nq)  # in a state row
+        self.qvel = slice(1 + nq, 1 + nq + nv)
+        self.nthread = int(nthread)
+        self.wind = WindMirror(num_envs, lambda i: plant_of(i).wind_process)
+        self._pool = mujoco.rollout.Rollout(nthread=0 if self.nthread == 1 else self.nthread)
+        self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
+        self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
+        self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per thread
+        self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
+
+    def forget(self, index: int) -> None:
+        """Env ``index`` was replaced: its rollout model is looked up again."""
+        self._env_models[index] = None
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # ------------------------------------------------------------------ models
+    def _env_model(self, index: int) -> mujoco.MjModel:
+        """The rollout model of env ``index`` (cached until the env is replaced)."""
+        model = self._env_models[index]
+        if model is None:
+            model = self._env_models[index] = self._rollout_model(self._plant_of(index))
+        return model
+
+    def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
+        """The plant's model for ``rollout``: unit actuator gain, no control clamp (the force
+        ``gain·f`` arrives in the control), collision detection off (only envs above the contact
+        band are batched). One per distinct payload."""
+        key = plant.payload_kg
+        model = self._models.get(key)
+        if model is None:
+            model = copy.copy(plant.model)
+            model.actuator_gainprm[:, 0] = 1.0
+            model.actuator_ctrllimited[:] = 0
+            model.opt.disableflags |= DSBL_CONTACT
+            self._models[key] = model
+            data = mujoco.MjData(model)
+            mujoco.mj_step(model, data)  # what MuJoCo's reset on a warning leaves after a substep
+            fallen = np.zeros(self.nstate)
+            mujoco.mj_getState(model, data, fallen, FULL_PHYSICS)
+            self._fallen[id(model)] = fallen
+        return model
+
+    # ------------------------------------------------------------------ the period
+    def step(
+        self, active: np.ndarray, f: np.ndarray, state: np.ndarray, qacc: np.ndarray
+    ) -> PeriodResult:
+        """One control period of the envs ``active`` with rotor thrusts ``f`` (N, clipped),
+        updating their ``state`` rows and last-substep accelerations ``qacc`` (warm start) in
+        place (both ``(len(active), ·)``)."""
+        m = len(active)
+        qpos, qvel = state[:, self.qpos], state[:, self.qvel]
+        reach = self.plant0.contact_height + 2.0 * np.abs(qvel[:, 2]) * self.control_dt
+        batched = qpos[:, 2] > reach  # above the contact band: no collision check can matter
+        imu = np.zeros((m, 3))
+        wind = np.zeros((m, 3))
+        drag = np.zeros((m, 3))
+        gain = np.ones(m)
+        unstable = np.zeros(m, dtype=bool)
+        contact_speed = np.zeros(m)
+
+        # envs in the contact band: their own plant, exactly the single env's step
+        for k in np.flatnonzero(~batched).tolist():
+            i = int(active[k])
+            plant = self._plant_of(i)
+            d = plant.data
+            mujoco.mj_setState(plant.model, d, state[k], FULL_PHYSICS)
+            d.qacc_warmstart[:] = qacc[k]
+            plant.wind_process.position = self.wind.position(i)  # the mirror read ahead of it
+            plant.step(f[k].tolist())
+            self.wind.mirror(i)
+            mujoco.mj_getState(plant.model, d, state[k], FULL_PHYSICS)
+            qacc[k] = d.qacc
+            imu[k] = plant.imu_specific_force()
+            wind[k], drag[k], gain[k] = plant.wind, plant.drag_force, plant.ground_gain
+            unstable[k] = plant.unstable()
+            contact_speed[k] = plant.floor_contact_speed() if d.ncon else 0.0
+
+        rows = np.flatnonzero(batched)
+        if len(rows):
+            out = (imu, wind, drag, gain)
+            unstable[rows] = self._rollout_period(active, rows, f, state, qacc, out)
+        return PeriodResult(imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy())
+
+    def _rollout_period(
+        self,
+        active: np.ndarray,
+        rows: np.ndarray,
+        f: np.ndarray,
+        state: np.ndarray,
+        qacc: np.ndarray,
+        out: tuple[np.ndarray, ...],
+    ) -> np.ndarray:
+        """One control period of the envs ``active[rows]`` on ``rollout``: one call per substep
+        and model size signature, the drag and ground-effect wrench recomputed between calls;
+        ``out`` = (imu, wind, drag, gain) rows filled.
+
+        Returns which of them MuJoCo found unstable. ``rollout`` clears MuJoCo's warning counters,
+        so the instability is read from what MuJoCo does on it: it puts the data back at the
+        model's default pose at rest and finishes the substep from there without controls: a
+        substep that lands exactly on that state, from anywhere but the default pose at rest, was
+        unstable."""
+        winds = self.wind.take(active[rows], self.substeps)
+        models = [self._env_model(int(active[k])) for k in rows.tolist()]
+        groups: dict[int, list[int]] = {}
+        for j, model in enumerate(models):
+            groups.setdefault(model.nbody, []).append(j)
+        unstable = np.zeros(len(rows), dtype=bool)
+        for js in groups.values():
+            g = np.array(js)
+            r = rows[g]
+            unstable[g] = self._rollout_group(
+                [models[j] for j in js], f[r], state, r, qacc, winds[g], out
+            )
+        return unstable
+
+    def _rollout_group(
+        self,
+        models: list[mujoco.MjModel],
+        f: np.ndarray,
+        state: np.ndarray,
+        rows: np.ndarray,
+        qacc: np.ndarray,
+        winds: np.ndarray,
+        out: tuple[np.ndarray, ...],
+    ) -> np.ndarray:
+        """:meth:`_rollout_period` for envs whose models share one size signature: the period's
+        substeps, one ``rollout`` call each (checks skipped: every array is built here with the
+        shapes ``rollout`` needs, contiguous float64)."""
+        imu_out, wind_out, drag_out, gain_out = out
+        plant0 = self.plant0
+        drag_model = plant0.drag
+        k_h, k_v, c_lin = drag_model.k_h, drag_model.k_v, drag_model.c_lin
+        ge = plant0.ground_effect
+        n = len(rows)
+        nb = models[0].nbody
+        datas = self._datas.get(nb)
+        if datas is None:
+            datas = [mujoco.MjData(models[0]) for _ in range(max(1, self.nthread))]
+            self._datas[nb] = datas
+        nu = 4
+        x0 = nu + 6 * plant0.body_id  # the body's force in the xfrc_applied block
+        control = np.zeros((n, 1, nu + 6 * nb))
+        s = np.ascontiguousarray(state[rows])
+        result = np.empty((n, 1, self.nstate))
+        no_sensors = np.empty((n, 1, 0))
+        warm = np.ascontiguousarray(qacc[rows])
+        qpos_sl, qvel_sl = self.qpos, self.qvel
+        qpos0 = plant0.model.qpos0
+        fallen = np.stack([self._fallen[id(model)] for model in models])
+        unstable = np.zeros(n, dtype=bool)
+        fk = f.copy()
+        for sub in range(self.substeps):
+            qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
+            before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose
+            w = winds[:, sub]
+            rot = quat_to_rot(*qpos[:, 3:7].T)
+            fx, fy, fz = drag_world_force(
+                rot,
+                qvel[:, 0] - w[:, 0],
+                qvel[:, 1] - w[:, 1],
+                qvel[:, 2] - w[:, 2],
+                k_h,
+                k_v,
+                c_lin,
+                sqrt=np.sqrt,
+            )
+            gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
+            if sub == self.substeps - 1:
+                v_before, rot_before = qvel[:, 0:3].copy(), rot
+            control[:, 0, 0:nu] = gain[:, None] * fk
+            control[:, 0, x0] = fx
+            control[:, 0, x0 + 1] = fy
+            control[:, 0, x0 + 2] = fz
+            self._pool.rollout(
+                models,
+                datas,
+                s,
+                control,
+                control_spec=_CONTROL_SPEC,
+                nstep=1,
+                initial_warmstart=warm,
+                state=result,
+                sensordata=no_sensors,
+                skip_checks=True,
+            )
+            s = result[:, 0, :].copy()
+            unstable |= (s == fallen).all(axis=1) & ~before
+            fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
+        v_after = s[:, qvel_sl][:, 0:3]
+        acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
+        imu_out[rows] = np.array(specific_force(acc.T, list(rot_before), plant0.airframe.gravity)).T
+        qacc[rows, 0:3] = acc
+        state[rows] = s
+        wind_out[rows] = winds[:, -1]
+        drag_out[rows] = np.stack((fx, fy, fz), axis=1)
+        gain_out[rows] = gain
+        return unstable
