@@ -20,8 +20,8 @@ PACKAGE_DIRS = {
 MAX_LINES = 600
 #: modules allowed past MAX_LINES because they hold one concept (path: why)
 ONE_CONCEPT = {
-    "controllers/prioritized/hlsp.py": "the HLSP solver: one problem, its numpy cascade and the daqp"
-    " backend that polishes through it",
+    "controllers/prioritized/hlsp.py": "the HLSP solver: one problem, its numpy cascade and"
+    " the daqp backend that polishes through it",
 }
 
 
