@@ -107,19 +107,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _package_of(module: str, graph: dict[str, set[str]]) -> str:
     """The folder (package) a module lives in: itself for a package ``__init__``."""
-    return (
-        module
-        if any(m.startswith(module + ".") for m in graph)
-        else module.rpartition(".")[0]
-    )
+    return module if any(m.startswith(module + ".") for m in graph) else module.rpartition(".")[0]
 
 
 def test_no_module_import_cycle():
     graph = _graph()
     # a package's __init__ re-exporting its own submodules is not a cycle between concepts
-    pruned = {
-        m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()
-    }
+    pruned = {m: {d for d in deps if not d.startswith(m + ".")} for m, deps in graph.items()}
     assert _cycles(pruned) == []
 
 
@@ -136,14 +130,7 @@ def test_no_folder_import_cycle():
 
 
 def test_no_module_over_the_size_limit():
-    sizes = {
-        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-        for p in _modules().values()
-    }
-    big = {
-        path: n
-        for path, n in sizes.items()
-        if n > MAX_LINES and path not in ONE_CONCEPT
-    }
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _modules().values()}
+    big = {path: n for path, n in sizes.items() if n > MAX_LINES and path not in ONE_CONCEPT}
     assert big == {}
     assert set(ONE_CONCEPT) <= set(sizes)  # the allow-list names real files
