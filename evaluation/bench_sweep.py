@@ -21,7 +21,8 @@ SECTION = "sweep"
 
 
 def run(quick: bool = False) -> list[BenchRow]:
-    from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+    from residual_quad.evaluation.sweep.config import SweepConfig
+    from residual_quad.evaluation.sweep.engine import run_sweep
 
     cfg = SweepConfig(
         controllers=list(SOURCE_TRACKERS), seeds=[0] if quick else [0, 1, 2], series=[]

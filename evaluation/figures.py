@@ -429,7 +429,7 @@ def make_figures(
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
     left out.
     """
-    from residual_quad.evaluation.sweep import flown_rows
+    from residual_quad.evaluation.sweep.rows import flown_rows
 
     rows = flown_rows(rows)
     out = Path(out_dir)

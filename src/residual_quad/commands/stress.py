@@ -21,7 +21,7 @@ from residual_quad.evaluation.stress import (
     summarize,
     survival_check,
 )
-from residual_quad.evaluation.sweep import FAILED_RUNS_EXIT
+from residual_quad.evaluation.sweep.rows import FAILED_RUNS_EXIT
 
 
 def _cmd(args: Any) -> int:

@@ -11,16 +11,18 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.evaluation.report import order_rows, report_from_rows
-from residual_quad.evaluation.sweep import (
+from residual_quad.evaluation.sweep.config import SweepConfig
+from residual_quad.evaluation.sweep.engine import (
     DEFAULT_BACKEND,
-    FAILED_RUNS_EXIT,
     MAX_BATCH,
     SWEEP_BACKENDS,
-    SweepConfig,
+    run_sweep,
+)
+from residual_quad.evaluation.sweep.rows import (
+    FAILED_RUNS_EXIT,
     failure_summary,
     flown_rows,
     read_rows,
-    run_sweep,
 )
 from residual_quad.evaluation.tables import focus_tables
 
