@@ -18,7 +18,8 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
-#: flown by ``rquad demo`` after the four source trackers: the adaptive controller of issue 15
+#: flown by ``rquad demo`` after the four source trackers: the adaptive controller
+#: (``docs/adaptive.md``)
 DEMO_EXTRA: tuple[str, ...] = ("geo_rls_dob",)
 
 #: printed for a metric that is not defined (no sample after the metric window, or a crash)
