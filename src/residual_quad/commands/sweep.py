@@ -20,6 +20,7 @@ from residual_quad.evaluation.sweep.engine import (
 )
 from residual_quad.evaluation.sweep.rows import (
     FAILED_RUNS_EXIT,
+    ROWS_FILE,
     failure_summary,
     flown_rows,
     read_rows,
@@ -64,12 +65,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     div = sum(r["diverged"] for r in flown)
     failed = len(rows) - len(flown)
     print(
-        f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged, {failed} failed), "
+        f"{len(rows)} rows in {args.out}/{ROWS_FILE} ({div} diverged, {failed} failed), "
         f"{time.perf_counter() - t0:.1f} s wall"
     )
     if not args.no_report and flown:
         report_from_rows(Path(args.out), animation=False)
-    return report_failures("sweep", rows, Path(args.out) / "rows.jsonl")
+    return report_failures("sweep", rows, Path(args.out) / ROWS_FILE)
 
 
 def add_retry_failed(p: argparse.ArgumentParser) -> None:
