@@ -40,8 +40,6 @@ from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
 INSTALL_HINT = "pip install 'residual-quad[rl]'"
-#: the registered controllers that need the ``rl`` extra (stable-baselines3 and torch)
-RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "sb3")
 META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
 META_FORMAT = 1
 FEATURE_VERSION = 1
@@ -171,8 +169,8 @@ def import_sb3() -> Any:
         return importlib.import_module("stable_baselines3")
     except ImportError as exc:
         raise ImportError(
-            f"the {', '.join(RL_EXTRA_CONTROLLERS)} controllers and `rquad train ppo` need "
-            f"stable-baselines3 and torch ({exc}); install them with: {INSTALL_HINT}"
+            f"the 'ppo' controller and `rquad train ppo` need stable-baselines3 and torch "
+            f"({exc}); install them with: {INSTALL_HINT}"
         ) from exc
 
 

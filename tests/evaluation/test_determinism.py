@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from residual_quad.controllers import available_controllers
-from residual_quad.controllers.ppo import RL_EXTRA_CONTROLLERS
+from residual_quad.controllers.extras import RL_EXTRA_CONTROLLERS
 from residual_quad.evaluation.sweep import SweepConfig, failed_rows, run_sweep
 
 
