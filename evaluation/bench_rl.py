@@ -15,7 +15,7 @@ is dropped) per policy step: its inverse is policy steps/s. The ratio is end to 
 ceiling, same run. End to end runs twice: from an untrained policy, whose training episodes
 crash early and often (an autoreset rebuilds the env for its new scenario) — an early-training
 figure — and from the shipped ``ppo`` policy's weights and observation statistics, whose
-episodes last — what most of a training run costs. The issue's targets:
+episodes last — what most of a training run costs. The targets:
 >= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us) and >= 50 % of the ceiling (ratio
 <= 2).
 """

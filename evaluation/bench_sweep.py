@@ -4,7 +4,7 @@ env), one after the other in the same run, with every core.
 
 Each backend is timed once (a 432-run matrix takes tens of seconds; ``--quick``: seed 0 only,
 144 runs), reported per env-step (wall time / (runs × steps)); the row names carry the wall
-seconds, and the vector row's ratio is to the local one. The issue's target: the 432 runs within
+seconds, and the vector row's ratio is to the local one. The target: the 432 runs within
 15 s on a quiet 2-core machine. Nothing is written outside a temporary folder.
 """
 
@@ -21,7 +21,8 @@ SECTION = "sweep"
 
 
 def run(quick: bool = False) -> list[BenchRow]:
-    from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+    from residual_quad.evaluation.sweep.config import SweepConfig
+    from residual_quad.evaluation.sweep.engine import run_sweep
 
     cfg = SweepConfig(
         controllers=list(SOURCE_TRACKERS), seeds=[0] if quick else [0, 1, 2], series=[]

@@ -5,7 +5,7 @@ the plant runs it in flight), measured in the same run. Rows: the vector env wit
 disturbance on (``extra`` payload, ``windy``, helix) at N = 64 / 256 / 1024 envs on 1 and 2
 rollout threads, reported per env-step with the median ratio to a floor block timed right before
 each block (its inverse is env-steps/s), and the
-closed loop with batched ``geo_rls`` at N = 256 on 1 thread. The issue's targets: N = 256 on one
+closed loop with batched ``geo_rls`` at N = 256 on 1 thread. The targets: N = 256 on one
 thread within 1.5× the floor, N = 1024 on two threads at >= 100 000 env-steps/s (10 µs).
 """
 

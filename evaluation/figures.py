@@ -6,7 +6,6 @@ that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL
 
 from __future__ import annotations
 
-import re
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindModel,
     WindProcess,
 )
+from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
 from residual_quad.evaluation.tables import (  # noqa: E402
     PAYLOAD_ORDER,
     WIND_ORDER,
@@ -61,7 +61,7 @@ def color_of(label: str) -> str:
 
 
 def _series_path(series_dir: Path, run_id: str) -> Path:
-    return series_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id) + ".npz")
+    return series_dir / (series_stem(run_id) + ".npz")
 
 
 def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
@@ -429,7 +429,7 @@ def make_figures(
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
     left out.
     """
-    from residual_quad.evaluation.sweep import flown_rows
+    from residual_quad.evaluation.sweep.rows import flown_rows
 
     rows = flown_rows(rows)
     out = Path(out_dir)

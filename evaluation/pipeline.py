@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+from residual_quad.evaluation.sweep.config import SweepConfig
+from residual_quad.evaluation.sweep.engine import run_sweep
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
 #: targets and diverged runs of the committed full run (``docs/results/report.md``): what a default
@@ -30,7 +31,7 @@ class PipelineConfig:
 
     collect: str = "collect"  # shipped name or YAML path (training.collect.CollectConfig)
     train: str = "train_residual"  # (training.residual_train.TrainConfig)
-    sweep: str = "sweep"  # (evaluation.sweep.SweepConfig)
+    sweep: str = "sweep"  # (evaluation.sweep.config.SweepConfig)
     collect_overrides: dict[str, Any] = field(default_factory=dict)
     train_overrides: dict[str, Any] = field(default_factory=dict)
     sweep_overrides: dict[str, Any] = field(default_factory=dict)

@@ -21,7 +21,7 @@ from residual_quad.evaluation.rl_seeds import (
     rl_section,
     training_seed,
 )
-from residual_quad.evaluation.sweep import failed_rows, flown_rows
+from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
@@ -285,7 +285,7 @@ def order_rows(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]
     """``rows`` (file order = completion order) put in the config's controller order, so tables
     list user labels in config order; the labels come from the saved ``sweep_config.yaml``
     without importing any user code. Rows of labels it does not list keep their place last."""
-    from residual_quad.evaluation.sweep import CONFIG_FILE
+    from residual_quad.evaluation.sweep.config import CONFIG_FILE
 
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
@@ -305,7 +305,7 @@ def order_rows(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]
 def report_from_rows(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
     """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone."""
     from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.sweep import read_rows
+    from residual_quad.evaluation.sweep.rows import read_rows
 
     rows = read_rows(run_dir)
     if not rows:

@@ -140,10 +140,6 @@ def jittered(context: ControlContext, *, of: str, jitter_seed: int, **options: A
     return UlpJitter(parse_spec(of).build(context, **options), jitter_seed)
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _rows_dir(kind: str) -> Path:
     if kind not in KINDS:
         raise ValueError(f"unknown row kind {kind!r}; valid choices: {', '.join(KINDS)}")
@@ -151,7 +147,9 @@ def _rows_dir(kind: str) -> Path:
 
 
 def _require_docs(kind: str) -> Path:
-    path = _rows_dir(kind) / "rows.jsonl"
+    from residual_quad.evaluation.sweep.rows import ROWS_FILE
+
+    path = _rows_dir(kind) / ROWS_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"the committed rows {path} are not here: re-flying them needs a clone of the "
@@ -171,7 +169,9 @@ def _run_id(row: dict[str, Any]) -> str:
 def committed_row(kind: str, run_id: str) -> dict[str, Any]:
     """The committed row ``run_id`` of the matrix (``sweep``) or the stress study (``stress``),
     with its ``run_id``."""
-    rows = {_run_id(r): r for r in _read_rows(_require_docs(kind))}
+    from residual_quad.evaluation.sweep.rows import read_rows
+
+    rows = {_run_id(r): r for r in read_rows(_require_docs(kind))}
     if run_id not in rows:
         raise ValueError(f"no committed {kind} row {run_id!r}")
     return {"run_id": run_id, **rows[run_id]}
@@ -192,8 +192,10 @@ def refly(kind: str, run_id: str, *, jitter_seed: int | None = None, **options: 
     return its row; ``options`` override the controller's (e.g. ``kp=20.00002`` to make a real
     change)."""
     from residual_quad import configs
+    from residual_quad.episode import RunSpec
     from residual_quad.evaluation.stress import StressConfig, run_stress
-    from residual_quad.evaluation.sweep import RunSpec, SweepConfig, run_one
+    from residual_quad.evaluation.sweep.config import SweepConfig
+    from residual_quad.evaluation.sweep.engine import run_one
 
     _require_docs(kind)
     if kind == "sweep":

@@ -137,7 +137,7 @@ def budget_text(b: dict[str, Any] | None) -> str:
 def rl_section(rows: list[dict[str, Any]]) -> str | None:
     """Markdown: the RL controllers over training seeds (see the module docstring); ``None``
     when the rows hold no shipped RL policy. Failure rows (controller errors) are left out."""
-    from residual_quad.evaluation.sweep import flown_rows
+    from residual_quad.evaluation.sweep.rows import flown_rows
 
     pooled = pool_training_seeds(flown_rows(rows))
     rl = [r for r in pooled if training_seed(r["controller"]) is not None]

@@ -3,10 +3,11 @@
 Three groups (``configs/stress.yaml``): (a) take-off with a large heading error (the
 90°-yaw-start flip of [RES §9]), (b) references beyond the thrust/tilt envelope (fast
 figure-8 with the ``extra`` payload, large position steps) and (c) strong gusts. A stress study is
-a sweep variant: every scenario × controller × seed is a :class:`~residual_quad.evaluation.sweep.
-RunSpec` flown by the sweep engine (atomic, fsynced, resumable rows in ``rows.jsonl``); the
-summary table (crash rate, flips, max tilt, RMSE) goes to ``stress.md``, with a figure of the max
-tilt and the tilt time series of the first seed.
+a sweep variant: every scenario × controller × seed is a :class:`~residual_quad.episode.RunSpec`
+flown by the sweep engine (atomic, fsynced, resumable rows in ``rows.jsonl``, written and read
+through :mod:`residual_quad.evaluation.sweep.rows`); the summary table (crash rate, flips, max
+tilt, RMSE) goes to ``stress.md``, with a figure of the max tilt and the tilt time series of the
+first seed.
 
 Outcomes: a *crash* is a physical end of the flight (tilt beyond 90°, floor contact faster than the
 crash speed, non-finite state); *lost* is the env's other termination, a position error beyond
@@ -18,7 +19,6 @@ episode. RMSE is computed after 3 s over the runs that survived.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +33,15 @@ from residual_quad.controllers.specs import (
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
 from residual_quad.episode import RunSpec, build_controller, fly
-from residual_quad.evaluation.sweep import (
+from residual_quad.evaluation.sweep.config import ControllerLabels, SweepConfig, expand
+from residual_quad.evaluation.sweep.engine import run_one, run_rows
+from residual_quad.evaluation.sweep.rows import (
     SERIES_DIR,
-    ControllerLabels,
-    SweepConfig,
-    expand,
     failure_row,
+    finite,
     flown_rows,
     is_failed,
-    run_one,
-    run_rows,
+    series_stem,
 )
 from residual_quad.parallel import Job
 
@@ -200,7 +199,7 @@ def stress_row(
     """Fly one stress run and return its row; the tilt series goes to ``series_dir`` if given.
     ``controller`` is the resolved spec of the run's label (default: the label parsed). A
     controller that fails (cannot be built, raises, acts non-finite) gives a failure row
-    (:func:`~residual_quad.evaluation.sweep.failure_row`) instead of an exception."""
+    (:func:`~residual_quad.evaluation.sweep.rows.failure_row`) instead of an exception."""
     steps = [0]
 
     def count(step: int, *_: Any) -> None:
@@ -215,11 +214,10 @@ def stress_row(
     except Exception as exc:  # failed at the action after ``steps[0]`` steps
         return failure_row(spec, exc, steps[0])
 
-    def fin(x: float) -> float | None:
-        return float(x) if math.isfinite(x) else None
-
     if series_dir is not None:
-        np.save(Path(series_dir) / f"{_safe(spec.run_id)}.npy", np.column_stack([res.t, res.tilt]))
+        np.save(
+            Path(series_dir) / f"{series_stem(spec.run_id)}.npy", np.column_stack([res.t, res.tilt])
+        )
     return {
         "run_id": spec.run_id,
         "controller": spec.controller,
@@ -232,15 +230,11 @@ def stress_row(
         "termination": res.termination,
         "flipped": bool(float(res.tilt.max()) > FLIP_TILT),
         "max_tilt_deg": math.degrees(float(res.tilt.max())),
-        "rmse": fin(res.rmse),
-        "max_error": fin(res.max_error),
+        "rmse": finite(res.rmse),
+        "max_error": finite(res.max_error),
         "duration": res.duration,
         "wall_time": res.wall_time,
     }
-
-
-def _safe(run_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id)
 
 
 def run_stress(
@@ -293,7 +287,7 @@ def run_stress(
     if series_dir is not None:
         for scn in cfg.scenarios:
             for label in cfg.labels:
-                path = series_dir / f"{_safe(scn.spec(label, cfg.seeds[0], 0).run_id)}.npy"
+                path = series_dir / f"{series_stem(scn.spec(label, cfg.seeds[0], 0).run_id)}.npy"
                 if path.exists():
                     series[(scn.name, label)] = np.load(path)
     return rows, series

@@ -26,7 +26,7 @@ from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.evaluation.sweep import failed_rows, flown_rows
+from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 
 # the orders of rows and columns: one source each (the env's levels, the registry)
 PAYLOAD_ORDER = list(PAYLOAD_LEVELS)

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,7 +199,9 @@ def train_from_dataset(
     logdir: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Load a ``rquad collect`` dataset, train, save the weights and a JSON summary next to them."""
+    """Load a ``rquad collect`` dataset, train, save the weights and a JSON summary next to them
+    (its ``weights`` and ``logdir`` relative to the summary's folder); returns the summary with
+    the paths as given."""
     from residual_quad.training.collect import load_dataset
 
     data = load_dataset(dataset)
@@ -218,5 +221,9 @@ def train_from_dataset(
     }
     out = net.save(out, **meta)
     summary.update(weights=str(out), size_bytes=out.stat().st_size, logdir=str(logdir or ""))
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    # the file records its paths relative to its own folder: it stays true when the folder moves
+    # (and names no machine's temporary folder when it is committed)
+    rel_logdir = os.path.relpath(logdir, out.parent) if logdir is not None else ""
+    record = {**summary, "weights": out.name, "logdir": rel_logdir}
+    out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return summary

@@ -376,7 +376,7 @@ def fly_batch(
     equal them to ≤ 1e-9 (``tests/evaluation/test_sweep_vector.py``). A run that ended is fed its
     first observation until the batch is done (its actions are ignored, its rows cut off).
     ``extras["residual_est"]`` holds the estimate the controller applied at each step (NaN rows
-    where it has none, as :func:`~residual_quad.evaluation.sweep.run_one` records it); each
+    where it has none, as :func:`~residual_quad.evaluation.sweep.engine.run_one` records it); each
     result's ``wall_time`` is the batch's wall time shared evenly.
 
     Args:

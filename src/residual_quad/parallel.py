@@ -1,9 +1,9 @@
 """Run independent jobs on a process pool or on Ray: the one parallel backend of the project.
 
-The sweep engine (:func:`residual_quad.evaluation.sweep.run_rows`) and residual data collection
-both hand their runs here. A job is a module-level function and its picklable arguments, so the
-local pool (``spawn``) and Ray workers import and call it the same way; results come back in
-completion order.
+The sweep engine (:func:`residual_quad.evaluation.sweep.engine.run_rows`) and residual data
+collection both hand their runs here. A job is a module-level function and its picklable
+arguments, so the local pool (``spawn``) and Ray workers import and call it the same way; results
+come back in completion order.
 
 Nothing outlives the process that started it: local pool workers end themselves when their parent
 dies, even by ``SIGKILL`` (:func:`_die_with_parent`), and a local Ray instance started here is shut

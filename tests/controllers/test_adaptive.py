@@ -1,5 +1,5 @@
 """``geo_rls_dob``: the angular disturbance observer (known answers), hover thrust and steady
-state, and the yaw-start bound of issue 15 for it and for guarded ``geo_rls``."""
+state, and the yaw-start bound (``docs/adaptive.md``) for it and for guarded ``geo_rls``."""
 
 from __future__ import annotations
 
@@ -111,12 +111,12 @@ def test_hover_thrust_and_steady_state(payload):
 
 
 def test_removes_the_steady_tilt_error_that_geo_rls_keeps():
-    # extra payload, windy helix: drag torque about the lowered centre of mass [issue 15]
+    # extra payload, windy helix: drag torque about the lowered centre of mass (docs/adaptive.md)
     kw = dict(payload="extra", wind="windy", trajectory="helix", seed=0)
     rls = run_episode("geo_rls", **kw).rmse
     dob = run_episode("geo_rls_dob", **kw).rmse
     without = run_episode(make_controller("geo_rls_dob", observer=False), **kw).rmse
-    assert dob < 0.025 < rls  # m, the issue's single-run bound
+    assert dob < 0.025 < rls  # m, the single-run target of docs/adaptive.md
     assert dob < 0.7 * without
 
 
@@ -126,7 +126,8 @@ def test_removes_the_steady_tilt_error_that_geo_rls_keeps():
     "controller", ["geo_rls_dob", "geo_rls:enabled=true"], ids=["geo_rls_dob", "guarded_geo_rls"]
 )
 def test_yaw_start_is_no_worse_than_geo(controller, yaw_deg, payload):
-    """Issue 15: whole-episode max error ≤ geo's + 0.02 m for hover starts with a yaw offset."""
+    """Yaw-start target: whole-episode max error ≤ geo's + 0.02 m for hover starts with a yaw
+    offset."""
     kw = dict(
         payload=payload,
         wind="calm",

@@ -9,7 +9,7 @@ from residual_quad.controllers import ControlContext, available_controllers, mak
 from residual_quad.controllers.attitude import InnerLoop, tilt_of
 from residual_quad.envs.airframe import Airframe, wrench
 from residual_quad.envs.observation import ObsLayout as L
-from residual_quad.evaluation import run_episode
+from residual_quad.episode import run_episode
 
 KP = 20.0  # geo default position gain, 1/s²
 

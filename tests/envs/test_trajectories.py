@@ -15,7 +15,7 @@ from residual_quad.envs.trajectories import (
     Trajectory,
     make_trajectory,
 )
-from residual_quad.evaluation import run_episode
+from residual_quad.episode import run_episode
 
 
 @pytest.mark.parametrize("name", list(TRAJECTORIES))

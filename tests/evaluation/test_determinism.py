@@ -1,19 +1,31 @@
-"""Every controller flies bit-identically in this process and in worker processes."""
+"""Every controller flies bit-identically in this process and in worker processes, with or without
+the ``rl`` extra (whose controllers ``RL_EXTRA_CONTROLLERS`` lists)."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import subprocess
+import sys
 
 from residual_quad.controllers import available_controllers
-from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+from residual_quad.controllers.extras import RL_EXTRA_CONTROLLERS
+from residual_quad.evaluation.sweep import SweepConfig, failed_rows, run_sweep
+
+
+def _rl_extra_installed() -> bool:
+    """Whether stable-baselines3 imports (an installed but broken one counts as missing)."""
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def test_every_controller_is_deterministic_across_processes(tmp_path):
-    names = [c for c in available_controllers()]
+    names = list(available_controllers())
     options = {}
-    if importlib.util.find_spec("stable_baselines3") is None:
-        names.remove("ppo")  # the rl extra is optional
-        names.remove("sb3")
+    if not _rl_extra_installed():  # the rl extra is optional
+        names = [n for n in names if n not in RL_EXTRA_CONTROLLERS]
     else:  # sb3 needs a zip: a fresh, seeded SAC
         import gymnasium as gym
         import stable_baselines3 as sb3
@@ -39,4 +51,42 @@ def test_every_controller_is_deterministic_across_processes(tmp_path):
         return {r["run_id"]: {k: v for k, v in r.items() if k != "wall_time"} for r in rows}
 
     assert len(serial) == len(names)
+    assert failed_rows(serial) == []  # every controller flew: equal failure rows prove nothing
     assert strip(serial) == strip(pooled)
+
+
+HIDE_SB3 = 'raise ImportError("stable_baselines3 hidden: the rl extra is not installed")\n'
+BUILD_ALL = """
+import os
+import subprocess
+import sys
+
+from residual_quad.controllers import available_controllers
+from residual_quad.controllers.ppo import INSTALL_HINT
+from residual_quad.episode import build_controller
+
+for name in available_controllers():
+    try:
+        build_controller(name, {}, {"path": "policy.zip"} if name == "sb3" else None)
+    except ImportError as exc:
+        assert INSTALL_HINT in str(exc), exc
+        print(name)
+"""
+
+
+def test_the_rl_extra_list_names_the_controllers_that_need_it(tmp_path):
+    """Without stable-baselines3 exactly the controllers of ``RL_EXTRA_CONTROLLERS`` refuse to
+    build, each with the install hint."""
+    (tmp_path / "stable_baselines3").mkdir()
+    (tmp_path / "stable_baselines3" / "__init__.py").write_text(HIDE_SB3)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD_ALL],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert tuple(proc.stdout.split()) == RL_EXTRA_CONTROLLERS

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from residual_quad import configs
-from residual_quad.evaluation.sweep import RowWriter, SweepConfig, expand, read_rows
+from residual_quad.evaluation.sweep import SweepConfig, read_rows
+from residual_quad.evaluation.sweep.config import expand
+from residual_quad.evaluation.sweep.rows import RowWriter
 
 # ------------------------------------------------------------------ the rows file
 _ids = st.sampled_from([f"run{i}" for i in range(6)])

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from remote_helpers import address, served
 
-from residual_quad.envs.registration import REMOTE_ENV_ID
+from residual_quad.envs.registration import ENV_ID, REMOTE_ENV_ID
 from residual_quad.episode import RunSpec, fly, run_episode
+from residual_quad.remote.protocol import env_kwargs
 
 SERIES = ("t", "pos", "ref", "thrusts", "tilt", "residual_true", "wind")
 SCENARIO = {"payload": "extra", "wind": "windy", "trajectory": "helix"}
@@ -65,22 +66,45 @@ def test_a_trajectory_with_parameters_travels():
         assert_identical(local, remote)
 
 
-def test_sb3_runs_against_the_remote_plant():
+def _sb3_episode(model, env, seed):
+    """Every step of one deterministic episode of an SB3 model: (obs bytes, reward, terminated,
+    truncated), the reset observation first."""
+    obs, _ = env.reset(seed=seed)
+    steps = [(obs.tobytes(), None, False, False)]
+    done = False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        steps.append((obs.tobytes(), float(reward), bool(terminated), bool(truncated)))
+        done = terminated or truncated
+    return steps
+
+
+def test_sb3_trains_against_the_remote_plant_and_flies_it_step_for_step():
+    """SB3 learns over the link, and its policy's remote episode is the in-process one step by
+    step (observations bit for bit, rewards and episode ends equal) in a seeded gusty scenario."""
     pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
 
-    with served(scenario={"episode_s": 0.5}) as server:
+    scenario = {**SCENARIO, "episode_s": 0.5}
+    with served(scenario=scenario) as server:
         env = gym.make(REMOTE_ENV_ID, address=address(server), action_mode="ctbr")
+        local_env = gym.make(ENV_ID, action_mode="ctbr", **env_kwargs(scenario))
         try:
             model = PPO(
                 "MlpPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu"
             )
             model.learn(total_timesteps=64)
-            obs, _ = env.reset(seed=0)
-            action, _ = model.predict(obs, deterministic=True)
-            env.step(action)
+            remote = _sb3_episode(model, env, seed=3)
+            local = _sb3_episode(model, local_env, seed=3)
+            other_seed = _sb3_episode(model, local_env, seed=4)
         finally:
             env.close()
+            local_env.close()
+    assert len(remote) == 51  # reset + 0.5 s at 100 Hz
+    assert remote[-1][2] or remote[-1][3]  # the episode ended
+    assert remote == local
+    assert other_seed != local  # the comparison sees the seeded wind
 
 
 @pytest.mark.slow

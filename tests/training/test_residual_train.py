@@ -80,7 +80,10 @@ def test_cli_collect_and_train(tmp_path: Path, capsys):
     assert summary["epochs_run"] == 2 and summary["weights"] == str(out)
     net = ResidualMLP.load(out)
     assert net.metadata["dataset_samples"] == 200
-    assert json.loads(out.with_suffix(".json").read_text())["epochs_run"] == 2
+    on_disk = json.loads(out.with_suffix(".json").read_text())
+    assert on_disk["epochs_run"] == 2
+    # the file's paths are relative to its folder (a committed summary names no temporary folder)
+    assert (on_disk["weights"], on_disk["logdir"]) == ("w.npz", "tb")
     # unknown config keys are rejected with the valid ones listed
     bad = tmp_path / "bad.yaml"
     bad.write_text("payloads: [none]\nexcitation: {sigma: 1.0, colour: pink}\n")

@@ -26,6 +26,7 @@ from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
 #: flown by ``rquad demo`` after the four source trackers: the adaptive controller
+#: (``docs/adaptive.md``)
 DEMO_EXTRA: tuple[str, ...] = ("geo_rls_dob",)
 
 #: payload, wind and trajectory ``rquad demo`` flies by default

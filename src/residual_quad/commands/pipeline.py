@@ -10,7 +10,7 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import nonneg_int
 from residual_quad.commands.sweep import add_retry_failed, report_failures, runs_text
 from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
-from residual_quad.evaluation.sweep import ROWS_FILE, read_rows
+from residual_quad.evaluation.sweep.rows import ROWS_FILE, read_rows
 
 
 def _cmd(args: argparse.Namespace) -> int:

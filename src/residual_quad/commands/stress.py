@@ -21,7 +21,7 @@ from residual_quad.evaluation.stress import (
     summarize,
     survival_check,
 )
-from residual_quad.evaluation.sweep import FAILED_RUNS_EXIT
+from residual_quad.evaluation.sweep.rows import FAILED_RUNS_EXIT, ROWS_FILE
 
 
 def _cmd(args: Any) -> int:
@@ -67,7 +67,7 @@ def _cmd(args: Any) -> int:
             chk = survival_check(summary, "geo", cand)
             met = not (chk["crashed_or_flipped"] or chk["lost"])
             print(f"where geo crashes/flips, {cand}: {'survives all' if met else chk}")
-    return report_failures("stress", rows, out / "rows.jsonl")
+    return report_failures("stress", rows, out / ROWS_FILE)
 
 
 def _cmd_nominal(args: Any) -> int:

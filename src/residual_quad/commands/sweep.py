@@ -15,17 +15,19 @@ from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.evaluation.report import order_rows, report_from_rows
-from residual_quad.evaluation.sweep import (
+from residual_quad.evaluation.sweep.config import SweepConfig, expand
+from residual_quad.evaluation.sweep.engine import (
     DEFAULT_BACKEND,
-    FAILED_RUNS_EXIT,
     MAX_BATCH,
     SWEEP_BACKENDS,
-    SweepConfig,
-    expand,
+    run_sweep,
+)
+from residual_quad.evaluation.sweep.rows import (
+    FAILED_RUNS_EXIT,
+    ROWS_FILE,
     failure_summary,
     flown_rows,
     read_rows,
-    run_sweep,
 )
 from residual_quad.evaluation.tables import focus_tables
 
@@ -92,12 +94,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     div = sum(r["diverged"] for r in flown)
     failed = len(rows) - len(flown)
     print(
-        f"{len(rows)} rows in {args.out}/rows.jsonl ({div} diverged, {failed} failed), "
+        f"{len(rows)} rows in {args.out}/{ROWS_FILE} ({div} diverged, {failed} failed), "
         f"{time.perf_counter() - t0:.1f} s wall"
     )
     if not args.no_report and flown:
         report_from_rows(Path(args.out), animation=False)
-    return report_failures("sweep", rows, Path(args.out) / "rows.jsonl")
+    return report_failures("sweep", rows, Path(args.out) / ROWS_FILE)
 
 
 def add_retry_failed(p: argparse.ArgumentParser) -> None:
