@@ -12,14 +12,13 @@ import pytest
 from residual_quad.controllers import make_controller, register_controller
 from residual_quad.controllers.base import _REGISTRY
 from residual_quad.controllers.batch import (
-    BatchController,
+    BatchedController,
     BatchedLoop,
-    BatchGeoTracker,
-    BatchPIDTracker,
-    BatchRLSGeoTracker,
     make_batch_controller,
     vectorized_controllers,
 )
+from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
+from residual_quad.controllers.trackers import BatchedGeoTracker, BatchedPIDTracker
 from residual_quad.envs.observation import ObsLayout as L
 
 N = 4
@@ -68,15 +67,15 @@ def test_bad_names_and_sizes_list_valid_choices():
 
 
 def test_entry_point_picks_vectorized_or_loop():
-    assert isinstance(make_batch_controller("geo", N), BatchGeoTracker)
-    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchPIDTracker)
+    assert isinstance(make_batch_controller("geo", N), BatchedGeoTracker)
+    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchedPIDTracker)
     ctrl = make_batch_controller("geo_rls", N, p0=0.05)
-    assert isinstance(ctrl, BatchRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
+    assert isinstance(ctrl, BatchedRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
     loop = make_batch_controller("hnewton_rls", 2)
     assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
     assert loop.controllers[0] is not loop.controllers[1]
     for c in (ctrl, loop):
-        assert isinstance(c, BatchController)
+        assert isinstance(c, BatchedController)
     assert {"pid", "geo", "geo_res", "geo_rls"} <= set(vectorized_controllers())
 
 

@@ -8,8 +8,12 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from residual_quad.controllers.batch import BatchedLoop, BatchedPPO, batch_from_spec  # noqa: E402
-from residual_quad.controllers.ppo import NumpyPolicy, PPOController  # noqa: E402
+from residual_quad.controllers.batch import BatchedLoop, batch_from_spec  # noqa: E402
+from residual_quad.controllers.ppo import (  # noqa: E402
+    BatchedPPOController,
+    NumpyPolicy,
+    PPOController,
+)
 from residual_quad.controllers.specs import parse_spec  # noqa: E402
 
 
@@ -43,7 +47,7 @@ def test_batched_ppo_equals_single_controllers_bit_for_bit_in_closed_loop():
     )
     obs, _ = env.reset(seed=0)
     batch = batch_from_spec(parse_spec("ppo"), n)
-    assert isinstance(batch, BatchedPPO)
+    assert isinstance(batch, BatchedPPOController)
     singles = [PPOController() for _ in range(n)]
     for _ in range(60):
         action = batch.policy_batch(obs)
