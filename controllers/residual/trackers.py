@@ -56,7 +56,69 @@ RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
 }
 
 
-class ResidualGeoTracker(GeoTracker):
+class EstimatorState:
+    """The estimator's state as properties of a residual tracker, read by the TensorBoard logger,
+    the tests and analyses: the single tracker's values, or one row per env in a batch (the
+    batched estimator's arrays, ``-1`` for a warm-up end not reached)."""
+
+    estimator: ResidualEstimator | BatchedResidualEstimator
+
+    @property
+    def net(self) -> FastMLP:
+        """The private inference copy of the network."""
+        return self.estimator.net
+
+    @property
+    def network_metadata(self) -> dict[str, Any]:
+        return self.estimator.network_metadata
+
+    @property
+    def rls(self) -> LastLayerRLS | BatchedLastLayerRLS | None:
+        """The last-layer RLS (``None`` for ``geo_res``)."""
+        return self.estimator.rls
+
+    @property
+    def last_estimate(self) -> np.ndarray:
+        """Δâ applied at the last step (world, m/s²)."""
+        return self.estimator.last_estimate
+
+    @property
+    def last_a_eff(self) -> np.ndarray:
+        """``a_cmd − Δâ`` sent to the inner loop at the last step (world, m/s²)."""
+        return self.estimator.last_a_eff
+
+    @property
+    def last_measured(self) -> np.ndarray:
+        """Residual measured over the last period (world, m/s²)."""
+        return self.estimator.last_measured
+
+    @property
+    def last_prediction_error(self) -> np.ndarray:
+        """Measured − applied estimate of the last period (world, m/s²)."""
+        return self.estimator.last_prediction_error
+
+    @property
+    def rejected_updates(self) -> int | np.ndarray:
+        """RLS updates skipped since the last reset for an implausible or non-finite sample."""
+        return self.estimator.rejected_updates
+
+    @property
+    def nonfinite_estimates(self) -> int | np.ndarray:
+        """Steps since the last reset whose non-finite estimate was replaced by zero."""
+        return self.estimator.nonfinite_estimates
+
+    @property
+    def steps(self) -> int | np.ndarray:
+        """Policy calls since the last reset."""
+        return self.estimator.steps
+
+    @property
+    def warmup_end_step(self) -> int | None | np.ndarray:
+        """Index (0-based) of the first policy call that applied the RLS layer."""
+        return self.estimator.warmup_end_step
+
+
+class ResidualGeoTracker(EstimatorState, GeoTracker):
     """``geo_res``: geometric tracking + offline residual network feed-forward.
 
     Args:
@@ -66,8 +128,9 @@ class ResidualGeoTracker(GeoTracker):
         attitude: inner-loop gains.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
-    The estimator's state is exposed for analysis and logging: :attr:`last_estimate`,
-    :attr:`net`, :attr:`rls` (``None`` here), ... (see :class:`ResidualEstimator`).
+    The estimator's state is exposed for analysis and logging (:class:`EstimatorState`):
+    :attr:`last_estimate`, :attr:`net`, :attr:`rls` (``None`` here), ... (see
+    :class:`ResidualEstimator`).
     """
 
     name = "geo_res"
@@ -114,61 +177,6 @@ class ResidualGeoTracker(GeoTracker):
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return self.estimator.estimate(obs, R, a_cmd)
 
-    # -- the estimator's state, read by the TensorBoard logger, the tests and analyses ---------
-    @property
-    def net(self) -> FastMLP:
-        """The private inference copy of the network."""
-        return self.estimator.net
-
-    @property
-    def network_metadata(self) -> dict[str, Any]:
-        return self.estimator.network_metadata
-
-    @property
-    def rls(self) -> LastLayerRLS | None:
-        """The last-layer RLS (``None`` for ``geo_res``)."""
-        return self.estimator.rls
-
-    @property
-    def last_estimate(self) -> np.ndarray:
-        """Δâ applied at the last step (world, m/s²)."""
-        return self.estimator.last_estimate
-
-    @property
-    def last_a_eff(self) -> np.ndarray:
-        """``a_cmd − Δâ`` sent to the inner loop at the last step (world, m/s²)."""
-        return self.estimator.last_a_eff
-
-    @property
-    def last_measured(self) -> np.ndarray:
-        """Residual measured over the last period (world, m/s²)."""
-        return self.estimator.last_measured
-
-    @property
-    def last_prediction_error(self) -> np.ndarray:
-        """Measured − applied estimate of the last period (world, m/s²)."""
-        return self.estimator.last_prediction_error
-
-    @property
-    def rejected_updates(self) -> int:
-        """RLS updates skipped since the last reset for an implausible or non-finite sample."""
-        return self.estimator.rejected_updates
-
-    @property
-    def nonfinite_estimates(self) -> int:
-        """Steps since the last reset whose non-finite estimate was replaced by zero."""
-        return self.estimator.nonfinite_estimates
-
-    @property
-    def steps(self) -> int:
-        """Policy calls since the last reset."""
-        return self.estimator.steps
-
-    @property
-    def warmup_end_step(self) -> int | None:
-        """Index (0-based) of the first policy call that applied the RLS layer."""
-        return self.estimator.warmup_end_step
-
 
 class RLSGeoTracker(ResidualGeoTracker):
     """``geo_rls``: ``geo_res`` whose last layer is identified online by RLS.
@@ -184,7 +192,7 @@ class RLSGeoTracker(ResidualGeoTracker):
 
 
 # ----------------------------------------------------------------------------- N envs
-class BatchedResidualGeoTracker(BatchedTracker):
+class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
     """``geo_res`` for N envs: batched ``geo`` and one :class:`BatchedResidualEstimator`.
 
     Args: as :class:`ResidualGeoTracker`, plus ``n_envs``; settings only the single estimator
@@ -243,16 +251,6 @@ class BatchedResidualGeoTracker(BatchedTracker):
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return self.estimator.estimate(obs, R, a_cmd)
-
-    @property
-    def rls(self) -> BatchedLastLayerRLS | None:
-        """The batched last-layer RLS (``None`` for ``geo_res``)."""
-        return self.estimator.rls
-
-    @property
-    def last_estimate(self) -> np.ndarray:
-        """Δâ (N, 3) applied at the last step (world, m/s²)."""
-        return self.estimator.last_estimate
 
 
 class BatchedRLSGeoTracker(BatchedResidualGeoTracker):
