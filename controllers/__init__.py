@@ -4,9 +4,9 @@ from residual_quad.controllers.base import (
     ControlContext,
     Controller,
     available_controllers,
-    make_controller,
     register_controller,
 )
+from residual_quad.controllers.specs import make_controller
 
 __all__ = [
     "ControlContext",

@@ -2,7 +2,10 @@
 
 Pure numpy, no MuJoCo import, so the math can run anywhere a controller runs. Every tracker
 (``pid``, ``geo``, ``geo_res``, ``geo_rls``) uses :class:`InnerLoop`, so performance differences
-come from the outer loop and the residual compensation only.
+come from the outer loop and the residual compensation only. :class:`BatchedInnerLoop` is its twin
+for N envs (the batched trackers): the tilt limit (:func:`tilt_limited_force`) and the attitude
+torque (:func:`geometric_torque`) are one formula for both, the mixer :func:`mix_batch` is
+:func:`~residual_quad.envs.airframe.mix` row by row.
 """
 
 from __future__ import annotations
@@ -83,18 +86,9 @@ class InnerLoop:
         return np.array(self._thrust_vector(*a_cmd.tolist()))
 
     def _thrust_vector(self, ax: float, ay: float, az: float) -> tuple[float, float, float]:
-        frame = self.airframe
-        m = frame.mass
-        fx, fy, fz = m * ax, m * ay, m * (az + frame.gravity)
-        sat = False
-        f_min = 0.05 * frame.hover_thrust
-        if fz < f_min:  # never command a downward thrust vector
-            fz, sat = f_min, True
-        h = math.sqrt(fx * fx + fy * fy)
-        h_max = fz * self.tan_max_tilt
-        if h > h_max:
-            fx, fy, sat = fx * h_max / h, fy * h_max / h, True
-        self.saturated = sat
+        fx, fy, fz, self.saturated = tilt_limited_force(
+            FLOATS, self.airframe, ax, ay, az, self.tan_max_tilt
+        )
         return fx, fy, fz
 
     def __call__(
@@ -136,6 +130,41 @@ class InnerLoop:
         return geometric_torque(
             math, R, omega_b.tolist(), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
         )
+
+
+class FLOATS:
+    """The operations of the shared formulas for Python floats (one vehicle): :mod:`math`'s and a
+    ``where`` like numpy's, so that a formula written for ``xp`` runs on floats and on arrays."""
+
+    sqrt = staticmethod(math.sqrt)
+
+    @staticmethod
+    def where(cond: bool, a: float, b: float) -> float:
+        return a if cond else b
+
+
+def tilt_limited_force(
+    xp: Any, frame: Airframe, ax: Any, ay: Any, az: Any, tan_max_tilt: float
+) -> tuple[Any, Any, Any, Any]:
+    """Desired force ``(fx, fy, fz)`` (N, world) for the acceleration command ``(ax, ay, az)``
+    (m/s², world) and whether it saturated: the vertical component is at least 5 % of hover
+    (never a downward thrust vector) and the horizontal one is scaled down to ``max_tilt``.
+
+    ``xp`` is :data:`FLOATS` for one vehicle (Python floats) or :mod:`numpy` for a batch (arrays
+    of shape (N,)): the one formula of the single and the batched inner loop.
+    """
+    m = frame.mass
+    fx, fy, fz = m * ax, m * ay, m * (az + frame.gravity)
+    f_min = 0.05 * frame.hover_thrust
+    low = fz < f_min
+    fz = xp.where(low, f_min, fz)
+    h = xp.sqrt(fx * fx + fy * fy)
+    h_max = fz * tan_max_tilt
+    over = h > h_max
+    h_safe = xp.where(over, h, 1.0)  # the quotient is used only where ``over``
+    fx = xp.where(over, fx * h_max / h_safe, fx)
+    fy = xp.where(over, fy * h_max / h_safe, fy)
+    return fx, fy, fz, low | over
 
 
 def geometric_torque(
@@ -184,3 +213,82 @@ def geometric_torque(
         -kRy * eRy - kWy * ewy + (wz * Jx * wx - wx * Jz * wz),
         -kRz * eRz - kWz * ewz + (wx * Jy * wy - wy * Jx * wx),
     )
+
+
+# ----------------------------------------------------------------------------- N envs
+def mix_batch(frame: Airframe, thrust: np.ndarray, torque: np.ndarray) -> np.ndarray:
+    """:func:`residual_quad.envs.airframe.mix` of each env: collective (N,) N, torque (N, 3)
+    N·m → rotor thrusts (N, 4) N, with the same clip and proportional torque squeeze."""
+    fmax = frame.max_rotor_thrust
+    thrust = np.clip(thrust, 0.0, 4.0 * fmax)
+    tx, ty, tz = torque[:, 0], torque[:, 1], torque[:, 2]
+    base = 0.25 * thrust
+    delta = np.stack([a * tx + b * ty + c * tz for a, b, c in frame._mix_rows], axis=1)
+    lo, hi = delta.min(axis=1), delta.max(axis=1)
+    fits = (base + lo >= 0.0) & (base + hi <= fmax)
+    if fits.all():
+        return base[:, None] + delta
+    s = np.ones_like(base)
+    up = hi > 1e-12
+    s = np.where(up, np.minimum(s, (fmax - base) / np.where(up, hi, 1.0)), s)
+    down = lo < -1e-12
+    s = np.where(down, np.minimum(s, -base / np.where(down, lo, -1.0)), s)
+    s = np.maximum(s, 0.0)
+    squeezed = np.clip(base[:, None] + s[:, None] * delta, 0.0, fmax)
+    return np.where(fits[:, None], base[:, None] + delta, squeezed)
+
+
+class BatchedInnerLoop:
+    """:class:`InnerLoop` for N envs: acceleration commands (N, 3) world m/s² and headings →
+    rotor thrusts (N, 4) N; :attr:`saturated` and :attr:`last_thrust` are per env."""
+
+    def __init__(self, airframe: Airframe, n_envs: int, gains: AttitudeGains | None = None):
+        single = InnerLoop(airframe, gains)  # the gains, computed once, the same way
+        self.airframe = airframe
+        self.gains = single.gains
+        self._J, self._kR, self._kW = single._J, single._kR, single._kW
+        self.tan_max_tilt = single.tan_max_tilt
+        self.n_envs = n_envs
+        self.saturated = np.zeros(n_envs, dtype=bool)
+        self.last_thrust = np.full(n_envs, airframe.hover_thrust)
+
+    def thrust_vector(self, a_cmd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Desired force components (N,) each (N, world), tilt-limited; sets :attr:`saturated`."""
+        a = a_cmd.T
+        fx, fy, fz, self.saturated = tilt_limited_force(
+            np, self.airframe, a[0], a[1], a[2], self.tan_max_tilt
+        )
+        return fx, fy, fz
+
+    def __call__(
+        self,
+        R_rows: np.ndarray,
+        omega_b: np.ndarray,
+        a_cmd: np.ndarray,
+        yaw_des: np.ndarray,
+        yaw_rate_des: np.ndarray,
+    ) -> np.ndarray:
+        """Rotor thrusts (N, 4) for rotations ``R_rows`` (N, 9) body → world row-major, rates
+        ``omega_b`` (N, 3) rad/s body, commands ``a_cmd`` (N, 3) m/s² world and headings
+        ``yaw_des``/``yaw_rate_des`` (N,) rad, rad/s."""
+        r = R_rows.T  # 9 rows of N values
+        fx, fy, fz = self.thrust_vector(a_cmd)
+        frame = self.airframe
+        thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
+        self.saturated = self.saturated | (thrust > frame.max_thrust)
+        thrust = np.clip(thrust, 0.0, frame.max_thrust)
+        self.last_thrust = thrust
+        n = np.sqrt(fx * fx + fy * fy + fz * fz)
+        w = omega_b.T
+        torque = geometric_torque(
+            np,
+            r,
+            (w[0], w[1], w[2]),
+            (fx / n, fy / n, fz / n),
+            yaw_des,
+            yaw_rate_des,
+            self._J,
+            self._kR,
+            self._kW,
+        )
+        return mix_batch(frame, thrust, np.stack(torque, axis=1))

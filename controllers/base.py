@@ -1,4 +1,5 @@
-"""The controller interface and the registry that builds controllers by name.
+"""The controller interface, the registry of controller factories by name and the guard of
+every built-in controller against bad samples (:class:`ObservationGuard`).
 
 Every controller — model-based or learned — implements :class:`Controller`: ``reset(seed)`` restores
 its initial state exactly and ``policy(obs)`` maps one ``ResidualQuad-v0`` observation to one env
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -99,9 +100,15 @@ def plugin_entry_points() -> dict[str, Any]:
     return found
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is in the registry (a built-in or :func:`register_controller`'s), not a
+    plugin or an import path."""
+    return name in _REGISTRY
+
+
 def available_controllers() -> list[str]:
-    """Names accepted by :func:`make_controller`: the registry in registration order (tables use
-    it), then installed plugins in discovery order."""
+    """Names accepted by :func:`~residual_quad.controllers.specs.make_controller`: the registry
+    in registration order (tables use it), then installed plugins in discovery order."""
     return list(_REGISTRY) + list(plugin_entry_points())
 
 
@@ -169,22 +176,6 @@ def controller_context(env_or_context: Any) -> ControlContext:
     return ControlContext.from_env(env_or_context)
 
 
-def make_controller(name: str, env_or_context: Any = None, **overrides: Any) -> Controller:
-    """Build a controller from a name or a spec.
-
-    Args:
-        name: one of :func:`available_controllers`, or a spec (``hnewton:lm``, ``geo:kp=15``,
-            ``my_pkg.ctrl:Factory``; grammar in ``docs/controllers.md``).
-        env_or_context: a ``ResidualQuad-v0`` env (its nominal airframe and control period are
-            used), a :class:`ControlContext`, or ``None`` for the defaults.
-        **overrides: controller-specific settings (gains, weight files, ...); they win over the
-            spec's options.
-    """
-    from residual_quad.controllers.specs import parse_spec
-
-    return parse_spec(name).build(controller_context(env_or_context), **overrides)
-
-
 def to_rotor_action(thrusts: np.ndarray, airframe: Airframe) -> np.ndarray:
     """Rotor thrusts (N) → the env's normalized ``rotor`` action in [-1, 1]."""
     return np.asarray(thrusts) * (2.0 / airframe.max_rotor_thrust) - 1.0
@@ -213,11 +204,15 @@ class ObservationGuard:
     the held action too. On clean observations the action is ``act(obs)`` itself, bit for bit.
 
     Subclasses implement :meth:`act`, call :meth:`reset_guard` from ``reset`` and have a
-    ``context`` (:class:`ControlContext`) and an ``action_mode``.
+    ``context`` (:class:`ControlContext`) and an ``action_mode``. A class with a vectorized twin
+    for N envs names it in its own ``batched`` attribute
+    (:func:`~residual_quad.controllers.batch.batched_twin`; not inherited).
     """
 
     context: ControlContext
     action_mode: str
+    #: the batched twin of this very class (read from the class's own namespace, not inherited)
+    batched: ClassVar[type]
     #: non-finite observations (and numerical failures) answered with the held action since reset
     nonfinite_observations: int = 0
     _guard_action: np.ndarray | None = None

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.base import ControlContext, ObservationGuard, hover_action
+from residual_quad.controllers.batch import RowBatch, RowGuard, check_n_envs, check_obs_batch
 from residual_quad.controllers.features import (
     FEATURE_DIM,
     FEATURE_NAMES,
@@ -37,6 +38,7 @@ from residual_quad.controllers.policy_file import (
 )
 
 __all__ = [
+    "BatchedPPOController",
     "FEATURE_DIM",
     "FEATURE_NAMES",
     "INSTALL_HINT",
@@ -46,6 +48,7 @@ __all__ = [
     "PolicyFileError",
     "default_policy_path",
     "in_memory",
+    "observation_actions",
     "ppo_features",
     "ppo_features_batch",
     "read_meta",
@@ -125,16 +128,23 @@ class PPOController(ObservationGuard):
         (:class:`~residual_quad.controllers.base.ObservationGuard`).
         """
         if self._k % self.action_repeat == 0:
-            x = ppo_features(obs)
-            if self.normalizer is not None:
-                x = self.normalizer(x)
-            self._held = self.actions(x[None, :])[0]
+            self._held = observation_actions(self, obs[None, :])[0]
         self._k += 1
         return self._held.copy()
 
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d)."""
         return policy_actions(self.network, self.model, x)
+
+
+def observation_actions(controller: Any, obs: np.ndarray) -> np.ndarray:
+    """Deterministic actions (n, a) in [-1, 1] of a loaded ``ppo``/``ppo_res`` controller for raw
+    observations (n, OBS_DIM): :func:`ppo_features` of each, the controller's normalizer, one
+    forward — the one path of the single and the batched controllers."""
+    x = np.stack([ppo_features(o) for o in obs])
+    if controller.normalizer is not None:
+        x = controller.normalizer(x)
+    return controller.actions(x)
 
 
 def in_memory(cls: type, model: Any, normalizer: ObsNormalizer | None, action_repeat: int) -> Any:
@@ -145,3 +155,38 @@ def in_memory(cls: type, model: Any, normalizer: ObsNormalizer | None, action_re
     self.path, self.meta, self.model, self.normalizer = None, {}, model, normalizer
     self.network, self.env_kwargs, self.action_repeat = None, {}, int(action_repeat)
     return self
+
+
+class BatchedPPOController(RowBatch):
+    """``ppo`` for N envs around a loaded :class:`PPOController` ``controller`` (its network or
+    model, normalizer and ``action_repeat``): per-env features, one forward for the envs due,
+    per-env hold. With the numpy forward (:class:`NumpyPolicy`, every plain MLP actor) each row
+    equals the single controller's bit for bit; otherwise SB3's batched ``predict`` runs, whose
+    float32 rounding depends on the batch."""
+
+    from_single = True  # built around the loaded single controller, not from the options
+
+    def __init__(self, controller: PPOController, n_envs: int):
+        self.single = controller
+        self.n_envs = check_n_envs(n_envs)
+        self.action_mode = controller.action_mode
+        self.action_repeat = controller.action_repeat
+        self._k = np.zeros(self.n_envs, dtype=np.int64)
+        self._held = np.zeros((self.n_envs, 4))
+        hover = hover_action(self.action_mode, controller.context.airframe)
+        self.guard = RowGuard(self.n_envs, hover)
+
+    def _reset_rows(self, index: int | slice) -> None:
+        self._k[index], self._held[index] = 0, 0.0
+        self.guard.reset(index)
+
+    def policy_batch(self, obs: np.ndarray) -> np.ndarray:
+        obs, bad = check_obs_batch(obs, self.n_envs)
+        due = (self._k % self.action_repeat == 0) & ~bad  # a bad sample is no call
+        if due.any():
+            self._held[due] = observation_actions(self.single, obs[due])
+        self._k += ~bad
+        return self.guard.finish(self._held.copy(), bad)
+
+
+PPOController.batched = BatchedPPOController

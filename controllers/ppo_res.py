@@ -19,8 +19,8 @@ normalization, action repeat, training record) with ``controller: ppo_res`` and
 one with ``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
 
 :class:`ResidualPilot` is what the policy acts through in training (batched ``geo`` on the
-vector env), :class:`BatchedResidualPPO` the sweep's batched controller; both give the single
-controller's rotor actions for the same correction (tests).
+vector env), :class:`BatchedResidualPPOController` the sweep's batched controller; both give the
+single controller's rotor actions for the same correction (tests).
 """
 
 from __future__ import annotations
@@ -32,16 +32,14 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.batch import BatchTracker
-from residual_quad.controllers.features import ppo_features
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     load_policy,
     policy_actions,
     policy_path,
 )
-from residual_quad.controllers.ppo import POLICY_OPTIONS, in_memory
-from residual_quad.controllers.trackers import Tracker
+from residual_quad.controllers.ppo import POLICY_OPTIONS, in_memory, observation_actions
+from residual_quad.controllers.trackers import BatchedTracker, Tracker
 from residual_quad.envs.observation import ObsLayout as L
 
 
@@ -119,10 +117,7 @@ class ResidualPPOController(Tracker):
 
     def correction(self, obs: np.ndarray) -> np.ndarray:
         """The policy's correction δa_h (m/s², heading frame) for one raw observation."""
-        x = ppo_features(obs)
-        if self.normalizer is not None:
-            x = self.normalizer(x)
-        return self.actions(x[None, :])[0] * self.accel_scale
+        return observation_actions(self, obs[None, :])[0] * self.accel_scale
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         if self._k % self.action_repeat == 0:
@@ -131,7 +126,7 @@ class ResidualPPOController(Tracker):
         return -heading_to_world(R, self._held)
 
 
-class BatchedResidualPPO(BatchTracker):
+class BatchedResidualPPOController(BatchedTracker):
     """``ppo_res`` for N envs: batched ``geo``, one policy forward for the envs due, per-env
     action hold. The corrections equal the single controller's bit for bit (per-row features,
     the numpy forward's batch-invariant products, per-row heading rotation); the rotor actions
@@ -144,6 +139,7 @@ class BatchedResidualPPO(BatchTracker):
     """
 
     name = "ppo_res"
+    from_single = True
 
     def __init__(self, controller: ResidualPPOController, n_envs: int):
         self.single = controller
@@ -164,15 +160,12 @@ class BatchedResidualPPO(BatchTracker):
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         due = np.flatnonzero(self._k % self.action_repeat == 0)
         if len(due):
-            x = np.stack([ppo_features(obs[i]) for i in due])
-            if self.single.normalizer is not None:
-                x = self.single.normalizer(x)
-            self._held[due] = self.single.actions(x) * self.accel_scale
+            self._held[due] = observation_actions(self.single, obs[due]) * self.accel_scale
         self._k += 1
         return -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
 
 
-class _CorrectedGeo(BatchTracker):
+class _CorrectedGeo(BatchedTracker):
     """Batched ``geo`` whose desired acceleration gets :attr:`correction` (N, 3) world m/s²."""
 
     name = "ppo_res"
@@ -183,6 +176,9 @@ class _CorrectedGeo(BatchTracker):
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return -self.correction
+
+
+ResidualPPOController.batched = BatchedResidualPPOController
 
 
 class ResidualPilot:

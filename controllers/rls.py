@@ -281,7 +281,7 @@ def reference_update(
     return P, theta
 
 
-class BatchLastLayerRLS:
+class BatchedLastLayerRLS:
     """:class:`LastLayerRLS` for N independent envs, vectorized: ``θ`` (N, n, m), ``P = s·P̃``
     with ``P̃`` (N, n, n) stored full (symmetric by construction: it only ever receives symmetric
     rank-1 terms) and ``s`` (N,), one warm-up counter, cap-hit and rejection count per env.

@@ -27,6 +27,7 @@ from residual_quad.controllers.base import (
     ControlContext,
     Controller,
     available_controllers,
+    controller_context,
     resolve_factory,
 )
 from residual_quad.controllers.options import check_options, options_of
@@ -368,8 +369,24 @@ def split_specs(text: str) -> list[str]:
     return out
 
 
+def make_controller(name: str, env_or_context: Any = None, **overrides: Any) -> Controller:
+    """Build a controller from a name or a spec.
+
+    Args:
+        name: one of :func:`~residual_quad.controllers.base.available_controllers`, or a spec
+            (``hnewton:lm``, ``geo:kp=15``, ``my_pkg.ctrl:Factory``; grammar in
+            ``docs/controllers.md``).
+        env_or_context: a ``ResidualQuad-v0`` env (its nominal airframe and control period are
+            used), a :class:`~residual_quad.controllers.base.ControlContext`, or ``None`` for the
+            defaults.
+        **overrides: controller-specific settings (gains, weight files, ...); they win over the
+            spec's options.
+    """
+    return parse_spec(name).build(controller_context(env_or_context), **overrides)
+
+
 def controller_listing() -> str:
-    """Every name :func:`~residual_quad.controllers.base.make_controller` accepts, and where it
+    """Every name :func:`make_controller` accepts, and where it
     comes from (built-in or the plugin's distribution); nothing is imported."""
     from residual_quad.controllers import base
 

@@ -3,14 +3,39 @@
 ``Tracker.policy`` computes ``a_cmd = desired_accel(...)`` (outer loop, world frame, m/s²),
 subtracts the estimated residual ``residual_world(...)`` (zero here; the residual-learning trackers
 override it) and hands ``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`.
+
+:class:`BatchedTracker` is the same law for N envs (numpy over the batch, per-env state, the same
+formula functions: :func:`outer_accel`, :func:`pid_integral_step`, the inner loop's); each
+scalar tracker names its batched twin in its ``batched`` attribute, through which
+:func:`~residual_quad.controllers.batch.make_batch_controller` finds it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
-from residual_quad.controllers.base import ControlContext, ObservationGuard, to_rotor_action
+from residual_quad.controllers.attitude import (
+    AttitudeGains,
+    BatchedInnerLoop,
+    InnerLoop,
+    attitude_gains,
+)
+from residual_quad.controllers.base import (
+    ControlContext,
+    ObservationGuard,
+    hover_action,
+    to_rotor_action,
+)
+from residual_quad.controllers.batch import (
+    NEUTRAL_OBS,
+    RowBatch,
+    RowGuard,
+    check_n_envs,
+    check_obs_batch,
+)
 from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -159,3 +184,153 @@ class PIDTracker(Tracker):
             self.integral, e_p, self.dt, self.inner.saturated, self.i_max
         )
         return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral
+
+
+# ----------------------------------------------------------------------------- N envs
+class BatchedTracker(RowBatch):
+    """:class:`Tracker` (``geo``) for N envs, one ``policy_batch(obs (N, 36)) -> (N, 4)`` call.
+
+    Args:
+        context: nominal airframe and control period (shared by the batch).
+        n_envs: number of envs.
+        kp, kd, attitude: as the single tracker.
+
+    A row with a non-finite entry gets its env's last action and leaves that env's state as it
+    was (:class:`~residual_quad.controllers.batch.RowGuard`); the other rows are computed as if
+    it had been clean.
+    """
+
+    action_mode = "rotor"
+    name = "geo"
+    #: built from the loaded single controller (``ppo_res``) rather than from the options
+    from_single = False
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        kp: float = DEFAULT_KP,  # 1/s²
+        kd: float = DEFAULT_KD,  # 1/s
+        attitude: AttitudeGains | None = None,
+    ):
+        self.n_envs = check_n_envs(n_envs)
+        self.context = context or ControlContext()
+        self.airframe = self.context.airframe
+        self.dt = self.context.control_dt
+        self.kp, self.kd = float(kp), float(kd)
+        self.inner = BatchedInnerLoop(self.airframe, self.n_envs, attitude)
+        self.excitation = np.zeros((self.n_envs, 3))  # m/s², added to a_cmd per env
+        self.last_a_cmd = np.zeros((self.n_envs, 3))
+        self.last_residual = np.zeros((self.n_envs, 3))
+        self.guard = RowGuard(self.n_envs, hover_action(self.action_mode, self.airframe))
+        self.reset_batch()
+
+    @classmethod
+    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
+        """Whether this class implements the single controller's ``options`` (else the factory
+        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`)."""
+        return True
+
+    # -- state ---------------------------------------------------------------------------------
+    def _reset_rows(self, index: int | slice) -> None:
+        """Initial state of the envs ``index`` (override and extend)."""
+        self.last_a_cmd[index] = 0.0
+        self.last_residual[index] = 0.0
+        self.inner.saturated[index] = False
+        self.inner.last_thrust[index] = self.airframe.hover_thrust
+        self.guard.reset(index)
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        """``(object, attribute)`` of every per-env state array (row = env), which a bad
+        sample must leave as it was (override and extend)."""
+        return [
+            (self, "last_a_cmd"),
+            (self, "last_residual"),
+            (self.inner, "saturated"),
+            (self.inner, "last_thrust"),
+        ]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        """The envs ``rows`` had a bad sample: their next observation does not follow their
+        previous one (see :meth:`ObservationGuard.forget_previous_sample`)."""
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        return outer_accel(obs[:, L.ref_acc], e_p, e_v, self.kp, self.kd)
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return np.zeros_like(a_cmd)
+
+    # -- interface -----------------------------------------------------------------------------
+    def policy_batch(self, obs: np.ndarray) -> np.ndarray:
+        """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36); a row with a
+        non-finite entry gets its env's last action and leaves its state as it was."""
+        obs, bad = check_obs_batch(obs, self.n_envs)
+        if not bad.any():
+            return self.guard.finish(self._act_batch(obs), bad)
+        # the batch is computed with a finite stand-in in the bad rows (every operation is row
+        # by row, so the other rows are those of a clean batch), then their state is restored
+        saved = [(o, a, getattr(o, a)[bad].copy()) for o, a in self._row_state()]
+        action = self._act_batch(np.where(bad[:, None], NEUTRAL_OBS, obs))
+        for o, a, rows in saved:
+            getattr(o, a)[bad] = rows
+        self._forget_rows(bad)
+        return self.guard.finish(action, bad)
+
+    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
+        """The trackers' law for a finite batch (N, 36) → actions (N, 4)."""
+        R = obs[:, L.rot].reshape(-1, 3, 3)
+        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
+        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
+        a_cmd = self.desired_accel(obs, e_p, e_v) + self.excitation
+        self.last_residual = self.residual_world(obs, R, a_cmd)
+        a_eff = a_cmd - self.last_residual
+        thrusts = self.inner(
+            obs[:, L.rot], obs[:, L.omega_b], a_eff, obs[:, L.ref_yaw], obs[:, L.ref_yaw_rate]
+        )
+        self.last_a_cmd = a_cmd
+        return to_rotor_action(thrusts, self.airframe)
+
+
+class BatchedGeoTracker(BatchedTracker):
+    """``geo`` for N envs."""
+
+    name = "geo"
+
+
+class BatchedPIDTracker(BatchedTracker):
+    """``pid`` for N envs: one integrator (m·s, 3 axes) per env, the same anti-windup rule."""
+
+    name = "pid"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        ki: float = 15.0,  # 1/s³
+        i_max: float = 1.0,  # m·s
+        **kw: Any,
+    ):
+        self.ki = float(ki)
+        self.i_max = float(i_max)
+        self.integral = np.zeros((check_n_envs(n_envs), 3))
+        super().__init__(context, n_envs, **kw)
+
+    def _reset_rows(self, index: int | slice) -> None:
+        super()._reset_rows(index)
+        self.integral[index] = 0.0
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        return [*super()._row_state(), (self, "integral")]
+
+    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        self.integral = pid_integral_step(
+            self.integral, e_p, self.dt, self.inner.saturated[:, None], self.i_max
+        )
+        return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral
+
+
+GeoTracker.batched = BatchedGeoTracker
+PIDTracker.batched = BatchedPIDTracker

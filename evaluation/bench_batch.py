@@ -43,7 +43,7 @@ def run(quick: bool = False) -> list[BenchRow]:
 
 
 def _rows(quick: bool) -> list[BenchRow]:
-    from residual_quad.controllers.base import make_controller
+    from residual_quad.controllers import make_controller
     from residual_quad.controllers.batch import make_batch_controller
 
     rows: list[BenchRow] = []

@@ -36,7 +36,7 @@ class _Timed:
 
 def closed_loop_median_us(name: str, episode_s: float, **kw: object) -> float:
     """Median wall time (µs) of the control steps of one closed-loop episode."""
-    from ..controllers.base import make_controller
+    from ..controllers import make_controller
     from .episode import run_episode
 
     label, _, method = name.partition(":")

@@ -14,7 +14,7 @@ import time
 import mujoco
 import numpy as np
 
-from residual_quad.controllers.base import make_controller
+from residual_quad.controllers import make_controller
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.evaluation.bench import BenchRow
 

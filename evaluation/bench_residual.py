@@ -49,7 +49,7 @@ def _training_seconds(quick: bool) -> tuple[float, float]:
 
 
 def run(quick: bool = False) -> list[BenchRow]:
-    from residual_quad.controllers.base import make_controller
+    from residual_quad.controllers import make_controller
     from residual_quad.controllers.residual.features import features_from_obs
     from residual_quad.controllers.residual.network import FastMLP, load_network
     from residual_quad.controllers.rls import LastLayerRLS, RLSConfig

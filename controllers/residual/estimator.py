@@ -43,7 +43,7 @@ from residual_quad.controllers.residual.features import (
     measured_residual_batch,
 )
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, load_network
-from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS
+from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -272,11 +272,11 @@ class ResidualEstimator:
         self.rls.update(phi, y)
 
 
-class BatchResidualEstimator:
+class BatchedResidualEstimator:
     """:class:`ResidualEstimator` for N independent envs, vectorized over the batch.
 
     Per-env state: the previous observation, rotation and regressor, the low-pass filters, the
-    RLS (:class:`BatchLastLayerRLS`: θ, P, warm-up counters), the rejection and non-finite
+    RLS (:class:`BatchedLastLayerRLS`: θ, P, warm-up counters), the rejection and non-finite
     counters and the warm-up end step (``-1`` while not reached). Every rule of the single
     estimator holds per env (rejection of implausible or non-finite measurements, the warm-up,
     the non-finite fallback); :meth:`reset` takes an env index so that one env can autoreset.
@@ -322,7 +322,7 @@ class BatchResidualEstimator:
         net = network.copy() if network is not None else load_network(config.weights)
         self.net = FastMLP(net)  # shared weights below the last layer (never written)
         self.network_metadata: dict[str, Any] = dict(net.metadata)
-        self.rls = BatchLastLayerRLS(self.net.theta0, N, config.rls) if learn else None
+        self.rls = BatchedLastLayerRLS(self.net.theta0, N, config.rls) if learn else None
         self._theta0 = np.broadcast_to(self.net.theta0, (N, *self.net.theta0.shape))
         n = self.net.phi.size
         self._prev_obs = np.zeros((N, OBS_DIM))

@@ -11,10 +11,16 @@ gains and saturation are those of ``geo``: ``a_eff = a_cmd − Δâ``. The estim
 
 Settings come from ``configs/residual.yaml`` (:class:`ResidualConfig`, strict: unknown keys are
 errors) and can be overridden per controller (see :func:`residual_config`).
+
+:class:`BatchedResidualGeoTracker` and :class:`BatchedRLSGeoTracker` are their twins for N envs
+(batched ``geo`` around one
+:class:`~residual_quad.controllers.residual.estimator.BatchedResidualEstimator`), for the
+settings the vectorized estimator implements (:attr:`ResidualConfig.vectorized`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +28,23 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import Domain, Instance, Optional, Text
 from residual_quad.controllers.residual.config import (
     RESIDUAL_OPTIONS,
     ResidualConfig,
     residual_config,
 )
-from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.estimator import (
+    BatchedResidualEstimator,
+    ResidualEstimator,
+)
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP
-from residual_quad.controllers.rls import LastLayerRLS
-from residual_quad.controllers.trackers import ATTITUDE, GeoTracker
+from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
+from residual_quad.controllers.trackers import ATTITUDE, BatchedTracker, GeoTracker
+
+#: the options of a residual tracker that are not residual settings
+_NOT_SETTINGS = ("config", "network", "attitude")
 
 #: options of every residual tracker: the config, the network and the inner-loop gains, then the
 #: residual settings (:data:`~residual_quad.controllers.residual.config.RESIDUAL_OPTIONS`)
@@ -43,57 +56,13 @@ RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
 }
 
 
-class ResidualGeoTracker(GeoTracker):
-    """``geo_res``: geometric tracking + offline residual network feed-forward.
+class EstimatorState:
+    """The estimator's state as properties of a residual tracker, read by the TensorBoard logger,
+    the tests and analyses: the single tracker's values, or one row per env in a batch (the
+    batched estimator's arrays, ``-1`` for a warm-up end not reached)."""
 
-    Args:
-        context: nominal airframe and control period.
-        config: a :class:`ResidualConfig`, a YAML path, or ``None`` for ``configs/residual.yaml``.
-        network: a :class:`ResidualMLP` to use instead of ``config.weights`` (deep-copied).
-        attitude: inner-loop gains.
-        **overrides: settings overriding the config (see :func:`residual_config`).
+    estimator: ResidualEstimator | BatchedResidualEstimator
 
-    The estimator's state is exposed for analysis and logging: :attr:`last_estimate`,
-    :attr:`net`, :attr:`rls` (``None`` here), ... (see :class:`ResidualEstimator`).
-    """
-
-    name = "geo_res"
-    OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
-    #: identify the network's last layer online (``geo_rls``)
-    learn = False
-    #: settings this tracker applies over ``configs/residual.yaml`` when no ``config`` is given
-    #: (keyword overrides still win): ``geo_res`` low-passes its estimate with 0.2 s — the
-    #: unfiltered offline prediction sustained a 13–19° tilt oscillation in the payload hovers
-    #: (control cost +6 % over ``geo``, ``docs/adaptive.md``)
-    default_settings: dict[str, Any] = {"output_filter": {"tau": 0.2}}
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        *,
-        config: str | Path | ResidualConfig | None = None,
-        network: ResidualMLP | None = None,
-        attitude: AttitudeGains | None = None,
-        **overrides: Any,
-    ):
-        context = context or ControlContext()
-        if config is None:
-            overrides = {**self.default_settings, **overrides}
-        self.config = cfg = residual_config(config, **overrides)
-        self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
-        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.estimator.reset(seed)
-
-    def forget_previous_sample(self) -> None:
-        self.estimator.forget_previous_sample()
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return self.estimator.estimate(obs, R, a_cmd)
-
-    # -- the estimator's state, read by the TensorBoard logger, the tests and analyses ---------
     @property
     def net(self) -> FastMLP:
         """The private inference copy of the network."""
@@ -104,7 +73,7 @@ class ResidualGeoTracker(GeoTracker):
         return self.estimator.network_metadata
 
     @property
-    def rls(self) -> LastLayerRLS | None:
+    def rls(self) -> LastLayerRLS | BatchedLastLayerRLS | None:
         """The last-layer RLS (``None`` for ``geo_res``)."""
         return self.estimator.rls
 
@@ -129,24 +98,84 @@ class ResidualGeoTracker(GeoTracker):
         return self.estimator.last_prediction_error
 
     @property
-    def rejected_updates(self) -> int:
+    def rejected_updates(self) -> int | np.ndarray:
         """RLS updates skipped since the last reset for an implausible or non-finite sample."""
         return self.estimator.rejected_updates
 
     @property
-    def nonfinite_estimates(self) -> int:
+    def nonfinite_estimates(self) -> int | np.ndarray:
         """Steps since the last reset whose non-finite estimate was replaced by zero."""
         return self.estimator.nonfinite_estimates
 
     @property
-    def steps(self) -> int:
+    def steps(self) -> int | np.ndarray:
         """Policy calls since the last reset."""
         return self.estimator.steps
 
     @property
-    def warmup_end_step(self) -> int | None:
+    def warmup_end_step(self) -> int | None | np.ndarray:
         """Index (0-based) of the first policy call that applied the RLS layer."""
         return self.estimator.warmup_end_step
+
+
+class ResidualGeoTracker(EstimatorState, GeoTracker):
+    """``geo_res``: geometric tracking + offline residual network feed-forward.
+
+    Args:
+        context: nominal airframe and control period.
+        config: a :class:`ResidualConfig`, a YAML path, or ``None`` for ``configs/residual.yaml``.
+        network: a :class:`ResidualMLP` to use instead of ``config.weights`` (deep-copied).
+        attitude: inner-loop gains.
+        **overrides: settings overriding the config (see :func:`residual_config`).
+
+    The estimator's state is exposed for analysis and logging (:class:`EstimatorState`):
+    :attr:`last_estimate`, :attr:`net`, :attr:`rls` (``None`` here), ... (see
+    :class:`ResidualEstimator`).
+    """
+
+    name = "geo_res"
+    OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
+    #: identify the network's last layer online (``geo_rls``)
+    learn = False
+    #: settings this tracker applies over ``configs/residual.yaml`` when no ``config`` is given
+    #: (keyword overrides still win): ``geo_res`` low-passes its estimate with 0.2 s — the
+    #: unfiltered offline prediction sustained a 13–19° tilt oscillation in the payload hovers
+    #: (control cost +6 % over ``geo``, ``docs/adaptive.md``)
+    default_settings: dict[str, Any] = {"output_filter": {"tau": 0.2}}
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        *,
+        config: str | Path | ResidualConfig | None = None,
+        network: ResidualMLP | None = None,
+        attitude: AttitudeGains | None = None,
+        **overrides: Any,
+    ):
+        context = context or ControlContext()
+        self.config = cfg = self.settings(config, **overrides)
+        self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
+        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
+
+    @classmethod
+    def settings(
+        cls, config: str | Path | ResidualConfig | None = None, **overrides: Any
+    ) -> ResidualConfig:
+        """The settings of this tracker: ``config`` (``None``: ``configs/residual.yaml`` with
+        :attr:`default_settings`) with ``overrides``."""
+        if config is None:
+            overrides = {**cls.default_settings, **overrides}
+        return residual_config(config, **overrides)
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)
+        self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return self.estimator.estimate(obs, R, a_cmd)
 
 
 class RLSGeoTracker(ResidualGeoTracker):
@@ -160,3 +189,76 @@ class RLSGeoTracker(ResidualGeoTracker):
     name = "geo_rls"
     learn = True
     default_settings: dict[str, Any] = {}  # the shipped config as it is (the source's geo_rls)
+
+
+# ----------------------------------------------------------------------------- N envs
+class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
+    """``geo_res`` for N envs: batched ``geo`` and one :class:`BatchedResidualEstimator`.
+
+    Args: as :class:`ResidualGeoTracker`, plus ``n_envs``; settings only the single estimator
+    implements (OOD guard, output filter other than ``geo_res``'s, EFRA covariance, ...) are a
+    ``ValueError`` here (:func:`~residual_quad.controllers.batch.make_batch_controller` flies
+    them in a loop).
+    """
+
+    name = "geo_res"
+    #: the single twin, whose settings (defaults included) this batch uses
+    single: type[ResidualGeoTracker] = ResidualGeoTracker
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        config: str | Path | ResidualConfig | None = None,
+        network: ResidualMLP | None = None,
+        attitude: AttitudeGains | None = None,
+        **overrides: Any,
+    ):
+        context = context or ControlContext()
+        n_envs = check_n_envs(n_envs)
+        self.config = cfg = self.single.settings(config, **overrides)
+        if not cfg.vectorized:
+            raise ValueError(
+                "the batched residual estimator implements the source's settings only (no OOD "
+                "guard, no output filter, the trace_cap covariance); make_batch_controller "
+                "flies other settings in a BatchedLoop"
+            )
+        self.estimator = BatchedResidualEstimator(
+            context, cfg, n_envs, network, learn=self.single.learn
+        )
+        super().__init__(context, n_envs, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
+
+    @classmethod
+    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
+        """Whether the settings of ``options`` are the vectorized estimator's."""
+        rest = {k: v for k, v in options.items() if k not in _NOT_SETTINGS}
+        return cls.single.settings(options.get("config"), **rest).vectorized
+
+    def _reset_rows(self, index: int | slice) -> None:
+        super()._reset_rows(index)
+        self.estimator.reset(index)
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        est = self.estimator
+        state = [(est, a) for a in est.ROW_STATE]
+        if est.rls is not None:
+            state += [(est.rls, a) for a in est.rls.ROW_STATE]
+        return [*super()._row_state(), *state]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        self.estimator.forget_previous_sample(rows)
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return self.estimator.estimate(obs, R, a_cmd)
+
+
+class BatchedRLSGeoTracker(BatchedResidualGeoTracker):
+    """``geo_rls`` for N envs: per-env RLS state (θ, P, filters, warm-up, previous step)."""
+
+    name = "geo_rls"
+    single = RLSGeoTracker
+
+
+ResidualGeoTracker.batched = BatchedResidualGeoTracker
+RLSGeoTracker.batched = BatchedRLSGeoTracker

@@ -23,7 +23,7 @@ import numpy as np
 
 from residual_quad import configs
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.batch import BatchGroups, batch_from_spec, has_batch_path
+from residual_quad.controllers.batch import BatchedGroups, batch_from_spec, has_batch_path
 from residual_quad.episode import (
     EpisodeResult,
     RunSpec,
@@ -139,7 +139,7 @@ def _fly_together(specs: list[RunSpec], cfg: SweepConfig) -> list[EpisodeResult]
     for parts in by_mode.values():
         idx = [i for _, part in parts for i in part]
         local = {i: k for k, i in enumerate(idx)}
-        ctrl = BatchGroups([(c, [local[i] for i in part]) for c, part in parts])
+        ctrl = BatchedGroups([(c, [local[i] for i in part]) for c, part in parts])
         with blas_threads(1):  # one process per core: a second BLAS thread only contends
             results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
         for i, res in zip(idx, results, strict=True):

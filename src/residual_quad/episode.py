@@ -371,7 +371,7 @@ def fly_batch(
 
     Each run is one env of a :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv`
     (its scenario, reset options and seed), flown by ``controller``, a
-    :class:`~residual_quad.controllers.batch.BatchController` of ``len(specs)`` envs, until its
+    :class:`~residual_quad.controllers.batch.BatchedController` of ``len(specs)`` envs, until its
     episode ends; the metrics come from :func:`episode_result`, as :func:`run_episode`'s do, and
     equal them to ≤ 1e-9 (``tests/evaluation/test_sweep_vector.py``). A run that ended is fed its
     first observation until the batch is done (its actions are ignored, its rows cut off).

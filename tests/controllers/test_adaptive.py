@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
+from residual_quad.controllers import make_controller
 from residual_quad.controllers.adaptive import (
     AngularDisturbanceObserver,
     DOBRLSGeoTracker,
     ObserverInnerLoop,
 )
-from residual_quad.controllers.base import make_controller
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -165,15 +165,12 @@ def test_tensorboard_shows_the_covariance_scheme_guard_and_observer(tmp_path):
 
 
 def test_batch_paths_fly_guarded_and_efra_settings_in_a_loop():
-    from residual_quad.controllers.batch import (
-        BatchedLoop,
-        BatchRLSGeoTracker,
-        make_batch_controller,
-    )
+    from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+    from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
 
-    assert isinstance(make_batch_controller("geo_rls", 2), BatchRLSGeoTracker)
+    assert isinstance(make_batch_controller("geo_rls", 2), BatchedRLSGeoTracker)
     assert isinstance(make_batch_controller("geo_rls_dob", 2), BatchedLoop)
     assert isinstance(make_batch_controller("geo_rls", 2, ood={"enabled": True}), BatchedLoop)
     assert isinstance(make_batch_controller("geo_rls", 2, covariance="efra"), BatchedLoop)
     with pytest.raises(ValueError, match="BatchedLoop"):
-        BatchRLSGeoTracker(None, 2, ood={"enabled": True})
+        BatchedRLSGeoTracker(None, 2, ood={"enabled": True})

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller, register_controller
-from residual_quad.controllers.base import _REGISTRY
+from residual_quad.controllers.base import _REGISTRY, resolve_factory
 from residual_quad.controllers.batch import (
-    BatchController,
+    BatchedController,
     BatchedLoop,
-    BatchGeoTracker,
-    BatchPIDTracker,
-    BatchRLSGeoTracker,
+    batched_twin,
     make_batch_controller,
     vectorized_controllers,
 )
+from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
+from residual_quad.controllers.trackers import BatchedGeoTracker, BatchedPIDTracker, GeoTracker
 from residual_quad.envs.observation import ObsLayout as L
 
 N = 4
@@ -68,16 +68,43 @@ def test_bad_names_and_sizes_list_valid_choices():
 
 
 def test_entry_point_picks_vectorized_or_loop():
-    assert isinstance(make_batch_controller("geo", N), BatchGeoTracker)
-    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchPIDTracker)
+    assert isinstance(make_batch_controller("geo", N), BatchedGeoTracker)
+    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchedPIDTracker)
     ctrl = make_batch_controller("geo_rls", N, p0=0.05)
-    assert isinstance(ctrl, BatchRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
+    assert isinstance(ctrl, BatchedRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
     loop = make_batch_controller("hnewton_rls", 2)
     assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
     assert loop.controllers[0] is not loop.controllers[1]
     for c in (ctrl, loop):
-        assert isinstance(c, BatchController)
+        assert isinstance(c, BatchedController)
     assert {"pid", "geo", "geo_res", "geo_rls"} <= set(vectorized_controllers())
+
+
+def test_each_twin_sits_beside_its_single_class_and_is_named_after_it():
+    names = vectorized_controllers()
+    assert names == ["pid", "geo", "geo_res", "geo_rls", "ppo", "ppo_res"]
+    for name in names:
+        single, twin = resolve_factory(name), batched_twin(name)
+        assert twin.__module__ == single.__module__, name
+        assert twin.__name__ == f"Batched{single.__name__}", name
+    # a subclass that changes the law does not inherit its parent's twin
+    assert batched_twin("geo_rls_dob") is None and batched_twin("hnewton") is None
+    assert batched_twin("residual_quad.controllers.trackers:GeoTracker") is None
+
+
+def test_a_registered_class_naming_a_twin_is_vectorized():
+    class Twin(BatchedGeoTracker):
+        pass
+
+    class Mine(GeoTracker):
+        batched = Twin
+
+    register_controller("mine_twin_test", Mine)
+    try:
+        assert isinstance(make_batch_controller("mine_twin_test", 3, kp=10.0), Twin)
+        assert "mine_twin_test" in vectorized_controllers()
+    finally:
+        _REGISTRY.pop("mine_twin_test")
 
 
 def test_a_user_controller_runs_in_the_loop():

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers.rls import BatchLastLayerRLS, LastLayerRLS, RLSConfig
+from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS, RLSConfig
 
 N_ENVS, N, M = 3, 17, 3
 
@@ -19,7 +19,7 @@ N_ENVS, N, M = 3, 17, 3
 def run_both(cfg, phis, ys, masks, n=N):
     rng = np.random.default_rng(0)
     theta0 = rng.normal(size=(n, M))
-    batch = BatchLastLayerRLS(theta0, N_ENVS, cfg)
+    batch = BatchedLastLayerRLS(theta0, N_ENVS, cfg)
     singles = [LastLayerRLS(theta0, cfg) for _ in range(N_ENVS)]
     for phi, y, mask in zip(phis, ys, masks, strict=True):
         batch.update(phi, y, mask)
@@ -82,7 +82,7 @@ def test_scale_folds_into_p_at_the_same_step():
 
 def test_reset_of_one_env_leaves_the_others():
     rng = np.random.default_rng(2)
-    batch = BatchLastLayerRLS(rng.normal(size=(N, M)), N_ENVS)
+    batch = BatchedLastLayerRLS(rng.normal(size=(N, M)), N_ENVS)
     for _ in range(5):
         batch.update(rng.normal(size=(N_ENVS, N)), rng.normal(size=(N_ENVS, M)))
     theta, P = batch.theta.copy(), batch.P

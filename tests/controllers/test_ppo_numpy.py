@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from residual_quad.controllers.batch import BatchedLoop, BatchedPPO, batch_from_spec  # noqa: E402
+from residual_quad.controllers.batch import BatchedLoop, batch_from_spec  # noqa: E402
 from residual_quad.controllers.policy_file import NumpyPolicy  # noqa: E402
-from residual_quad.controllers.ppo import PPOController  # noqa: E402
+from residual_quad.controllers.ppo import BatchedPPOController, PPOController  # noqa: E402
 from residual_quad.controllers.specs import parse_spec  # noqa: E402
 
 
@@ -44,7 +44,7 @@ def test_batched_ppo_equals_single_controllers_bit_for_bit_in_closed_loop():
     )
     obs, _ = env.reset(seed=0)
     batch = batch_from_spec(parse_spec("ppo"), n)
-    assert isinstance(batch, BatchedPPO)
+    assert isinstance(batch, BatchedPPOController)
     singles = [PPOController() for _ in range(n)]
     for _ in range(60):
         action = batch.policy_batch(obs)

@@ -118,7 +118,7 @@ def test_reset_restores_the_prior():
 
 
 def test_the_batched_rls_refuses_efra():
-    from residual_quad.controllers.rls import BatchLastLayerRLS
+    from residual_quad.controllers.rls import BatchedLastLayerRLS
 
     with pytest.raises(ValueError, match="trace_cap"):
-        BatchLastLayerRLS(np.zeros((N, M)), 2, RLSConfig(covariance="efra"))
+        BatchedLastLayerRLS(np.zeros((N, M)), 2, RLSConfig(covariance="efra"))

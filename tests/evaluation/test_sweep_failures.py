@@ -15,8 +15,12 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.cli import main
-from residual_quad.controllers.batch import BatchGeoTracker, BatchTracker
-from residual_quad.controllers.trackers import GeoTracker, Tracker
+from residual_quad.controllers.trackers import (
+    BatchedGeoTracker,
+    BatchedTracker,
+    GeoTracker,
+    Tracker,
+)
 from residual_quad.evaluation.figures import make_figures
 from residual_quad.evaluation.report import write_report
 from residual_quad.evaluation.stress import StressConfig, format_table, run_stress, summarize
@@ -143,11 +147,11 @@ def _fail_geo_seed_1(monkeypatch):
     """``geo`` (single and batched) acts NaN in the run of seed 1 at step ``FAIL_STEP``."""
 
     def batch_reset(self, seeds=None):
-        BatchTracker.reset_batch(self, seeds)
+        BatchedTracker.reset_batch(self, seeds)
         self._seeds, self._k = list(seeds) if seeds is not None else [], 0
 
     def batch_policy(self, obs):
-        action = BatchTracker.policy_batch(self, obs)
+        action = BatchedTracker.policy_batch(self, obs)
         if self._k == FAIL_STEP and 1 in self._seeds:
             action[self._seeds.index(1)] = np.nan
         self._k += 1
@@ -164,8 +168,8 @@ def _fail_geo_seed_1(monkeypatch):
         self._k += 1
         return action
 
-    monkeypatch.setattr(BatchGeoTracker, "reset_batch", batch_reset)
-    monkeypatch.setattr(BatchGeoTracker, "policy_batch", batch_policy)
+    monkeypatch.setattr(BatchedGeoTracker, "reset_batch", batch_reset)
+    monkeypatch.setattr(BatchedGeoTracker, "policy_batch", batch_policy)
     monkeypatch.setattr(GeoTracker, "reset", reset)
     monkeypatch.setattr(GeoTracker, "policy", policy)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.batch import BatchedLoop, BatchGroups, make_batch_controller
+from residual_quad.controllers.batch import BatchedGroups, BatchedLoop, make_batch_controller
 from residual_quad.episode import RunSpec, fly, fly_batch
 from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, read_rows, run_sweep
 
@@ -116,7 +116,7 @@ def test_batch_groups_equal_their_parts_and_check_the_partition():
 
     env = ResidualQuadVectorEnv(3, scenarios=[{"payload": p} for p in ("none", "extra", "heavy")])
     obs, _ = env.reset(seed=0)
-    groups = BatchGroups(
+    groups = BatchedGroups(
         [(make_batch_controller("geo_rls", 2), [0, 2]), (make_batch_controller("pid", 1), [1])]
     )
     geo_rls, pid = make_batch_controller("geo_rls", 2), make_batch_controller("pid", 1)
@@ -132,9 +132,9 @@ def test_batch_groups_equal_their_parts_and_check_the_partition():
     loop = BatchedLoop([make_controller("hnewton")])
     assert loop.last_residual.shape == (1, 3)
     with pytest.raises(ValueError, match="partition"):
-        BatchGroups([(make_batch_controller("geo", 2), [0, 1]), (pid, [1])])
+        BatchedGroups([(make_batch_controller("geo", 2), [0, 1]), (pid, [1])])
     with pytest.raises(ValueError, match="rows"):
-        BatchGroups([(make_batch_controller("geo", 2), [0]), (pid, [1])])
+        BatchedGroups([(make_batch_controller("geo", 2), [0]), (pid, [1])])
 
 
 def test_unknown_backend_lists_the_choices(tmp_path):

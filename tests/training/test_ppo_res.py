@@ -18,7 +18,7 @@ from residual_quad.controllers import make_controller  # noqa: E402
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
 from residual_quad.controllers.policy_file import META_ENTRY, PolicyFileError  # noqa: E402
 from residual_quad.controllers.ppo_res import (  # noqa: E402
-    BatchedResidualPPO,
+    BatchedResidualPPOController,
     ResidualPilot,
     ResidualPPOController,
     heading_to_world,
@@ -167,7 +167,7 @@ def test_batched_controller_equals_the_single_one(res_run):
     path = res_run[0] / "final.zip"
     single = make_controller("ppo_res", path=path)
     batch = make_batch_controller("ppo_res", 3, path=path)
-    assert isinstance(batch, BatchedResidualPPO)
+    assert isinstance(batch, BatchedResidualPPOController)
     envs = [
         ResidualQuadEnv(payload=p, wind="windy", trajectory=t)
         for p, t in (("none", "helix"), ("heavy", "figure8"), ("light", "hover"))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from residual_quad.controllers.base import make_controller
+from residual_quad.controllers import make_controller
 from residual_quad.controllers.prioritized import FunctionTask, HierarchicalNewton, HNewtonParams
 from residual_quad.controllers.prioritized.quad import (
     HNewtonQuadParams,

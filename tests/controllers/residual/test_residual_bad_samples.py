@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from residual_quad.controllers.base import ControlContext, make_controller
+from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.envs.observation import OBS_DIM

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from residual_quad.controllers.base import ControlContext, make_controller
+from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.trackers import ResidualGeoTracker

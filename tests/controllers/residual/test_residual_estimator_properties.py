@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers.base import ControlContext, make_controller
+from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.envs.observation import ObsLayout as L

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from residual_quad.controllers.base import available_controllers, make_controller
+from residual_quad.controllers import available_controllers, make_controller
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.episode import run_episode

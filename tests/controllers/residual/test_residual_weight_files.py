@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers.base import make_controller
+from residual_quad.controllers import make_controller
 from residual_quad.controllers.residual.network import (
     DEFAULT_WEIGHTS,
     ResidualMLP,
