@@ -361,6 +361,28 @@ def _fly_sample_json() -> None:
     print(json.dumps(out))
 
 
+def fly_sample_under(
+    env_extra: dict[str, str], timeout_s: float = 900.0
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Fly the sample in a subprocess whose environment adds ``env_extra`` (e.g.
+    ``OPENBLAS_CORETYPE``); returns its numerics fingerprint and its rows by ``kind|run_id``. The
+    calling process's environment is not changed. A failing subprocess raises
+    :class:`subprocess.CalledProcessError` with its stderr."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(env_extra)
+    code = "from residual_quad.evaluation import reproduce as r; r._fly_sample_json()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rows.pop("__numerics__"), rows
+
+
 def variants(kernels: Iterable[str] = DEFAULT_KERNELS) -> dict[str, dict[str, str]]:
     """Environment variants to measure: each OpenBLAS kernel family, and the default kernel with
     numpy's AVX-512 loops off (what an AVX2-only processor runs)."""
@@ -389,25 +411,11 @@ def kernel_drift(
     for name, extra in variants(kernels).items():
         if progress is not None:
             progress(name)
-        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE",)}
-        env.update(extra)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from residual_quad.evaluation import reproduce as r; r._fly_sample_json()",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if proc.returncode != 0:
-            report["variants"][name] = {"error": proc.stderr.strip().splitlines()[-1:]}
+        try:
+            numerics, flown = fly_sample_under(extra, timeout_s)
+        except subprocess.CalledProcessError as exc:
+            report["variants"][name] = {"error": (exc.stderr or "").strip().splitlines()[-1:]}
             continue
-        flown = json.loads(proc.stdout.strip().splitlines()[-1])
-        numerics = flown.pop("__numerics__")
         asked = extra.get("OPENBLAS_CORETYPE")
         if asked is not None and numerics["blas_core"].lower() != asked.lower():
             report["variants"][name] = {"ran": numerics["blas_core"], "skipped": "not available"}

@@ -16,11 +16,6 @@ measured with, and under other OpenBLAS kernels this processor can run.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -129,25 +124,6 @@ def test_committed_sensitivity_matches_the_code():
     assert committed["max_tilt_deg"] > 0  # this row is sensitive: the check means something
 
 
-def _fly_sample_under(env_extra: dict[str, str]) -> tuple[dict, dict]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
-    env.update(env_extra)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from residual_quad.evaluation import reproduce as r; r._fly_sample_json()",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return rows.pop("__numerics__"), rows
-
-
 @pytest.mark.skipif(
     blas_core() not in ("SkylakeX", "Haswell", "Zen", "Cooperlake", "SapphireRapids"),
     reason="needs an AVX2 processor with a known OpenBLAS kernel",
@@ -164,7 +140,7 @@ def test_sampled_rows_reproduce_under_other_openblas_kernels(env_extra):
     """The sample re-flown in a subprocess with another OpenBLAS kernel family (and numpy's AVX-512
     loops off): what a user's machine of another kind computes. Within tolerance, every row."""
     pytest.importorskip("stable_baselines3")
-    numerics, rows = _fly_sample_under(env_extra)
+    numerics, rows = r.fly_sample_under(env_extra)
     assert numerics["blas_core"] == env_extra["OPENBLAS_CORETYPE"]
     bad = {}
     for key, row in rows.items():
