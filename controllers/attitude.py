@@ -223,7 +223,7 @@ def mix_batch(frame: Airframe, thrust: np.ndarray, torque: np.ndarray) -> np.nda
     thrust = np.clip(thrust, 0.0, 4.0 * fmax)
     tx, ty, tz = torque[:, 0], torque[:, 1], torque[:, 2]
     base = 0.25 * thrust
-    delta = np.stack([a * tx + b * ty + c * tz for a, b, c in frame._mix_rows], axis=1)
+    delta = np.stack([a * tx + b * ty + c * tz for a, b, c in frame.mix_rows], axis=1)
     lo, hi = delta.min(axis=1), delta.max(axis=1)
     fits = (base + lo >= 0.0) & (base + hi <= fmax)
     if fits.all():

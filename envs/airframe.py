@@ -47,7 +47,8 @@ class Airframe:
     gravity: float = GRAVITY  # m/s²
     allocation: np.ndarray = field(init=False, repr=False, compare=False)
     allocation_inv: np.ndarray = field(init=False, repr=False, compare=False)
-    _mix_rows: list = field(init=False, repr=False, compare=False)
+    #: rows of the torque → rotor-thrust map as float tuples (the mixers, single and batched)
+    mix_rows: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, unit in (
@@ -68,7 +69,7 @@ class Airframe:
         object.__setattr__(self, "allocation_inv", np.linalg.inv(self.allocation))
         # rows of the torque → rotor-thrust map, as floats for the scalar mixer
         object.__setattr__(
-            self, "_mix_rows", [tuple(r) for r in self.allocation_inv[:, 1:].tolist()]
+            self, "mix_rows", [tuple(r) for r in self.allocation_inv[:, 1:].tolist()]
         )
 
     @property
@@ -123,7 +124,7 @@ def mix(frame: Airframe, thrust: float, torque: Sequence[float]) -> np.ndarray:
     thrust = min(max(float(thrust), 0.0), 4.0 * fmax)
     tx, ty, tz = (float(v) for v in torque)
     base = 0.25 * thrust  # the collective splits evenly
-    delta = [a * tx + b * ty + c * tz for a, b, c in frame._mix_rows]
+    delta = [a * tx + b * ty + c * tz for a, b, c in frame.mix_rows]
     lo, hi = min(delta), max(delta)
     if base + lo >= 0.0 and base + hi <= fmax:
         return np.array([base + d for d in delta])
