@@ -19,6 +19,9 @@ leaves no steady attitude error.
 The translational part is ``geo_rls`` with the out-of-distribution guard on and the RLS's EFRA
 covariance management [EFRA] (settings in ``configs/adaptive.yaml``). Controllers never read
 ``info``: every input here is in the observation.
+
+:class:`BatchedDOBRLSGeoTracker` is its twin for N envs (batched ``geo_rls`` around
+:class:`BatchedAngularDisturbanceObserver` and :class:`BatchedObserverInnerLoop`).
 """
 
 from __future__ import annotations
@@ -31,16 +34,35 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop
+from residual_quad.controllers.attitude import AttitudeGains, BatchedInnerLoop, InnerLoop
 from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
-from residual_quad.controllers.residual.trackers import RLSGeoTracker
+from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker, RLSGeoTracker
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 
 DEFAULT_OBSERVER_TAU = 0.02  # s, low-pass of the angular disturbance estimate (measured)
+#: options of ``geo_rls_dob`` that are the observer's, not residual settings
+_OBSERVER_OPTIONS = ("observer_tau", "observer")
+
+
+def angular_residual(
+    omega: np.ndarray,
+    prev_omega: np.ndarray,
+    torque: np.ndarray,
+    J: np.ndarray,
+    dt: float,
+) -> np.ndarray:
+    """Raw angular-acceleration residual ``ω̇ − J⁻¹(τ − ω × Jω)`` (rad/s², body) of one period,
+    the one formula of the single and the batched observer: rates ``omega``/``prev_omega``
+    (rad/s, body; (3,) or (N, 3)) at its end and start, applied torque ``torque`` (N·m, body),
+    nominal principal inertia ``J`` (kg·m²), period ``dt`` (s); ω at mid-period."""
+    w = 0.5 * (omega + prev_omega)  # rad/s, mid-period rate
+    alpha_nominal = (torque - np.cross(w, J * w)) / J
+    return (omega - prev_omega) / dt - alpha_nominal
 
 
 class AngularDisturbanceObserver:
@@ -90,10 +112,7 @@ class AngularDisturbanceObserver:
         omega = np.array(obs[L.omega_b], dtype=float)
         if self._prev_omega is not None:
             tau = self.allocation @ obs[L.thrusts]  # N·m, body, applied over the period
-            w = 0.5 * (omega + self._prev_omega)  # rad/s, mid-period rate
-            J = self.J
-            alpha_nominal = (tau - np.cross(w, J * w)) / J
-            raw = (omega - self._prev_omega) / self.dt - alpha_nominal
+            raw = angular_residual(omega, self._prev_omega, tau, self.J, self.dt)
             sq = float(raw @ raw)
             if sq <= self.max_accel_sq:  # NaN fails
                 self.last_raw = raw
@@ -177,6 +196,16 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         self.inner = ObserverInnerLoop(self.airframe, attitude)
         self.reset()
 
+    @classmethod
+    def settings(
+        cls, config: str | Path | ResidualConfig | None = None, **overrides: Any
+    ) -> ResidualConfig:
+        """The residual settings: ``config`` (``None``: ``configs/adaptive.yaml``) with
+        ``overrides``."""
+        return super().settings(
+            config if config is not None else configs.shipped("adaptive"), **overrides
+        )
+
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self.observer.reset()
@@ -197,3 +226,149 @@ class DOBRLSGeoTracker(RLSGeoTracker):
     def disturbance_torque(self) -> np.ndarray:
         """The torque estimate the attitude loop cancels, ``J·Δα̂`` (N·m, body)."""
         return self.observer.J * self.observer.estimate
+
+
+# ----------------------------------------------------------------------------- N envs
+class BatchedAngularDisturbanceObserver:
+    """:class:`AngularDisturbanceObserver` for N envs: per env the estimate, the last raw
+    estimate, the rejection count and the previous rate (with a flag whether there is one).
+
+    Args: as :class:`AngularDisturbanceObserver`, plus ``n_envs``.
+    """
+
+    #: attributes holding one row of state per env
+    ROW_STATE: tuple[str, ...] = ("estimate", "last_raw", "rejected", "_prev_omega", "_have_prev")
+
+    def __init__(
+        self,
+        airframe: Airframe,
+        control_dt: float,
+        n_envs: int,
+        tau: float = DEFAULT_OBSERVER_TAU,  # s
+        max_accel: float = 200.0,  # rad/s²
+    ):
+        single = AngularDisturbanceObserver(airframe, control_dt, tau, max_accel)  # checks
+        self.J, self.allocation, self.dt = single.J, single.allocation, single.dt
+        self.tau, self.gain, self.max_accel_sq = single.tau, single.gain, single.max_accel_sq
+        self.n_envs = N = int(n_envs)
+        self.estimate = np.zeros((N, 3))  # rad/s², body, Δα̂
+        self.last_raw = np.zeros((N, 3))  # rad/s², body
+        self.rejected = np.zeros(N, dtype=np.int64)
+        self._prev_omega = np.zeros((N, 3))  # rad/s, body
+        self._have_prev = np.zeros(N, dtype=bool)
+
+    def reset(self, index: int | slice = slice(None)) -> None:
+        """No estimate and no previous rate for the envs ``index`` (default: all)."""
+        self.estimate[index] = 0.0
+        self.last_raw[index] = 0.0
+        self.rejected[index] = 0
+        self._prev_omega[index] = 0.0
+        self._have_prev[index] = False
+
+    def forget_previous_sample(self, rows: np.ndarray) -> None:
+        """As :meth:`AngularDisturbanceObserver.forget_previous_sample` for the envs ``rows``."""
+        self._have_prev[rows] = False
+
+    def update(self, obs: np.ndarray) -> np.ndarray:
+        """Fold in the period that ended with ``obs`` (N, 36); returns ``Δα̂`` (N, 3) rad/s²."""
+        omega = np.array(obs[:, L.omega_b], dtype=float)
+        have = self._have_prev
+        if have.any():
+            torque = np.einsum("ij,nj->ni", self.allocation, obs[:, L.thrusts])  # N·m, body
+            raw = angular_residual(omega, self._prev_omega, torque, self.J, self.dt)
+            sq = np.einsum("ni,ni->n", raw, raw)
+            ok = have & (sq <= self.max_accel_sq)  # NaN fails
+            okc = ok[:, None]
+            self.last_raw = np.where(okc, raw, self.last_raw)
+            est = self.estimate
+            self.estimate = np.where(okc, est + self.gain * (raw - est), est)
+            self.rejected += have & ~ok
+        self._have_prev = np.all(np.isfinite(omega), axis=1)
+        self._prev_omega = omega
+        return self.estimate
+
+
+class BatchedObserverInnerLoop(BatchedInnerLoop):
+    """:class:`ObserverInnerLoop` for N envs: ``torque_ff`` (N, 3) N·m body, one row per env."""
+
+    def __init__(self, airframe: Airframe, n_envs: int, gains: AttitudeGains | None = None):
+        super().__init__(airframe, n_envs, gains)
+        self.torque_ff = np.zeros((n_envs, 3))  # N·m, body
+
+    def attitude_torque(
+        self,
+        r: np.ndarray,
+        omega_b: np.ndarray,
+        b3: tuple[np.ndarray, np.ndarray, np.ndarray],
+        yaw_des: np.ndarray,
+        yaw_rate_des: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tx, ty, tz = super().attitude_torque(r, omega_b, b3, yaw_des, yaw_rate_des)
+        ff = self.torque_ff
+        return tx + ff[:, 0], ty + ff[:, 1], tz + ff[:, 2]
+
+
+class BatchedDOBRLSGeoTracker(BatchedRLSGeoTracker):
+    """``geo_rls_dob`` for N envs: batched ``geo_rls`` (guard, EFRA) with one angular disturbance
+    observer row and one torque feed-forward row per env.
+
+    Args: as :class:`DOBRLSGeoTracker`, plus ``n_envs``.
+    """
+
+    name = "geo_rls_dob"
+    single = DOBRLSGeoTracker
+    not_settings = (*BatchedRLSGeoTracker.not_settings, *_OBSERVER_OPTIONS)
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        config: str | Path | ResidualConfig | None = None,
+        network: ResidualMLP | None = None,
+        attitude: AttitudeGains | None = None,
+        observer_tau: float = DEFAULT_OBSERVER_TAU,  # s
+        observer: bool = True,
+        **overrides: Any,
+    ):
+        context = context or ControlContext()
+        n_envs = check_n_envs(n_envs)
+        if not isinstance(observer, bool):
+            raise ValueError(f"observer must be true or false, got {observer!r}")
+        self.use_observer = observer
+        self.observer = BatchedAngularDisturbanceObserver(
+            context.airframe, context.control_dt, n_envs, tau=float(observer_tau)
+        )
+        super().__init__(
+            context, n_envs, config=config, network=network, attitude=attitude, **overrides
+        )
+        self.inner = BatchedObserverInnerLoop(self.airframe, n_envs, attitude)
+        self.reset_batch()
+
+    def _reset_rows(self, index: int | slice) -> None:
+        super()._reset_rows(index)
+        self.observer.reset(index)
+        if isinstance(self.inner, BatchedObserverInnerLoop):
+            self.inner.torque_ff[index] = 0.0
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        obs = [(self.observer, a) for a in self.observer.ROW_STATE]
+        return [*super()._row_state(), *obs, (self.inner, "torque_ff")]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        super()._forget_rows(rows)
+        self.observer.forget_previous_sample(rows)
+
+    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
+        if self.use_observer:
+            alpha = self.observer.update(obs)
+            self.inner.torque_ff[...] = -self.observer.J * alpha
+        return super()._act_batch(obs)
+
+    @property
+    def disturbance_torque(self) -> np.ndarray:
+        """(N, 3) the torque estimates the attitude loops cancel, ``J·Δα̂`` (N·m, body)."""
+        return self.observer.J * self.observer.estimate
+
+
+DOBRLSGeoTracker.batched = BatchedDOBRLSGeoTracker

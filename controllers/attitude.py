@@ -279,16 +279,21 @@ class BatchedInnerLoop:
         thrust = np.clip(thrust, 0.0, frame.max_thrust)
         self.last_thrust = thrust
         n = np.sqrt(fx * fx + fy * fy + fz * fz)
-        w = omega_b.T
-        torque = geometric_torque(
-            np,
-            r,
-            (w[0], w[1], w[2]),
-            (fx / n, fy / n, fz / n),
-            yaw_des,
-            yaw_rate_des,
-            self._J,
-            self._kR,
-            self._kW,
-        )
+        torque = self.attitude_torque(r, omega_b, (fx / n, fy / n, fz / n), yaw_des, yaw_rate_des)
         return mix_batch(frame, thrust, np.stack(torque, axis=1))
+
+    def attitude_torque(
+        self,
+        r: np.ndarray,
+        omega_b: np.ndarray,
+        b3: tuple[np.ndarray, np.ndarray, np.ndarray],
+        yaw_des: np.ndarray,
+        yaw_rate_des: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`InnerLoop.attitude_torque` per env: components (N,) each, N·m body, for
+        rotations ``r`` (9, N) body → world row-major, rates (N, 3) rad/s and desired body z
+        axes ``b3`` (three (N,) world components)."""
+        w = omega_b.T
+        return geometric_torque(
+            np, r, (w[0], w[1], w[2]), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
+        )

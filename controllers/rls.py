@@ -289,7 +289,8 @@ class BatchedLastLayerRLS:
     Same algorithm and safeguards, step for step: the same ``λ``/cap scalar bookkeeping, the
     same rejection of non-finite samples, the same fold of ``s`` into ``P̃``. Rows of an update
     that are masked out (or rejected) get a zero gain, so their ``θ`` and ``P̃`` are untouched.
-    Results agree with N :class:`LastLayerRLS` to rounding (BLAS kernels differ).
+    Results agree with N :class:`LastLayerRLS` to rounding (BLAS kernels differ). With
+    ``covariance: efra`` each row's full ``P`` follows :meth:`LastLayerRLS._update_efra`.
     """
 
     #: attributes holding one row of state per env (a batch controller restores the rows of an
@@ -311,11 +312,6 @@ class BatchedLastLayerRLS:
         if theta0.ndim != 2:
             raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
         self.config = config or RLSConfig()
-        if self.config.covariance != "trace_cap":
-            raise ValueError(
-                f"the batched RLS implements the trace_cap covariance scheme only, got "
-                f"{self.config.covariance!r} (fly N LastLayerRLS instead)"
-            )
         self.n, self.m = theta0.shape
         self.n_envs = int(n_envs)
         self._theta0 = theta0.copy()
@@ -377,6 +373,8 @@ class BatchedLastLayerRLS:
         c = self.config
         N = self.n_envs
         mask = np.ones(N, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        if c.covariance == "efra":
+            return self._update_efra(phi, y, mask)
         s = self._s
         Pt = self._Pt
         theta = self.theta
@@ -411,5 +409,40 @@ class BatchedLastLayerRLS:
             Pt[fold] *= s_new[fold][:, None, None]
             s_new = np.where(fold, 1.0, s_new)
         self._s = np.where(ok, s_new, s)
+        self.steps += ok
+        return e
+
+    def _update_efra(self, phi: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """:meth:`LastLayerRLS._update_efra` for the envs in ``mask``: the same fold of the prior's
+        scale into ``P̃`` at a row's first update, the same step on the rows that pass."""
+        c = self.config
+        P = self._Pt
+        fold = mask & (self._s != 1.0)
+        if fold.any():  # the prior p0·I: fold the scale in once (P̃ is stored full)
+            P[fold] *= self._s[fold][:, None, None]
+            self._s[fold] = 1.0
+        Pphi = np.einsum("nij,nj->ni", P, phi)
+        denom = 1.0 + np.einsum("ni,ni->n", phi, Pphi)
+        e = y - np.einsum("nij,ni->nj", self.theta, phi)  # y − θᵀφ
+        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
+        self.rejected += mask & ~finite
+        ok = mask & finite
+        if not ok.any():
+            return e
+        self.last_innovation[ok] = e[ok]
+        rows = np.flatnonzero(ok)
+        k = c.efra_alpha / denom[rows]
+        kP = k[:, None] * Pphi[rows]
+        theta = self.theta[rows] + kP[:, :, None] * e[rows][:, None, :]
+        if c.leak > 0.0:
+            theta -= c.leak * (theta - self._theta0)
+        self.theta[rows] = theta
+        Pr = P[rows]
+        gg = Pphi[rows][:, :, None] * Pphi[rows][:, None, :]
+        P_new = (Pr - k[:, None, None] * gg) / c.forgetting
+        P_new -= c.efra_delta * (Pr @ Pr)
+        diag = np.arange(self.n)
+        P_new[:, diag, diag] += c.efra_beta
+        P[rows] = 0.5 * (P_new + P_new.transpose(0, 2, 1))
         self.steps += ok
         return e

@@ -154,12 +154,6 @@ class ResidualConfig:
     ood: OODGuardConfig = field(default_factory=OODGuardConfig)
     output_filter: OutputFilterConfig = field(default_factory=OutputFilterConfig)
 
-    @property
-    def vectorized(self) -> bool:
-        """Whether the batched estimator implements these settings (no OOD guard, the RLS's
-        ``trace_cap`` covariance scheme; the output filter is vectorized)."""
-        return not self.ood.enabled and self.rls.covariance == "trace_cap"
-
 
 _SECTIONS: dict[str, type] = {
     "measurement": MeasurementConfig,

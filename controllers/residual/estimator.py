@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.attitude import FLOATS
 from residual_quad.controllers.base import ControlContext
-from residual_quad.controllers.residual.config import ResidualConfig
+from residual_quad.controllers.residual.config import OODGuardConfig, ResidualConfig
 from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
     features_from_obs,
@@ -46,6 +47,42 @@ from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, loa
 from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
+
+
+def ood_statistics(
+    config: ResidualConfig, net: ResidualMLP
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The OOD guard's indices of the guarded features, their training means and inverse
+    standard deviations (the network's own statistics)."""
+    idx = [FEATURE_NAMES.index(f) for f in config.ood.features]
+    mean = np.asarray(net.x_mean, dtype=float)[idx]
+    return np.array(idx, dtype=int), mean, 1.0 / np.asarray(net.x_std, dtype=float)[idx]
+
+
+def guard_weight(
+    xp: Any,
+    ood: OODGuardConfig,
+    z_max: Any,
+    heading_err: Any,
+    previous: Any,
+    dt: float,
+) -> Any:
+    """The OOD guard's weight of the network's estimate (:class:`OODGuardConfig`), the one
+    formula of the single and the batched estimator: ``xp`` is
+    :class:`~residual_quad.controllers.attitude.FLOATS` (Python floats) or :mod:`numpy` (arrays
+    (N,)). ``z_max``: the largest standardized guarded feature (inf when one is not finite);
+    ``heading_err``: |ψ − ψ_ref| (rad; NaN gives weight 0); ``previous``: last step's weight;
+    ``dt``: control period, s. Each ``where`` is Python's ``min``/``max`` of two floats."""
+    w = (ood.z_off - z_max) / (ood.z_off - ood.z_on)
+    w = xp.where(w > 0.0, w, 0.0)  # max(0, ·)
+    w = xp.where(w < 1.0, w, 1.0)  # min(1, ·)
+    h = (ood.heading_off - heading_err) / (ood.heading_off - ood.heading_on)
+    h = xp.where(h > 0.0, h, 0.0)  # NaN error: 0
+    w = xp.where(h < w, h, w)
+    if ood.recover_s > 0.0:
+        r = previous + dt / ood.recover_s
+        w = xp.where(r < w, r, w)
+    return w
 
 
 class ResidualEstimator:
@@ -91,12 +128,7 @@ class ResidualEstimator:
         self._phi_f = np.zeros(n)  # low-pass filtered regressor and target
         self._y_f = np.zeros(3)
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
-        # OOD guard: indices of the guarded features and their standardization
-        ood = config.ood
-        idx = [FEATURE_NAMES.index(f) for f in ood.features]
-        self._ood_idx = np.array(idx, dtype=int)
-        self._ood_mean = np.asarray(net.x_mean, dtype=float)[idx]
-        self._ood_inv_std = 1.0 / np.asarray(net.x_std, dtype=float)[idx]
+        self._ood_idx, self._ood_mean, self._ood_inv_std = ood_statistics(config, net)
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -162,14 +194,9 @@ class ResidualEstimator:
         """The OOD guard's blend and the output filter (both off by default: ``est`` itself)."""
         cfg = self.config
         if cfg.ood.enabled:
-            ood = cfg.ood
             z = np.abs((self._x[self._ood_idx] - self._ood_mean) * self._ood_inv_std)
             s = float(z.max()) if np.all(np.isfinite(z)) else math.inf
-            w = min(1.0, max(0.0, (ood.z_off - s) / (ood.z_off - ood.z_on)))
-            span = ood.heading_off - ood.heading_on
-            w = min(w, max(0.0, (ood.heading_off - self._heading_err) / span))  # NaN error: 0
-            if ood.recover_s > 0.0:
-                w = min(w, self.ood_weight + self.dt / ood.recover_s)
+            w = guard_weight(FLOATS, cfg.ood, s, self._heading_err, self.ood_weight, self.dt)
             self.ood_weight = w
             if w == 1.0:
                 if np.all(np.isfinite(est)):
@@ -303,6 +330,10 @@ class BatchedResidualEstimator:
         "_have_prev",
         "warmup_end_step",
         "_filtered",
+        "ood_weight",
+        "ood_steps",
+        "_prev_ood_weight",
+        "_hold",
     )
 
     def __init__(
@@ -342,6 +373,13 @@ class BatchedResidualEstimator:
         self.warmup_end_step = np.full(N, -1, dtype=np.int64)
         self._filtered = np.zeros((N, 3))  # m/s², world, output filter state
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
+        # OOD guard: per env the weight of the network's estimate, the steps it acted, the
+        # previous step's weight (learning needs 1) and the last in-envelope estimate
+        self.ood_weight = np.ones(N)
+        self.ood_steps = np.zeros(N, dtype=np.int64)
+        self._prev_ood_weight = np.ones(N)
+        self._hold = np.zeros((N, 3))  # m/s², world
+        self._ood_idx, self._ood_mean, self._ood_inv_std = ood_statistics(config, net)
         self.reset()
 
     def reset(self, index: int | slice = slice(None)) -> None:
@@ -356,8 +394,12 @@ class BatchedResidualEstimator:
             self._phi_f,
             self._y_f,
             self._filtered,
+            self._hold,
         ):
             buf[index] = 0.0
+        self.ood_weight[index] = 1.0
+        self.ood_steps[index] = 0
+        self._prev_ood_weight[index] = 1.0
         self._prev_R[index] = np.eye(3)
         self.steps[index] = 0
         self.nonfinite_estimates[index] = 0
@@ -386,12 +428,17 @@ class BatchedResidualEstimator:
         (N, 3, 3) and commands ``a_cmd`` (N, 3) (world, m/s², before the compensation)."""
         x = features_from_obs_batch(obs, R, self.last_a_eff, self.mass)
         phi = self.net.hidden_batch(x)
+        heading_err = None
+        if self.config.ood.enabled:
+            err = np.arctan2(R[:, 1, 0], R[:, 0, 0]) - obs[:, L.ref_yaw]
+            heading_err = np.abs(err - np.round(err / math.tau) * math.tau)  # rad, remainder
         if self.rls is None:
             est_b = self.net.output_batch(phi, self._theta0)
-            return self._applied(self._post(np.einsum("nij,nj->ni", R, est_b)), a_cmd)
+            est = self._post(np.einsum("nij,nj->ni", R, est_b), x, heading_err)
+            return self._applied(est, a_cmd)
         have = self._have_prev
         if have.any():
-            self._learn(obs, R, have)
+            self._learn(obs, R, have & (self._prev_ood_weight == 1.0))
             reached = have & (self.warmup_end_step < 0) & self.rls.warmup_done
             self.warmup_end_step[reached] = self.steps[reached]
         est = np.einsum("nij,nj->ni", R, self.net.output_batch(phi, self.rls.applied))
@@ -399,11 +446,29 @@ class BatchedResidualEstimator:
         self._prev_obs[...] = obs
         self._prev_R[...] = R
         self._have_prev[...] = True
-        return self._applied(self._post(est), a_cmd)
+        est = self._post(est, x, heading_err)  # sets this step's ood_weight
+        if self.config.ood.enabled:
+            self._prev_ood_weight = self.ood_weight.copy()
+        return self._applied(est, a_cmd)
 
-    def _post(self, est: np.ndarray) -> np.ndarray:
-        """The output filter of :meth:`ResidualEstimator._post`, per env (rows with a
-        non-finite estimate pass unfiltered and leave the filter as it was)."""
+    def _post(self, est: np.ndarray, x: np.ndarray, heading_err: np.ndarray | None) -> np.ndarray:
+        """The OOD guard's blend and the output filter of :meth:`ResidualEstimator._post`, per
+        env (features ``x`` (N, n_in), heading errors (N,) rad; rows with a non-finite estimate
+        pass the filter unfiltered and leave it as it was)."""
+        ood = self.config.ood
+        if ood.enabled:
+            z = np.abs((x[:, self._ood_idx] - self._ood_mean) * self._ood_inv_std)
+            z_max = np.where(np.all(np.isfinite(z), axis=1), z.max(axis=1), math.inf)
+            w = guard_weight(np, ood, z_max, heading_err, self.ood_weight, self.dt)
+            self.ood_weight = w
+            full = w == 1.0
+            keep = full & np.all(np.isfinite(est), axis=1)
+            self._hold = np.where(keep[:, None], est, self._hold)
+            self.ood_steps += ~full
+            fallback = self._hold if ood.fallback == "hold" else np.zeros_like(est)
+            wc = w[:, None]
+            blend = np.where(wc > 0.0, wc * est + (1.0 - wc) * fallback, fallback)
+            est = np.where(full[:, None], est, blend)
         tau = self.config.output_filter.tau
         if tau <= 0.0:
             return est

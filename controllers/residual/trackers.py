@@ -14,8 +14,8 @@ errors) and can be overridden per controller (see :func:`residual_config`).
 
 :class:`BatchedResidualGeoTracker` and :class:`BatchedRLSGeoTracker` are their twins for N envs
 (batched ``geo`` around one
-:class:`~residual_quad.controllers.residual.estimator.BatchedResidualEstimator`), for the
-settings the vectorized estimator implements (:attr:`ResidualConfig.vectorized`).
+:class:`~residual_quad.controllers.residual.estimator.BatchedResidualEstimator`), for every
+residual setting.
 """
 
 from __future__ import annotations
@@ -195,15 +195,15 @@ class RLSGeoTracker(ResidualGeoTracker):
 class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
     """``geo_res`` for N envs: batched ``geo`` and one :class:`BatchedResidualEstimator`.
 
-    Args: as :class:`ResidualGeoTracker`, plus ``n_envs``; settings only the single estimator
-    implements (OOD guard, output filter other than ``geo_res``'s, EFRA covariance, ...) are a
-    ``ValueError`` here (:func:`~residual_quad.controllers.batch.make_batch_controller` flies
-    them in a loop).
+    Args: as :class:`ResidualGeoTracker`, plus ``n_envs``; every residual setting (OOD guard,
+    output filter, EFRA covariance) has its vectorized form.
     """
 
     name = "geo_res"
     #: the single twin, whose settings (defaults included) this batch uses
     single: type[ResidualGeoTracker] = ResidualGeoTracker
+    #: the options that are not residual settings
+    not_settings: tuple[str, ...] = _NOT_SETTINGS
 
     def __init__(
         self,
@@ -218,12 +218,6 @@ class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
         context = context or ControlContext()
         n_envs = check_n_envs(n_envs)
         self.config = cfg = self.single.settings(config, **overrides)
-        if not cfg.vectorized:
-            raise ValueError(
-                "the batched residual estimator implements the source's settings only (no OOD "
-                "guard, no output filter, the trace_cap covariance); make_batch_controller "
-                "flies other settings in a BatchedLoop"
-            )
         self.estimator = BatchedResidualEstimator(
             context, cfg, n_envs, network, learn=self.single.learn
         )
@@ -231,9 +225,11 @@ class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
 
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        """Whether the settings of ``options`` are the vectorized estimator's."""
-        rest = {k: v for k, v in options.items() if k not in _NOT_SETTINGS}
-        return cls.single.settings(options.get("config"), **rest).vectorized
+        """Every residual setting is vectorized (OOD guard, output filter, both covariance
+        schemes); bad settings raise the single tracker's error here."""
+        rest = {k: v for k, v in options.items() if k not in cls.not_settings}
+        cls.single.settings(options.get("config"), **rest)
+        return True
 
     def _reset_rows(self, index: int | slice) -> None:
         super()._reset_rows(index)
