@@ -164,13 +164,14 @@ def test_tensorboard_shows_the_covariance_scheme_guard_and_observer(tmp_path):
     assert max(v for _, v in tags["rls/P_eig_max"]) <= efra_fixed_point(c.config.rls) * (1 + 1e-9)
 
 
-def test_batch_paths_fly_guarded_and_efra_settings_in_a_loop():
-    from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+def test_batch_paths_vectorize_guarded_and_efra_settings_and_geo_rls_dob():
+    from residual_quad.controllers.adaptive import BatchedDOBRLSGeoTracker
+    from residual_quad.controllers.batch import make_batch_controller
     from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
 
     assert isinstance(make_batch_controller("geo_rls", 2), BatchedRLSGeoTracker)
-    assert isinstance(make_batch_controller("geo_rls_dob", 2), BatchedLoop)
-    assert isinstance(make_batch_controller("geo_rls", 2, ood={"enabled": True}), BatchedLoop)
-    assert isinstance(make_batch_controller("geo_rls", 2, covariance="efra"), BatchedLoop)
-    with pytest.raises(ValueError, match="BatchedLoop"):
-        BatchedRLSGeoTracker(None, 2, ood={"enabled": True})
+    dob = make_batch_controller("geo_rls_dob", 2)
+    assert type(dob) is BatchedDOBRLSGeoTracker
+    assert dob.config == make_controller("geo_rls_dob").config  # configs/adaptive.yaml
+    for options in ({"ood": {"enabled": True}}, {"covariance": "efra"}):
+        assert type(make_batch_controller("geo_rls", 2, **options)) is BatchedRLSGeoTracker

@@ -245,7 +245,17 @@ def test_the_sb3_adapter_holds_its_last_action_too(sb3_zip):
 
 # ----------------------------------------------------------------------------- batches
 BATCH_PARAMS = [
-    _param(s) for s in ("pid", "geo", "geo_res", "geo_rls", "hnewton", "ppo", "ppo_res")
+    _param(s)
+    for s in (
+        "pid",
+        "geo",
+        "geo_res",
+        "geo_rls",
+        "geo_rls_dob",  # guard and EFRA on (configs/adaptive.yaml), the observer's rows
+        "hnewton",
+        "ppo",
+        "ppo_res",
+    )
 ]
 
 
@@ -279,7 +289,7 @@ def test_one_envs_bad_sample_does_not_touch_the_other_rows(spec):
     assert not nan_leaves(hit), nan_leaves(hit)
 
 
-@pytest.mark.parametrize("spec", ["geo", "geo_rls"])
+@pytest.mark.parametrize("spec", ["geo", "geo_rls", "geo_rls_dob"])
 def test_a_batch_answers_a_bad_first_sample_with_hover(spec):
     hit = make_batch_controller(spec, 2)
     obs = clean_stream()[:1].repeat(2, axis=0)

@@ -28,10 +28,20 @@ SCENARIOS = (
 )
 
 
-def fly_side_by_side(name, steps=300, reset_at=150, **overrides):
+#: rows where the OOD guard of ``geo_rls_dob`` acts (extra payload, windy helix) beside rows
+#: where it does not, four payloads in one batch
+GUARD_SCENARIOS = (
+    ("extra", "windy", "helix"),
+    ("none", "calm", "hover"),
+    ("heavy", "breezy", "figure8"),
+    ("light", "windy", "helix"),
+)
+
+
+def fly_side_by_side(name, steps=300, reset_at=150, scenarios=SCENARIOS, **overrides):
     """Closed loop on the batched actions; returns the worst action difference, the batch, the
     singles and the number of autoresets."""
-    envs = [ResidualQuadEnv(payload=p, wind=w, trajectory=t) for p, w, t in SCENARIOS]
+    envs = [ResidualQuadEnv(payload=p, wind=w, trajectory=t) for p, w, t in scenarios]
     n = len(envs)
     batch = make_batch_controller(name, n, **overrides)
     singles = [make_controller(name, **overrides) for _ in range(n)]
@@ -103,3 +113,51 @@ def test_fallback_loop_equals_single_hnewton():
     worst, batch, _, _ = fly_side_by_side("hnewton", steps=60, reset_at=30)
     assert isinstance(batch, BatchedLoop)
     assert worst == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("geo_rls_dob", {}),
+        ("geo_rls", {"enabled": True}),
+        ("geo_rls", {"covariance": "efra"}),
+        ("geo_rls", {"enabled": True, "covariance": "efra"}),
+        ("geo_res", {"enabled": True}),
+    ],
+    ids=["geo_rls_dob", "guard", "efra", "guard-efra", "geo_res-guard"],
+)
+def test_guarded_efra_and_observer_batches_equal_single(name, overrides):
+    """The OOD guard (switching in the extra/windy helix row), EFRA and the angular disturbance
+    observer, vectorized: every action equal to the single controller's to 1e-9 across an
+    autoreset, and the guard's, the RLS's and the observer's state with it."""
+    worst, batch, singles, resets = fly_side_by_side(name, scenarios=GUARD_SCENARIOS, **overrides)
+    assert resets >= 1
+    assert worst <= TOL
+    assert type(batch).__name__.startswith("Batched") and not isinstance(batch, BatchedLoop)
+    est = batch.estimator
+    ood_steps = [c.estimator.ood_steps for c in singles]
+    assert est.ood_steps.tolist() == ood_steps
+    if batch.config.ood.enabled:
+        assert ood_steps[0] > 0  # the guard switched in the extra/windy helix row
+        weights = [c.estimator.ood_weight for c in singles]
+        np.testing.assert_allclose(est.ood_weight, weights, rtol=0, atol=TOL)
+    if est.rls is not None:
+        theta = np.stack([c.rls.theta for c in singles])
+        assert np.abs(est.rls.theta - theta).max() <= TOL
+        assert est.rls.steps.tolist() == [c.rls.steps for c in singles]
+        P = np.stack([c.rls.P for c in singles])
+        assert np.abs(est.rls.P - P).max() <= TOL * max(1.0, np.abs(P).max())
+    if name == "geo_rls_dob":
+        torque = np.stack([c.disturbance_torque for c in singles])
+        assert np.abs(batch.disturbance_torque - torque).max() <= TOL
+        assert np.any(torque != 0.0)
+        assert batch.observer.rejected.tolist() == [c.observer.rejected for c in singles]
+
+
+def test_geo_rls_dob_without_the_observer_or_with_indi_equals_single():
+    for overrides in ({"observer": False}, {"observer_tau": 0.0}):
+        worst, batch, _, _ = fly_side_by_side(
+            "geo_rls_dob", steps=150, reset_at=60, scenarios=GUARD_SCENARIOS, **overrides
+        )
+        assert worst <= TOL
+        assert not isinstance(batch, BatchedLoop)

@@ -39,7 +39,7 @@ def hover_obs(n=N, seed=0):
     return obs
 
 
-@pytest.mark.parametrize("name", ["pid", "geo", "geo_res", "geo_rls", "hnewton"])
+@pytest.mark.parametrize("name", ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton"])
 def test_bad_batches_name_the_env_index(name):
     ctrl = make_batch_controller(name, N)
     obs = hover_obs()
@@ -82,13 +82,13 @@ def test_entry_point_picks_vectorized_or_loop():
 
 def test_each_twin_sits_beside_its_single_class_and_is_named_after_it():
     names = vectorized_controllers()
-    assert names == ["pid", "geo", "geo_res", "geo_rls", "ppo", "ppo_res"]
+    assert names == ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "ppo", "ppo_res"]
     for name in names:
         single, twin = resolve_factory(name), batched_twin(name)
         assert twin.__module__ == single.__module__, name
         assert twin.__name__ == f"Batched{single.__name__}", name
     # a subclass that changes the law does not inherit its parent's twin
-    assert batched_twin("geo_rls_dob") is None and batched_twin("hnewton") is None
+    assert batched_twin("hnewton") is None
     assert batched_twin("residual_quad.controllers.trackers:GeoTracker") is None
 
 

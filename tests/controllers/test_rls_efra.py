@@ -117,8 +117,36 @@ def test_reset_restores_the_prior():
     assert rls.steps == 0
 
 
-def test_the_batched_rls_refuses_efra():
+def test_the_batched_rls_follows_efra_row_by_row():
+    """N single EFRA RLS on the same streams (NaN/inf samples, masked envs, a reset of one env):
+    θ and P agree to 1e-9 (relative), the counters exactly, and the prior's scale is folded in at
+    each row's first update."""
     from residual_quad.controllers.rls import BatchedLastLayerRLS
 
-    with pytest.raises(ValueError, match="trace_cap"):
-        BatchedLastLayerRLS(np.zeros((N, M)), 2, RLSConfig(covariance="efra"))
+    n_envs = 3
+    for cfg in (RLSConfig(covariance="efra"), RLSConfig(covariance="efra", leak=0.01, p0=0.1)):
+        rng = np.random.default_rng(1)
+        theta0 = rng.standard_normal((N, M))
+        batch = BatchedLastLayerRLS(theta0, n_envs, cfg)
+        singles = [LastLayerRLS(theta0, cfg) for _ in range(n_envs)]
+        for t in range(60):
+            phi = np.stack([_regressor(rng) for _ in range(n_envs)])
+            y = rng.standard_normal((n_envs, M))
+            if t % 7 == 3:
+                phi[t % n_envs, 5] = np.nan
+            mask = rng.random(n_envs) < 0.8
+            if t == 30:
+                batch.reset(1)
+                singles[1].reset()
+            batch.update(phi, y, mask)
+            for i, rls in enumerate(singles):
+                if mask[i]:
+                    rls.update(phi[i], y[i])
+        theta = np.stack([r.theta for r in singles])
+        P = np.stack([r.P for r in singles])
+        assert np.abs(batch.theta - theta).max() <= 1e-9 * max(1.0, np.abs(theta).max())
+        assert np.abs(batch.P - P).max() <= 1e-9 * max(1.0, np.abs(P).max())
+        assert batch.steps.tolist() == [r.steps for r in singles]
+        assert batch.rejected.tolist() == [r.rejected for r in singles]
+        assert min(r.rejected for r in singles) >= 0 and sum(r.rejected for r in singles) > 0
+        np.testing.assert_allclose(batch.trace, [r.trace for r in singles], rtol=1e-9)
