@@ -174,3 +174,15 @@ def test_ppo_batches_its_forward_pass():
     singles[0].reset()
     expected = np.stack([c.policy(o) for c, o in zip(singles, obs, strict=True)])
     assert np.allclose(batch.policy_batch(obs), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"bogus": 1}, {"observer": 2}, {"observer_tau": -1.0}, {"covariance": "nope"}],
+)
+def test_geo_rls_dob_batch_refuses_what_the_single_controller_refuses(options):
+    with pytest.raises(ValueError) as single:
+        make_controller("geo_rls_dob", **options)
+    with pytest.raises(ValueError) as batch:
+        make_batch_controller("geo_rls_dob", 2, **options)
+    assert str(batch.value) == str(single.value)

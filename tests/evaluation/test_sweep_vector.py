@@ -174,3 +174,27 @@ def test_rows_do_not_depend_on_the_batch_size(tmp_path):
     assert len(rows[1]) == 8
     assert rows[3] == rows[1]
     assert rows[8] == rows[1]
+
+
+def test_geo_rls_dob_is_batched_and_its_rows_equal_the_local_backend(tmp_path):
+    """``geo_rls_dob`` (guard, EFRA, observer) flies vectorized on the vector backend, rows with
+    different payloads in one batch (the guard acting in the extra/windy helix), and its rows
+    equal the local backend's to 1e-9."""
+    from residual_quad.controllers.adaptive import BatchedDOBRLSGeoTracker
+    from residual_quad.controllers.batch import has_batch_path
+    from residual_quad.controllers.specs import parse_spec
+
+    assert has_batch_path(parse_spec("geo_rls_dob"))
+    assert type(make_batch_controller("geo_rls_dob", 3)) is BatchedDOBRLSGeoTracker
+    cfg = SweepConfig(
+        controllers=["geo_rls_dob", "geo_rls:enabled=true,covariance=efra"],
+        payloads=["none", "extra"],
+        winds=["windy"],
+        trajectories=["helix"],
+        seeds=[0],
+        episode_s=3.0,
+        series=[],
+    )
+    local = run_sweep(cfg, tmp_path / "local", backend="local", workers=1, progress=False)
+    vector = run_sweep(cfg, tmp_path / "vector", backend="vector", workers=1, progress=False)
+    assert_rows_close(local, vector)
