@@ -380,13 +380,9 @@ class BatchedLastLayerRLS:
         theta = self.theta
         g = np.einsum("nij,nj->ni", Pt, phi)  # P̃φ
         denom = c.forgetting + s * np.einsum("ni,ni->n", phi, g)
-        e = y - np.einsum("nij,ni->nj", theta, phi)  # y − θᵀφ
-        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
-        self.rejected += mask & ~finite
-        ok = mask & finite
+        e, ok = self._innovation(y, phi, denom, mask)
         if not ok.any():
             return e
-        self.last_innovation[ok] = e[ok]
         coef = np.where(ok, s / np.where(ok, denom, 1.0), 0.0)  # zero gain: row untouched
         g = np.where(ok[:, None], g, 0.0)
         e0 = np.where(ok[:, None], e, 0.0)
@@ -412,6 +408,18 @@ class BatchedLastLayerRLS:
         self.steps += ok
         return e
 
+    def _innovation(
+        self, y: np.ndarray, phi: np.ndarray, denom: np.ndarray, mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The innovations ``y − θᵀφ`` (N, 3) and the rows that update: masked in and finite
+        (a non-finite row is counted in :attr:`rejected`); their innovation is recorded."""
+        e = y - np.einsum("nij,ni->nj", self.theta, phi)  # y − θᵀφ
+        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
+        self.rejected += mask & ~finite
+        ok = mask & finite
+        self.last_innovation[ok] = e[ok]
+        return e, ok
+
     def _update_efra(self, phi: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """:meth:`LastLayerRLS._update_efra` for the envs in ``mask``: the same fold of the prior's
         scale into ``P̃`` at a row's first update, the same step on the rows that pass."""
@@ -423,13 +431,9 @@ class BatchedLastLayerRLS:
             self._s[fold] = 1.0
         Pphi = np.einsum("nij,nj->ni", P, phi)
         denom = 1.0 + np.einsum("ni,ni->n", phi, Pphi)
-        e = y - np.einsum("nij,ni->nj", self.theta, phi)  # y − θᵀφ
-        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
-        self.rejected += mask & ~finite
-        ok = mask & finite
+        e, ok = self._innovation(y, phi, denom, mask)
         if not ok.any():
             return e
-        self.last_innovation[ok] = e[ok]
         rows = np.flatnonzero(ok)
         k = c.efra_alpha / denom[rows]
         kP = k[:, None] * Pphi[rows]
