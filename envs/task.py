@@ -21,6 +21,7 @@ for a float operation) would add about half to the cost of the single env's ``st
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -93,6 +94,10 @@ class TaskStep(NamedTuple):
     truncated: Any
 
 
+#: the no-op context of one environment's step (reusable)
+_FLOATS = contextlib.nullcontext()
+
+
 def task_step(
     task: Task,
     prev_obs: Any,
@@ -123,68 +128,53 @@ def task_step(
     episode as ``non_finite``; after ``simulation_unstable`` and ``non_finite`` the reward is 0
     with no terms. Truncated after ``task.max_steps`` steps unless terminated.
     """
-    if isinstance(obs, np.ndarray):
-        with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN are handled below
-            return _task_step(
-                task, prev_obs, obs, action, prev_action, steps, sim_time, unstable, contact_speed
-            )
-    return _task_step(
-        task, prev_obs, obs, action, prev_action, steps, sim_time, unstable, contact_speed
-    )
-
-
-def _task_step(
-    task: Task,
-    prev_obs: Any,
-    obs: Any,
-    action: Any,
-    prev_action: Any,
-    steps: Any,
-    sim_time: Any,
-    unstable: Any,
-    contact_speed: Any,
-) -> TaskStep:
-    """:func:`task_step` (for a batch: under numpy's error state of ignored overflows)."""
     batch = isinstance(obs, np.ndarray)
-    if batch:  # field rows of the batch: element k of every row is env k
-        o, p, a, pa = obs.T, prev_obs.T, action.T, prev_action.T
-        sqrt = np.sqrt
-    else:
-        o, p, a, pa = obs, prev_obs, action, prev_action
-        sqrt = math.sqrt
-    t = steps * task.control_dt
-    residual = period_residual(p, o, task.control_dt, task.mass, task.gravity)
-    try:
-        pos_error = position_error(o, o[_REF_POS], sqrt=sqrt)
-    except OverflowError:  # floats: a reference beyond the float range, squared
-        pos_error = math.inf
-    code = termination_code(task.conditions, obs, pos_error, unstable, sim_time, t, contact_speed)
-    pos_inf = pos_error == math.inf
-    try:
-        terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, sqrt=sqrt)
-        reward = total_reward(terms)
-    except OverflowError:  # floats: a reference velocity beyond the float range
-        terms, reward = {}, math.inf
-    if batch:
-        code[pos_inf & ((code < 0) | (code >= _FIRST_REWARDED))] = _NON_FINITE
-        rewarded = (code < 0) | (code >= _FIRST_REWARDED)
-        overflow = rewarded & ~np.isfinite(reward)
-        code[overflow] = _NON_FINITE
-        rewarded &= ~overflow
-        reward = np.where(rewarded, reward, 0.0)
-        terminated = code >= 0
-        truncated = ~terminated & (steps >= task.max_steps)
-    else:
-        if pos_inf and not 0 <= code < _FIRST_REWARDED:
-            code = _NON_FINITE
-        rewarded = not 0 <= code < _FIRST_REWARDED
-        if rewarded and not math.isfinite(reward):
-            code, rewarded = _NON_FINITE, False
-        if not rewarded:
-            terms, reward = {}, 0.0
-        terminated = code >= 0
-        truncated = not terminated and steps >= task.max_steps
-    return TaskStep(t, residual, pos_error, code, terms, reward, rewarded, terminated, truncated)
+    # a batch ignores numpy overflow warnings: inf and NaN are handled below; one env (floats)
+    # takes the shared no-op context
+    with np.errstate(over="ignore", invalid="ignore") if batch else _FLOATS:
+        if batch:  # field rows of the batch: element k of every row is env k
+            o, p, a, pa = obs.T, prev_obs.T, action.T, prev_action.T
+            sqrt = np.sqrt
+        else:
+            o, p, a, pa = obs, prev_obs, action, prev_action
+            sqrt = math.sqrt
+        t = steps * task.control_dt
+        residual = period_residual(p, o, task.control_dt, task.mass, task.gravity)
+        try:
+            pos_error = position_error(o, o[_REF_POS], sqrt=sqrt)
+        except OverflowError:  # floats: a reference beyond the float range, squared
+            pos_error = math.inf
+        code = termination_code(
+            task.conditions, obs, pos_error, unstable, sim_time, t, contact_speed
+        )
+        pos_inf = pos_error == math.inf
+        try:
+            terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, sqrt=sqrt)
+            reward = total_reward(terms)
+        except OverflowError:  # floats: a reference velocity beyond the float range
+            terms, reward = {}, math.inf
+        if batch:
+            code[pos_inf & ((code < 0) | (code >= _FIRST_REWARDED))] = _NON_FINITE
+            rewarded = (code < 0) | (code >= _FIRST_REWARDED)
+            overflow = rewarded & ~np.isfinite(reward)
+            code[overflow] = _NON_FINITE
+            rewarded &= ~overflow
+            reward = np.where(rewarded, reward, 0.0)
+            terminated = code >= 0
+            truncated = ~terminated & (steps >= task.max_steps)
+        else:
+            if pos_inf and not 0 <= code < _FIRST_REWARDED:
+                code = _NON_FINITE
+            rewarded = not 0 <= code < _FIRST_REWARDED
+            if rewarded and not math.isfinite(reward):
+                code, rewarded = _NON_FINITE, False
+            if not rewarded:
+                terms, reward = {}, 0.0
+            terminated = code >= 0
+            truncated = not terminated and steps >= task.max_steps
+        return TaskStep(
+            t, residual, pos_error, code, terms, reward, rewarded, terminated, truncated
+        )
 
 
 def reason(code: int) -> str | None:
