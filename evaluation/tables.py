@@ -1,6 +1,7 @@
 """Result tables computed from sweep rows only (Markdown + CSV), mirroring the source's [RES §9].
 
-* ``main``: steady-state RMSE per payload × wind, mean over helix and figure-8 and seeds;
+* ``main``: steady-state RMSE per payload × wind, mean over helix and figure-8 and seeds, every
+  cell with its 95 % bootstrap interval over seeds (:mod:`residual_quad.evaluation.stats`);
 * ``payload_sweep``: helix, windy, per payload (RMSE and residual-estimate bias);
 * ``wind_sweep``: heavy payload, helix, per wind;
 * ``hover_check``: ``geo`` hover offset vs the analytic Δa/K_p (calm);
@@ -15,7 +16,7 @@ from __future__ import annotations
 import csv
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,12 @@ from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.evaluation.stats import (
+    MARK_NOTES,
+    Interval,
+    strata_of,
+    stratified_mean_intervals,
+)
 from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 
 # the orders of rows and columns: one source each (the env's levels, the registry)
@@ -36,13 +43,17 @@ CONTROLLER_ORDER = available_controllers()
 
 @dataclass
 class Table:
-    """A titled table of strings/numbers."""
+    """A titled table of strings/numbers. ``intervals`` maps a column header to one interval
+    per row (``None``: no interval); Markdown prints it after the cell, CSV as two more
+    columns ``<header> low`` and ``<header> high`` at the end (existing columns keep their
+    places)."""
 
     name: str
     title: str
     headers: list[str]
     rows: list[list[Any]]
     note: str = ""
+    intervals: dict[str, list[Interval | None]] = field(default_factory=dict)
 
     def markdown(self, digits: int = 4) -> str:
         def fmt(v: Any) -> str:
@@ -50,19 +61,41 @@ class Table:
                 return f"{v:.{digits}f}" if np.isfinite(v) else "–"
             return "–" if v is None else str(v)
 
+        def cell(i: int, j: int, v: Any) -> str:
+            ivs = self.intervals.get(self.headers[j])
+            iv = ivs[i] if ivs else None
+            text = fmt(v)
+            if iv is None or v is None:
+                return text
+            head, _, tail = text.partition(" ")  # "0.0522 (3/18 div.)": the mark after the number
+            return head + iv.suffix(digits) + (" " + tail if tail else "")
+
         lines = [f"**{self.title}**", ""]
         lines.append("| " + " | ".join(self.headers) + " |")
         lines.append("|" + "|".join("---" for _ in self.headers) + "|")
-        lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in self.rows]
-        if self.note:
-            lines += ["", self.note]
+        lines += [
+            "| " + " | ".join(cell(i, j, v) for j, v in enumerate(row)) + " |"
+            for i, row in enumerate(self.rows)
+        ]
+        kinds = {iv.kind for ivs in self.intervals.values() for iv in ivs if iv is not None}
+        notes = [self.note] if self.note else []
+        notes += [MARK_NOTES[k] for k in MARK_NOTES if k in kinds]
+        if notes:
+            lines += ["", " ".join(notes)]
         return "\n".join(lines)
 
     def to_csv(self, path: str | Path) -> None:
+        cols = list(self.intervals)
         with Path(path).open("w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(self.headers)
-            w.writerows(self.rows)
+            w.writerow(self.headers + [f"{c} {end}" for c in cols for end in ("low", "high")])
+            for i, row in enumerate(self.rows):
+                bounds: list[Any] = []
+                for c in cols:
+                    iv = self.intervals[c][i]
+                    ok = iv is not None and iv.kind in ("bootstrap", "constant")
+                    bounds += [iv.low, iv.high] if ok and iv is not None else [None, None]
+                w.writerow(list(row) + bounds)
 
 
 def _order(values: Iterable[Any], preferred: list[Any]) -> list[Any]:
@@ -98,6 +131,27 @@ def _cell(rows: list[dict[str, Any]], metric: str) -> Any:
     return m if div == 0 else f"{m:.4f} ({div}/{len(rows)} div.)"
 
 
+Groups = dict[tuple, dict[str, list[dict[str, Any]]]]
+
+
+def _groups(
+    rows: list[dict[str, Any]],
+    select: Callable[[dict[str, Any]], bool],
+    row_keys: tuple[str, ...],
+) -> Groups:
+    """The selected rows by table row (``row_keys``' values, in table order) and controller."""
+    groups: Groups = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if select(r):
+            groups[tuple(_key(r[k]) for k in row_keys)][r["controller"]].append(r)
+    orders = {"payload": PAYLOAD_ORDER, "wind": WIND_ORDER}
+    keys = list(groups)
+    for i in reversed(range(len(row_keys))):
+        pref = orders.get(row_keys[i], [])
+        keys.sort(key=lambda k, i=i, pref=pref: pref.index(k[i]) if k[i] in pref else len(pref))
+    return {k: groups[k] for k in keys}
+
+
 def _grid(
     rows: list[dict[str, Any]],
     select: Callable[[dict[str, Any]], bool],
@@ -105,18 +159,33 @@ def _grid(
     controllers: list[str],
     metric: str,
 ) -> list[list[Any]]:
-    groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if select(r):
-            groups[tuple(_key(r[k]) for k in row_keys)][r["controller"]].append(r)
-    out = []
-    orders = {"payload": PAYLOAD_ORDER, "wind": WIND_ORDER}
-    keys = list(groups)
-    for i in reversed(range(len(row_keys))):
-        pref = orders.get(row_keys[i], [])
-        keys.sort(key=lambda k, i=i, pref=pref: pref.index(k[i]) if k[i] in pref else len(pref))
-    for key in keys:
-        out.append([*key, *(_cell(groups[key].get(c, []), metric) for c in controllers)])
+    groups = _groups(rows, select, row_keys)
+    return [
+        [*key, *(_cell(by_ctrl.get(c, []), metric) for c in controllers)]
+        for key, by_ctrl in groups.items()
+    ]
+
+
+def grid_intervals(
+    rows: list[dict[str, Any]],
+    select: Callable[[dict[str, Any]], bool],
+    row_keys: tuple[str, ...],
+    controllers: list[str],
+    metric: str,
+) -> dict[str, list[Interval | None]]:
+    """The bootstrap interval over seeds of every cell of :func:`_grid` (same selection), per
+    controller column, all cells in one vectorized computation (``None``: an empty cell)."""
+    groups = _groups(rows, select, row_keys)
+    where: list[tuple[str, int]] = []
+    cells = []
+    for i, by_ctrl in enumerate(groups.values()):
+        for c in controllers:
+            if by_ctrl.get(c):
+                where.append((c, i))
+                cells.append(strata_of(by_ctrl[c], metric))
+    out: dict[str, list[Interval | None]] = {c: [None] * len(groups) for c in controllers}
+    for (c, i), iv in zip(where, stratified_mean_intervals(cells), strict=True):
+        out[c][i] = iv
     return out
 
 
@@ -129,16 +198,9 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     tracking = {"helix", "figure8"}
     tables: dict[str, Table] = {}
 
-    main = _grid(
-        rows, lambda r: r["trajectory"] in tracking, ("payload", "wind"), controllers, "rmse"
-    )
-    if main:
-        tables["main"] = Table(
-            "main",
-            "Steady-state position RMSE (m), mean over helix and figure-8 × seeds",
-            ["payload", "wind", *controllers],
-            main,
-        )
+    main = matrix_table(rows, controllers, tracking)
+    if main is not None:
+        tables["main"] = main
 
     def helix_windy(r: dict[str, Any]) -> bool:
         return r["trajectory"] == "helix" and r["wind"] == "windy"
@@ -257,6 +319,36 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             fail_rows,
         )
     return tables
+
+
+def matrix_table(
+    rows: list[dict[str, Any]],
+    controllers: list[str] | None = None,
+    trajectories: Iterable[str] = ("helix", "figure8"),
+    name: str = "main",
+) -> Table | None:
+    """RMSE per payload × wind (mean over ``trajectories`` and seeds), every cell with its
+    bootstrap interval over seeds; ``None`` when no row flies one of ``trajectories``."""
+    trajs = set(trajectories)
+    flown = flown_rows(rows)
+    ctrls = controller_order(flown) if controllers is None else controllers
+
+    def select(r: dict[str, Any]) -> bool:
+        return r["trajectory"] in trajs
+
+    body = _grid(flown, select, ("payload", "wind"), ctrls, "rmse")
+    if not body:
+        return None
+    shown = " and ".join(
+        t.replace("figure8", "figure-8") for t in _order(trajs, list(TRAJECTORIES))
+    )
+    return Table(
+        name,
+        f"Steady-state position RMSE (m), mean over {shown} × seeds",
+        ["payload", "wind", *ctrls],
+        body,
+        intervals=grid_intervals(flown, select, ("payload", "wind"), ctrls, "rmse"),
+    )
 
 
 def focus_tables(rows: list[dict[str, Any]], focus: str) -> str:
