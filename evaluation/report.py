@@ -15,6 +15,7 @@ from typing import Any
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
+from residual_quad.evaluation.paired import paired_table
 from residual_quad.evaluation.rl_seeds import (
     figure_rows,
     pool_training_seeds,
@@ -210,19 +211,37 @@ def outcome_of_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return run_outcome(flown, target_checks(tables, flown), failed=len(failed_rows(pooled)))
 
 
+def report_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
+    """:func:`make_tables` of pooled rows with the paired comparisons of the adaptive
+    controllers right after the main table."""
+    tables = make_tables(rows)
+    paired = paired_table(flown_rows(rows))
+    if paired is None:
+        return tables
+    out: dict[str, Table] = {}
+    for name, t in tables.items():
+        out[name] = t
+        if name == "main":
+            out["paired"] = paired
+    return out if "paired" in out else {**out, "paired": paired}
+
+
 def write_report(
     rows: list[dict[str, Any]],
     out_dir: str | Path,
     figures: dict[str, Path] | None = None,
     extra_sections: list[str] | None = None,
     title: str = "residual-quad evaluation report",
+    beyond_sections: list[str] | None = None,
 ) -> Path:
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
-    runs (controller errors) are counted and listed (the ``failures`` table), never averaged."""
+    runs (controller errors) are counted and listed (the ``failures`` table), never averaged.
+    ``extra_sections`` go before the tables, ``beyond_sections``
+    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them."""
     out = Path(out_dir)
     rl = rl_section(rows)
     rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
-    tables = make_tables(rows)
+    tables = report_tables(rows)
     write_tables(tables, out / "tables")
     failed = failed_rows(rows)
     rows = flown_rows(rows)
@@ -265,6 +284,8 @@ def write_report(
             cmp_table = source_comparison(t)
             if cmp_table is not None:
                 lines += [cmp_table.markdown(), ""]
+    for section in beyond_sections or []:
+        lines += [section.strip(), ""]
     if figures:
         lines += ["## Figures", ""]
         for name, path in figures.items():

@@ -39,6 +39,8 @@ from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 PAYLOAD_ORDER = list(PAYLOAD_LEVELS)
 WIND_ORDER = list(WIND_LEVELS)
 CONTROLLER_ORDER = available_controllers()
+#: the main table's trajectories
+TRACKING = ("helix", "figure8")
 
 
 @dataclass
@@ -195,7 +197,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     every = rows
     rows = flown_rows(rows)
     controllers = controller_order(rows)
-    tracking = {"helix", "figure8"}
+    tracking = set(TRACKING)
     tables: dict[str, Table] = {}
 
     main = matrix_table(rows, controllers, tracking)
@@ -324,7 +326,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
 def matrix_table(
     rows: list[dict[str, Any]],
     controllers: list[str] | None = None,
-    trajectories: Iterable[str] = ("helix", "figure8"),
+    trajectories: Iterable[str] = TRACKING,
     name: str = "main",
 ) -> Table | None:
     """RMSE per payload × wind (mean over ``trajectories`` and seeds), every cell with its

@@ -1,0 +1,132 @@
+"""The report's "beyond the source" section: a matrix flown under another plant configuration.
+
+The source's matrix [RES §9] flies an ideal airframe. A sweep flown under another plant (rotor
+lag, latency, turbulence, sensor bias, mid-flight events: whatever its ``env`` sets) gets its
+own section in ``report.md``, computed from that sweep's rows alone:
+
+- the matrix (RMSE per payload × wind, mean over the tracking trajectories and seeds) with the
+  95 % bootstrap interval over seeds on every cell;
+- the paired comparisons of the adaptive controllers (:mod:`residual_quad.evaluation.paired`);
+- the diverged and failed runs;
+- the tables and figures other features contribute (:data:`EXTRA_MAKERS`: each maker reads the
+  same rows and returns :class:`Extras`, empty when the rows lack what it needs).
+
+It works on any sweep rows; the pipeline flies such a sweep when ``PipelineConfig.beyond``
+names one (``docs/statistics.md``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from residual_quad.evaluation.paired import paired_table
+from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
+from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
+
+SECTION_TITLE = "Beyond the source"
+
+
+@dataclass
+class Extras:
+    """Tables and figures (label → file) that a feature adds to the section."""
+
+    tables: list[Table] = field(default_factory=list)
+    figures: dict[str, Path] = field(default_factory=dict)
+
+
+#: ``maker(rows, out_dir) -> Extras``: one feature's contribution, from the section's rows
+ExtraMaker = Callable[[list[dict[str, Any]], Path], Extras]
+
+#: the makers every section calls (a feature that adds rows columns, e.g. recovery metrics of
+#: mid-flight events, appends its table-and-figure maker here)
+EXTRA_MAKERS: tuple[ExtraMaker, ...] = ()
+
+
+def _plant_text(plant: dict[str, Any] | str) -> str:
+    if isinstance(plant, str):
+        return plant
+    if not plant:
+        return "the default plant (as the matrix above)"
+    return "plant options " + ", ".join(f"`{k}: {v}`" for k, v in plant.items())
+
+
+def _trajectories(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The tracking trajectories when the rows fly any, else every trajectory they fly."""
+    flown = tuple(dict.fromkeys(r["trajectory"] for r in rows))
+    tracking = tuple(t for t in TRACKING if t in flown)
+    return tracking or flown
+
+
+def beyond_section(
+    rows: list[dict[str, Any]],
+    out_dir: str | Path,
+    *,
+    title: str = "",
+    plant: dict[str, Any] | str = "",
+    rows_path: str = "",
+    extras: Sequence[Extras] = (),
+    tables_dir: str | Path | None = None,
+) -> str:
+    """Markdown of the section for ``rows`` (any sweep's rows). ``plant``: the sweep's ``env``
+    options or a sentence; ``rows_path``: where the rows are, as the reader finds them;
+    ``extras``: more pieces (added to those of :data:`EXTRA_MAKERS`); figure links are made
+    relative to ``out_dir`` (where ``report.md`` lives); ``tables_dir``: also write each table
+    as ``beyond_<name>.csv`` there."""
+    if not rows:
+        raise ValueError("rows is empty; fly the sweep first (rquad sweep CONFIG --out DIR)")
+    out = Path(out_dir)
+    flown = flown_rows(rows)
+    failed = failed_rows(rows)
+    heading = f"## {SECTION_TITLE}" + (f": {title}" if title else "")
+    n_ctrl = len({r["controller"] for r in flown})
+    diverged = sum(bool(r["diverged"]) for r in flown)
+    lines = [
+        heading,
+        "",
+        f"{len(flown)} runs of {n_ctrl} controllers under {_plant_text(plant)}"
+        + (f", from `{rows_path}`" if rows_path else "")
+        + f"; {diverged} diverged"
+        + (f", {len(failed)} more failed (controller errors, left out)" if failed else "")
+        + ". Intervals and paired comparisons as in the tables above (docs/statistics.md).",
+        "",
+    ]
+    trajs = _trajectories(flown)
+    tables: list[Table] = []
+    matrix = matrix_table(flown, trajectories=trajs, name="matrix")
+    if matrix is not None:
+        tables.append(matrix)
+    paired = paired_table(flown, trajectories=trajs)
+    if paired is not None:
+        tables.append(paired)
+    if diverged:
+        per = {}
+        for r in flown:
+            per.setdefault(r["controller"], [0, 0])
+            per[r["controller"]][0] += 1
+            per[r["controller"]][1] += bool(r["diverged"])
+        tables.append(
+            Table(
+                "divergence",
+                "Diverged runs",
+                ["controller", "runs", "diverged"],
+                [[c, n, d] for c, (n, d) in per.items()],
+            )
+        )
+    pieces = [maker(rows, out) for maker in EXTRA_MAKERS] + list(extras)
+    for piece in pieces:
+        tables += piece.tables
+    for t in tables:
+        lines += [t.markdown(), ""]
+    if tables_dir is not None:
+        folder = Path(tables_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for t in tables:
+            t.to_csv(folder / f"beyond_{t.name}.csv")
+    for piece in pieces:
+        for label, path in piece.figures.items():
+            lines += [f"![{label}]({os.path.relpath(path, out)})", ""]
+    return "\n".join(lines).rstrip() + "\n"
