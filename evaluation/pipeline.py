@@ -37,6 +37,11 @@ class PipelineConfig:
     sweep_overrides: dict[str, Any] = field(default_factory=dict)
     workers: int = 0  # 0: every core
     animation: bool = True  # rendered flight GIF (skipped without OpenGL)
+    # a second sweep (shipped name or YAML path) flown under another plant (its ``env``), for the
+    # report's "Beyond the source" section; "" (default): none. Off until a shipped plant preset
+    # makes a default worth committing.
+    beyond: str = ""
+    beyond_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 QUICK = PipelineConfig(
@@ -93,22 +98,7 @@ def run_pipeline(
     timings["train"] = time.perf_counter() - t0
 
     print("[3/4] evaluate: the sweep matrix with the network trained above")
-    s_cfg = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides)
-    notes: list[str] = []
-    usable = []
-    for entry, label in zip(s_cfg.controllers, s_cfg.labels, strict=True):
-        try:
-            s_cfg.controller_spec(label).build()
-            usable.append(entry)
-        except ImportError as exc:  # an optional extra is missing: say so, fly the rest
-            print(f"      {label} left out: {exc}")
-            notes.append(f"`{label}` was not evaluated: {exc}")
-    s_cfg = dataclasses.replace(s_cfg, controllers=usable)
-    options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
-    for name in RESIDUAL_CONTROLLERS:
-        if name in s_cfg.controllers:
-            options.setdefault(name, {})["weights"] = str(weights.resolve())
-    s_cfg = dataclasses.replace(s_cfg, controller_options=options)
+    s_cfg, notes = _prepared_sweep(cfg.sweep, cfg.sweep_overrides, weights)
     committed = committed_outcome() if is_committed_run(cfg) else None
     if committed is not None and committed["diverged"]:
         crashes = ", ".join(f"{c} {n}" for c, n in committed["diverged"].items())
@@ -121,6 +111,14 @@ def run_pipeline(
         s_cfg, out / "sweep", resume=resume, workers=workers, retry_failed=retry_failed
     )
     timings["evaluate"] = time.perf_counter() - t0
+    beyond: list[str] = []
+    if cfg.beyond:
+        print(f"[3/4] evaluate, beyond the source: {cfg.beyond}")
+        t0 = time.perf_counter()
+        beyond.append(
+            beyond_stage(cfg, out, weights, resume=resume, retry_failed=retry_failed, notes=notes)
+        )
+        timings["evaluate, beyond the source"] = time.perf_counter() - t0
 
     print("[4/4] tables, figures, report")
     t0 = time.perf_counter()
@@ -145,12 +143,72 @@ def run_pipeline(
     )
     if notes:
         section += "\n\n" + "\n".join(f"- {n}" for n in notes)
-    report = write_report(rows, out, figs, extra_sections=[section])
+    report = write_report(rows, out, figs, extra_sections=[section], beyond_sections=beyond)
     outcome = json.loads((out / OUTCOME_FILE).read_text())
     for line in closing_lines(outcome, committed):
         print(line)
     print(f"report: {report} ({total:.0f} s)")
     return report
+
+
+def _prepared_sweep(
+    name: str, overrides: dict[str, Any], weights: Path
+) -> tuple[SweepConfig, list[str]]:
+    """The sweep config ``name`` with ``overrides``, without the controllers whose optional
+    extra is missing (named in the returned notes), the residual controllers flying ``weights``."""
+    s_cfg = configs.load(SweepConfig, name, **overrides)
+    notes: list[str] = []
+    usable = []
+    for entry, label in zip(s_cfg.controllers, s_cfg.labels, strict=True):
+        try:
+            s_cfg.controller_spec(label).build()
+            usable.append(entry)
+        except ImportError as exc:  # an optional extra is missing: say so, fly the rest
+            print(f"      {label} left out: {exc}")
+            notes.append(f"`{label}` was not evaluated: {exc}")
+    s_cfg = dataclasses.replace(s_cfg, controllers=usable)
+    options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
+    for ctrl in RESIDUAL_CONTROLLERS:
+        if ctrl in s_cfg.controllers:
+            options.setdefault(ctrl, {})["weights"] = str(weights.resolve())
+    return dataclasses.replace(s_cfg, controller_options=options), notes
+
+
+#: the folder (in the pipeline's output) of the "beyond the source" sweep
+BEYOND_DIR = "beyond"
+
+
+def beyond_stage(
+    cfg: PipelineConfig,
+    out: Path,
+    weights: Path,
+    *,
+    resume: bool = False,
+    retry_failed: bool = False,
+    notes: list[str] | None = None,
+) -> str:
+    """Fly ``cfg.beyond`` into ``out/beyond/`` and return the report's "Beyond the source"
+    section for its rows (tables also as ``tables/beyond_*.csv``)."""
+    from residual_quad.evaluation.beyond import beyond_section
+
+    s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
+    if notes is not None:
+        notes += more
+    rows = run_sweep(
+        s_cfg,
+        out / BEYOND_DIR,
+        resume=resume,
+        workers=cfg.workers or None,
+        retry_failed=retry_failed,
+    )
+    return beyond_section(
+        rows,
+        out,
+        title=cfg.beyond if not Path(cfg.beyond).suffix else Path(cfg.beyond).stem,
+        plant=s_cfg.env,
+        rows_path=f"{BEYOND_DIR}/rows.jsonl",
+        tables_dir=out / "tables",
+    )
 
 
 def is_committed_run(cfg: PipelineConfig) -> bool:

@@ -97,14 +97,31 @@ def test_rl_targets_are_checked_on_the_pooled_means():
 
 
 def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
-    rng = np.random.default_rng(0)
-    m, lo, hi = bootstrap_mean([0.1, 0.2, 0.4], rng)
-    assert math.isclose(m, 0.7 / 3) and 0.1 <= lo < m < hi <= 0.4 + 1e-12
-    assert bootstrap_mean([0.1, 0.2, 0.4], np.random.default_rng(0)) == (m, lo, hi)
-    assert bootstrap_mean([0.3], rng) == (0.3, 0.3, 0.3)
+    iv = bootstrap_mean([0.25, 0.5, 1.0])
+    assert iv.estimate == pytest.approx(1.75 / 3) and iv.kind == "bootstrap"
+    # three values: each all-equal resample has probability 1/27 > 2.5 %, so the 95 %
+    # percentile interval is exactly the values' range
+    assert (iv.low, iv.high) == (0.25, 1.0)
+    assert bootstrap_mean([0.25, 0.5, 1.0]) == iv  # seeded
+    assert bootstrap_mean([0.3]).kind == "single" and bootstrap_mean([0.3]).estimate == 0.3
+    same = bootstrap_mean([0.3, 0.3, 0.3])
+    assert same.kind == "constant" and same.low == same.high == same.estimate
     assert iqm(np.array([0.0, 1.0, 2.0, 3.0, 100.0, -100.0, 1.5, 2.5])) == pytest.approx(1.75)
-    point, lo, hi = stratified_iqm({0: [1.0, 2.0, 3.0, 4.0], 1: [2.0, 3.0, 4.0, 5.0]}, rng)
-    assert lo <= point <= hi and point == pytest.approx(3.0)
+    point, lo, hi = stratified_iqm({0: [1.0, 2.0, 3.0, 4.0], 1: [2.0, 3.0, 4.0, 5.0]})
+    assert lo < point < hi and point == pytest.approx(3.0)
+    assert stratified_iqm({0: [1.0, 2.0, 3.0, 4.0], 1: [2.0, 3.0, 4.0, 5.0]}) == (point, lo, hi)
+    assert stratified_iqm({0: [2.0, 2.0], 1: [2.0, 2.0, 2.0]}) == (2.0, 2.0, 2.0)
+
+
+def test_stratified_iqm_resamples_within_each_training_seed():
+    """Seed 0's runs are all 1, seed 1's all 3: a resample keeps four of each, so every
+    resampled IQM is the IQM of the data (2.0) — a pooled bootstrap would spread it."""
+    assert stratified_iqm({0: [1.0] * 4, 1: [3.0] * 4}) == (2.0, 2.0, 2.0)
+
+
+def test_a_crashed_run_counts_as_infinite_and_the_iqm_trims_it():
+    point, lo, hi = stratified_iqm({0: [1.0, 2.0, 3.0, math.inf], 1: [2.0, 3.0, 4.0, 5.0]})
+    assert point == pytest.approx(3.0) and math.isfinite(lo) and lo <= point <= hi
 
 
 def test_report_section_lists_seeds_intervals_and_budgets(tmp_path):
