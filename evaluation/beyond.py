@@ -47,10 +47,10 @@ EXTRA_MAKERS: tuple[ExtraMaker, ...] = ()
 
 
 def _plant_text(plant: dict[str, Any] | str) -> str:
-    if isinstance(plant, str):
-        return plant
     if not plant:
         return "the default plant (as the matrix above)"
+    if isinstance(plant, str):
+        return plant
     return "plant options " + ", ".join(f"`{k}: {v}`" for k, v in plant.items())
 
 
