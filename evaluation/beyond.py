@@ -28,6 +28,8 @@ from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 
 SECTION_TITLE = "Beyond the source"
+#: the folder (in a pipeline's output) of the "beyond the source" sweep
+BEYOND_DIR = "beyond"
 
 
 @dataclass

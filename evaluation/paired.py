@@ -133,7 +133,8 @@ def paired_table(
                 verdict(a, b, iv),
             ]
         )
-    where = "every trajectory" if trajs is None else " and ".join(trajs)
+    shown = [t.replace("figure8", "figure-8") for t in trajs or []]
+    where = "every trajectory" if trajs is None else " and ".join(shown)
     return Table(
         name,
         f"Paired comparisons: {metric} of A − B on the same scenarios and seeds ({where})",

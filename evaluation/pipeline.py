@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
+from residual_quad.evaluation.beyond import BEYOND_DIR
 from residual_quad.evaluation.sweep.config import SweepConfig
 from residual_quad.evaluation.sweep.engine import run_sweep
 
@@ -172,10 +173,6 @@ def _prepared_sweep(
         if ctrl in s_cfg.controllers:
             options.setdefault(ctrl, {})["weights"] = str(weights.resolve())
     return dataclasses.replace(s_cfg, controller_options=options), notes
-
-
-#: the folder (in the pipeline's output) of the "beyond the source" sweep
-BEYOND_DIR = "beyond"
 
 
 def beyond_stage(

@@ -343,3 +343,79 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
     path = write_report(rows, run_dir, figs)
     print(f"report: {path}")
     return path
+
+
+#: sections of a pipeline's ``report.md`` that rows cannot recompute (its stage timings), kept
+#: verbatim by :func:`rewrite_report`
+KEPT_SECTIONS = ("## Pipeline",)
+
+
+def _sections(text: str) -> dict[str, str]:
+    """A Markdown report's ``## `` sections by heading line (each with its heading)."""
+    out: dict[str, str] = {}
+    head = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            head = line
+            out[head] = ""
+        if head is not None:
+            out[head] += line + "\n"
+    return out
+
+
+def _figure_links(section: str, out: Path) -> dict[str, Path]:
+    """The figures a report's ``## Figures`` section links (name → file), in order."""
+    figs = {}
+    for line in section.splitlines():
+        label, _, rest = line.lstrip("!").partition("](")
+        if line.startswith(("![", "[")) and rest.endswith(")"):
+            figs[label.strip("[").replace(" ", "_")] = out / rest[:-1]
+    return figs
+
+
+def _in_run_order(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]]:
+    """``rows`` in the order the sweep returned them to the pipeline (its config's expansion;
+    the file keeps completion order), so means are summed in the same order, bit for bit."""
+    from residual_quad.evaluation.sweep.config import CONFIG_FILE, SweepConfig, expand
+
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return order_rows(rows, run_dir)
+    rank = {s.run_id: i for i, s in enumerate(expand(configs.load(SweepConfig, path)))}
+    return sorted(rows, key=lambda r: rank.get(r["run_id"], len(rank)))
+
+
+def rewrite_report(out_dir: str | Path) -> Path:
+    """Re-render ``report.md`` and ``tables/`` of a pipeline output folder from its rows
+    (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
+    its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
+    from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_section
+    from residual_quad.evaluation.sweep.config import CONFIG_FILE
+    from residual_quad.evaluation.sweep.rows import read_rows
+
+    out = Path(out_dir)
+    sweep = out / "sweep"
+    rows = _in_run_order(read_rows(sweep), sweep)
+    if not rows:
+        raise ValueError(f"no rows in {sweep}; out_dir must be a pipeline's output folder")
+    old = _sections((out / "report.md").read_text()) if (out / "report.md").is_file() else {}
+    kept = [text for head, text in old.items() if head.startswith(KEPT_SECTIONS)]
+    beyond = []
+    beyond_dir = out / BEYOND_DIR
+    beyond_rows = _in_run_order(read_rows(beyond_dir), beyond_dir) if beyond_dir.is_dir() else []
+    if beyond_rows:
+        head = next((h for h in old if h.startswith("## Beyond the source")), "")
+        saved = out / BEYOND_DIR / CONFIG_FILE
+        env = configs.read_yaml(saved).get("env", {}) if saved.is_file() else {}
+        beyond.append(
+            beyond_section(
+                beyond_rows,
+                out,
+                title=head.partition(": ")[2],
+                plant=env,
+                rows_path=f"{BEYOND_DIR}/rows.jsonl",
+                tables_dir=out / "tables",
+            )
+        )
+    figures = _figure_links(old.get("## Figures", ""), out)
+    return write_report(rows, out, figures, extra_sections=kept, beyond_sections=beyond)

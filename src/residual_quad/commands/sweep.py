@@ -14,7 +14,7 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
-from residual_quad.evaluation.report import order_rows, report_from_rows
+from residual_quad.evaluation.report import order_rows, report_from_rows, rewrite_report
 from residual_quad.evaluation.sweep.config import SweepConfig, expand
 from residual_quad.evaluation.sweep.engine import (
     DEFAULT_BACKEND,
@@ -113,6 +113,9 @@ def add_retry_failed(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    if args.rewrite:
+        print(f"report: {rewrite_report(Path(args.run_dir))}")
+        return 0
     if args.focus:
         rows = order_rows(read_rows(args.run_dir), Path(args.run_dir))
         print(focus_tables(rows, args.focus))
@@ -186,5 +189,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="CONTROLLER",
         help="instead: print one controller's per-scenario table and the head-to-head tables",
+    )
+    p.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="instead: RUN_DIR is a pipeline's output folder; re-render its report.md and "
+        "tables/ from sweep/rows.jsonl (and beyond/rows.jsonl), keeping its figures and its "
+        "Pipeline section",
     )
     p.set_defaults(func=_cmd_report)
