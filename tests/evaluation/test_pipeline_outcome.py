@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import shutil
 from pathlib import Path
 
+from residual_quad.cli import main
 from residual_quad.evaluation.pipeline import (
     QUICK,
     PipelineConfig,
@@ -66,3 +68,20 @@ def test_only_the_default_pipeline_is_compared_with_the_committed_run():
     assert not is_committed_run(QUICK)
     lines = closing_lines(committed_outcome(), None)
     assert "settings differ from the committed run's" in lines[2]
+
+
+def test_the_committed_report_is_its_rows_rendered(tmp_path):
+    """``rquad report docs/results --rewrite`` on a copy reproduces the committed report.md and
+    main table (the intervals included: seeded) — all but the machine line at the top."""
+    results = ROWS.parents[1]
+    (tmp_path / "sweep").mkdir()
+    for rel in ("report.md", "sweep/rows.jsonl", "sweep/sweep_config.yaml"):
+        shutil.copy(results / rel, tmp_path / rel)
+    assert main(["report", str(tmp_path), "--rewrite"]) == 0
+    mine = (tmp_path / "report.md").read_text().splitlines()
+    committed = (results / "report.md").read_text().splitlines()
+    assert len(mine) == len(committed)
+    differ = [i for i, (a, b) in enumerate(zip(mine, committed, strict=True)) if a != b]
+    assert set(differ) <= {2}  # "... summed run time on N cores, machine, Python version"
+    for name in ("main.csv", "paired.csv", "tables.md"):
+        assert (tmp_path / "tables" / name).read_text() == (results / "tables" / name).read_text()
