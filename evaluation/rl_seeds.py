@@ -200,20 +200,37 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
     if pid:
         head.append("pid")
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    seed_stats = {
+        (k, payload, wind): [
+            _seed_cell(per_seed[s])
+            for s in seeds[k]
+            if (per_seed := cells.get((k, payload, wind), {})).get(s)
+        ]
+        for payload, wind in order
+        for k in kinds
+    }
+    # every cell's interval over training seeds in one vectorized computation
+    intervals = dict(
+        zip(
+            seed_stats,
+            stratified_mean_intervals(
+                [[[m for m, _, _ in st if math.isfinite(m)]] for st in seed_stats.values()]
+            ),
+            strict=True,
+        )
+    )
     for payload, wind in order:
         line = [payload, wind]
         for k in kinds:
-            per_seed = cells.get((k, payload, wind), {})
-            stats = [_seed_cell(per_seed[s]) for s in seeds[k] if per_seed.get(s)]
+            stats = seed_stats[(k, payload, wind)]
+            iv = intervals[(k, payload, wind)]
             if not stats:
                 line += ["–", "–"]
                 continue
-            means = [m for m, _, _ in stats if math.isfinite(m)]
             crashed = sum(c for _, c, _ in stats)
-            iv = bootstrap_mean(means)
             note = f" ({crashed}/{sum(n for _, _, n in stats)} div.)" if crashed else ""
             line += [
-                f"{iv.estimate:.4f}{iv.suffix()}{note}" if means else "–",
+                f"{iv.estimate:.4f}{iv.suffix()}{note}" if iv.kind != "empty" else "–",
                 " / ".join(f"{v:.4f}" + (f" ({c} div.)" if c else "") for v, c, _ in stats),
             ]
         if pid:
