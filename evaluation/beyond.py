@@ -7,6 +7,7 @@ own section in ``report.md``, computed from that sweep's rows alone:
 - the matrix (RMSE per payload × wind, mean over the tracking trajectories and seeds) with the
   95 % bootstrap interval over seeds on every cell;
 - the paired comparisons of the adaptive controllers (:mod:`residual_quad.evaluation.paired`);
+- given the main matrix's rows, each controller's change from them on the same runs;
 - the diverged and failed runs;
 - the tables and figures other features contribute (:data:`EXTRA_MAKERS`: each maker reads the
   same rows and returns :class:`Extras`, empty when the rows lack what it needs).
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from residual_quad.evaluation.paired import paired_table
+from residual_quad.evaluation.paired import paired_table, plant_change_table
 from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
 from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 
@@ -72,12 +73,14 @@ def beyond_section(
     rows_path: str = "",
     extras: Sequence[Extras] = (),
     tables_dir: str | Path | None = None,
+    baseline: list[dict[str, Any]] | None = None,
 ) -> str:
     """Markdown of the section for ``rows`` (any sweep's rows). ``plant``: the sweep's ``env``
     options or a sentence; ``rows_path``: where the rows are, as the reader finds them;
     ``extras``: more pieces (added to those of :data:`EXTRA_MAKERS`); figure links are made
     relative to ``out_dir`` (where ``report.md`` lives); ``tables_dir``: also write each table
-    as ``beyond_<name>.csv`` there."""
+    as ``beyond_<name>.csv`` there; ``baseline``: the main matrix's rows, to show what the other
+    plant changes on the runs both flew."""
     if not rows:
         raise ValueError("rows is empty; fly the sweep first (rquad sweep CONFIG --out DIR)")
     out = Path(out_dir)
@@ -104,6 +107,11 @@ def beyond_section(
     paired = paired_table(flown, trajectories=trajs)
     if paired is not None:
         tables.append(paired)
+    change = (
+        plant_change_table(flown, flown_rows(baseline), trajectories=trajs) if baseline else None
+    )
+    if change is not None:
+        tables.append(change)
     if diverged:
         per = {}
         for r in flown:

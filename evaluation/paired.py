@@ -156,3 +156,70 @@ def paired_table(
         "ties and differences recur once per seed.",
         intervals={f"mean A − B ({unit})": intervals},
     )
+
+
+def plant_change_table(
+    rows: Sequence[dict[str, Any]],
+    baseline: Sequence[dict[str, Any]],
+    metric: str = "rmse",
+    trajectories: Iterable[str] | None = TRACKING,
+    scale: float = 1000.0,
+    unit: str = "mm",
+) -> Table | None:
+    """Per controller, ``metric`` in ``rows`` minus ``metric`` in ``baseline`` on the runs both
+    flew (same label, scenario and seed): what flying under another plant changes. ``None``
+    when no run matches."""
+    trajs = None if trajectories is None else set(trajectories)
+
+    def keep(r: dict[str, Any]) -> bool:
+        return trajs is None or r["trajectory"] in trajs
+
+    before = "\0baseline"  # a label no controller has
+    found = []
+    for c in dict.fromkeys(r["controller"] for r in rows if keep(r)):
+        merged = [r for r in rows if r["controller"] == c and keep(r)]
+        merged += [{**r, "controller": before} for r in baseline if r["controller"] == c]
+        strata, matched, left_out = paired_differences(merged, c, before, metric)
+        if matched or left_out:
+            found.append((c, strata, matched, left_out))
+    if not found:
+        return None
+    intervals = stratified_mean_intervals([[[scale * d for d in s] for s in f[1]] for f in found])
+    body = []
+    for (c, _, matched, left_out), iv in zip(found, intervals, strict=True):
+        base = scale * sum(y for _, y in matched) / len(matched) if matched else math.nan
+        worse = sum(x > y for x, y in matched)
+        same = sum(x == y for x, y in matched)
+        if iv.excludes_zero():
+            word = "higher" if iv.estimate > 0 else "lower"
+        else:
+            word = "no clear change" if iv.kind != "empty" else "no matched runs"
+        body.append(
+            [
+                c,
+                len(matched),
+                left_out,
+                iv.estimate,
+                100 * iv.estimate / base if base else math.nan,
+                f"{worse} / {same} / {len(matched) - worse - same}",
+                word,
+            ]
+        )
+    column = f"mean change ({unit})"
+    return Table(
+        "plant_change",
+        f"Change of {metric} from the main matrix, same controller, scenarios and seeds",
+        [
+            "controller",
+            "matched runs",
+            "left out (diverged)",
+            column,
+            "change, % of before",
+            "higher / same / lower",
+            "verdict",
+        ],
+        body,
+        "Change = this plant's value − the main matrix's value on the same run; > 0: higher "
+        "error under this plant. Interval: the seeds' changes resampled within each scenario.",
+        intervals={column: intervals},
+    )

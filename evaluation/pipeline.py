@@ -117,7 +117,15 @@ def run_pipeline(
         print(f"[3/4] evaluate, beyond the source: {cfg.beyond}")
         t0 = time.perf_counter()
         beyond.append(
-            beyond_stage(cfg, out, weights, resume=resume, retry_failed=retry_failed, notes=notes)
+            beyond_stage(
+                cfg,
+                out,
+                weights,
+                resume=resume,
+                retry_failed=retry_failed,
+                notes=notes,
+                baseline=rows,
+            )
         )
         timings["evaluate, beyond the source"] = time.perf_counter() - t0
 
@@ -183,9 +191,11 @@ def beyond_stage(
     resume: bool = False,
     retry_failed: bool = False,
     notes: list[str] | None = None,
+    baseline: list[dict[str, Any]] | None = None,
 ) -> str:
     """Fly ``cfg.beyond`` into ``out/beyond/`` and return the report's "Beyond the source"
-    section for its rows (tables also as ``tables/beyond_*.csv``)."""
+    section for its rows (tables also as ``tables/beyond_*.csv``; ``baseline``: the main
+    matrix's rows, compared run by run)."""
     from residual_quad.evaluation.beyond import beyond_section
 
     s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
@@ -205,6 +215,7 @@ def beyond_stage(
         plant=s_cfg.env,
         rows_path=f"{BEYOND_DIR}/rows.jsonl",
         tables_dir=out / "tables",
+        baseline=baseline,
     )
 
 

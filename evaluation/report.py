@@ -397,7 +397,10 @@ def rewrite_report(out_dir: str | Path) -> Path:
     sweep = out / "sweep"
     rows = _in_run_order(read_rows(sweep), sweep)
     if not rows:
-        raise ValueError(f"no rows in {sweep}; out_dir must be a pipeline's output folder")
+        raise ValueError(
+            f"no rows in {sweep}; out_dir (RUN_DIR of --rewrite) must be a pipeline's output "
+            "folder, which holds sweep/rows.jsonl"
+        )
     old = _sections((out / "report.md").read_text()) if (out / "report.md").is_file() else {}
     kept = [text for head, text in old.items() if head.startswith(KEPT_SECTIONS)]
     beyond = []
@@ -415,6 +418,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
                 plant=env,
                 rows_path=f"{BEYOND_DIR}/rows.jsonl",
                 tables_dir=out / "tables",
+                baseline=rows,
             )
         )
     figures = _figure_links(old.get("## Figures", ""), out)

@@ -51,6 +51,7 @@ def test_section_has_the_matrix_with_intervals_the_paired_table_and_the_extras(
         rows_path="beyond/rows.jsonl",
         extras=[extra],
         tables_dir=tmp_path / "tables",
+        baseline=[{**r, "rmse": r["rmse"] / 2} for r in small_rows],
     )
     assert text.startswith("## Beyond the source: realistic\n")
     assert "18 runs of 3 controllers under plant options `rotor_lag_s: 0.05`" in text
@@ -61,7 +62,10 @@ def test_section_has_the_matrix_with_intervals_the_paired_table_and_the_extras(
             assert line.count(" [") == 3, line
     assert "| geo_rls_dob | geo_rls | 6 | 0 |" in text
     assert "**Recovery after a gust**" in text and "![recovery](figures/recovery.png)" in text
-    for name in ("matrix", "paired", "recovery"):
+    # every run twice its baseline: the change is 100 % of before, higher on all 6 runs
+    change = [line for line in text.splitlines() if line.startswith("| geo_rls | 6 | 0 | ")]
+    assert len(change) == 1 and change[0].endswith("| 100.0000 | 6 / 0 / 0 | higher |")
+    for name in ("matrix", "paired", "plant_change", "recovery"):
         assert (tmp_path / "tables" / f"beyond_{name}.csv").is_file()
 
 

@@ -12,6 +12,7 @@ from residual_quad.evaluation.paired import (
     default_pairs,
     paired_differences,
     paired_table,
+    plant_change_table,
     probability_lower,
 )
 from residual_quad.evaluation.stats import (
@@ -202,3 +203,22 @@ def test_default_pairs_and_unknown_labels():
     assert paired_table(rows) is None
     with pytest.raises(ValueError, match="pairs names 'pid'.*choose from geo"):
         paired_table(rows, [("pid", "geo")])
+
+
+def test_plant_change_is_the_brute_force_mean_of_matched_runs():
+    base = _matrix({"geo": _noisy(0.1), "pid": _noisy(0.05)})
+    moved = [
+        {**r, "rmse": r["rmse"] + (0.002 * (1 + r["seed"]) if r["wind"] == "windy" else 0.0)}
+        for r in base
+        if r["controller"] == "geo"
+    ]
+    moved[0] = {**moved[0], "diverged": True, "rmse": None}  # none|calm|helix|0 crashed
+    table = plant_change_table(moved, base)
+    assert [r[0] for r in table.rows] == ["geo"]  # pid was not flown under the new plant
+    geo = table.rows[0]
+    # 23 matched runs: 12 windy ones moved by 2, 4 or 6 mm, 11 calm ones unchanged
+    assert geo[1:3] == [23, 1]
+    iv = table.intervals["mean change (mm)"][0]
+    assert iv.estimate == pytest.approx(4 * (2 + 4 + 6) / 23, rel=1e-9)
+    assert iv.low > 0 and geo[-1] == "higher" and geo[5] == "12 / 11 / 0"
+    assert plant_change_table(moved, _matrix({"pid": _noisy(0.05)})) is None
