@@ -79,8 +79,8 @@ def beyond_section(
     options or a sentence; ``rows_path``: where the rows are, as the reader finds them;
     ``extras``: more pieces (added to those of :data:`EXTRA_MAKERS`); figure links are made
     relative to ``out_dir`` (where ``report.md`` lives); ``tables_dir``: also write each table
-    as ``beyond_<name>.csv`` there; ``baseline``: the main matrix's rows, to show what the other
-    plant changes on the runs both flew."""
+    as ``beyond_<name>.csv`` there; ``baseline``: the main matrix's rows (flown with the same
+    episode length), to show what the other plant changes on the runs both flew."""
     if not rows:
         raise ValueError("rows is empty; fly the sweep first (rquad sweep CONFIG --out DIR)")
     out = Path(out_dir)

@@ -201,6 +201,9 @@ def beyond_stage(
     s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
     if notes is not None:
         notes += more
+    main_episode = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides).episode_s
+    if s_cfg.episode_s != main_episode:  # runs of other lengths are not the same runs
+        baseline = None
     rows = run_sweep(
         s_cfg,
         out / BEYOND_DIR,

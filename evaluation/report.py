@@ -410,6 +410,11 @@ def rewrite_report(out_dir: str | Path) -> Path:
         head = next((h for h in old if h.startswith("## Beyond the source")), "")
         saved = out / BEYOND_DIR / CONFIG_FILE
         env = configs.read_yaml(saved).get("env", {}) if saved.is_file() else {}
+        episodes = {
+            configs.read_yaml(d / CONFIG_FILE).get("episode_s")
+            for d in (sweep, beyond_dir)
+            if (d / CONFIG_FILE).is_file()
+        }
         beyond.append(
             beyond_section(
                 beyond_rows,
@@ -418,7 +423,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
                 plant=env,
                 rows_path=f"{BEYOND_DIR}/rows.jsonl",
                 tables_dir=out / "tables",
-                baseline=rows,
+                baseline=rows if len(episodes) == 1 else None,  # the same runs only
             )
         )
     figures = _figure_links(old.get("## Figures", ""), out)

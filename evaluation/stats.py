@@ -77,8 +77,9 @@ MARK_NOTES = {
         "within each scenario, 10,000 resamples, seeded; docs/statistics.md)."
     ),
     "constant": (
-        "†: every seed of this cell flew the identical run (the seed moves only the wind, so calm "
-        "scenarios are deterministic); the interval over seeds has zero width and is not shown."
+        "†: every seed gives the same value in each scenario of this cell (in a calm scenario the "
+        "seed moves only the wind, so every seed flies the identical run); the interval over "
+        "seeds has zero width and is not shown."
     ),
     "single": "‡: one seed per scenario; no interval.",
 }

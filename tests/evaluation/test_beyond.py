@@ -99,7 +99,12 @@ def test_pipeline_flies_the_beyond_sweep_when_configured(small_rows, tmp_path):
     assert PipelineConfig().beyond == ""
     path = configs.dump(dataclasses.replace(SMALL, seeds=[0, 1]), tmp_path / "windy_lag.yaml")
     cfg = PipelineConfig(beyond=str(path), workers=1)
-    text = beyond_stage(cfg, tmp_path, DEFAULT_WEIGHTS)
+    text = beyond_stage(cfg, tmp_path, DEFAULT_WEIGHTS, baseline=small_rows)
     assert text.startswith("## Beyond the source: windy_lag")
     assert "12 runs of 3 controllers" in text and (tmp_path / BEYOND_DIR / "rows.jsonl").is_file()
     assert (tmp_path / "tables" / "beyond_paired.csv").is_file()
+    # the main sweep flies 20 s episodes, these 5 s: not the same runs, no change table
+    assert "Change of rmse" not in text
+    same_length = dataclasses.replace(cfg, sweep_overrides={"episode_s": 5.0})
+    text = beyond_stage(same_length, tmp_path, DEFAULT_WEIGHTS, resume=True, baseline=small_rows)
+    assert "| geo | 4 | 0 | 0.0000 † | 0.0000 | 0 / 4 / 0 | no clear change |" in text

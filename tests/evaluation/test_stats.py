@@ -149,7 +149,7 @@ def test_main_table_marks_calm_cells_and_gives_windy_cells_an_interval(tmp_path)
             assert iv.kind == "constant" and f"| {r[col]:.4f} † |" in text
         else:
             assert iv.kind == "bootstrap" and iv.low < r[col] < iv.high
-    assert "†: every seed of this cell flew the identical run" in text
+    assert "†: every seed gives the same value in each scenario of this cell" in text
     main.to_csv(tmp_path / "main.csv")
     head, first = (tmp_path / "main.csv").read_text().splitlines()[:2]
     assert head.endswith("geo low,geo high,geo_rls low,geo_rls high")
