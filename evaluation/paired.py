@@ -26,6 +26,12 @@ from residual_quad.evaluation.tables import TRACKING, Table
 #: the adaptive controllers compared, and the fixed-gain baselines they are compared with
 ADAPTIVE = ("geo_rls", "geo_rls_dob", "hnewton_rls")
 BASELINES = ("geo", "pid")
+#: how a table names a row metric (any other metric by its key)
+METRIC_NAMES = {
+    "rmse": "steady-state RMSE",
+    "max_error": "max error",
+    "control_cost": "control cost",
+}
 
 
 def default_pairs(controllers: Iterable[str]) -> list[tuple[str, str]]:
@@ -137,7 +143,8 @@ def paired_table(
     where = "every trajectory" if trajs is None else " and ".join(shown)
     return Table(
         name,
-        f"Paired comparisons: {metric} of A − B on the same scenarios and seeds ({where})",
+        f"Paired comparisons: {METRIC_NAMES.get(metric, metric)}, A − B on the same scenarios "
+        f"and seeds ({where})",
         [
             "A",
             "B",
@@ -208,7 +215,8 @@ def plant_change_table(
     column = f"mean change ({unit})"
     return Table(
         "plant_change",
-        f"Change of {metric} from the main matrix, same controller, scenarios and seeds",
+        f"Change of {METRIC_NAMES.get(metric, metric)} from the main matrix, same controller, "
+        "scenarios and seeds",
         [
             "controller",
             "matched runs",

@@ -90,7 +90,7 @@ def test_report_places_the_section_after_the_tables(small_rows, tmp_path):
     section = beyond_section(small_rows, tmp_path, title="windy")
     report = write_report(small_rows, tmp_path, beyond_sections=[section]).read_text()
     assert report.index("## Tables") < report.index("## Beyond the source: windy")
-    assert "**Paired comparisons: rmse of A − B" in report.split("## Beyond")[0]
+    assert "**Paired comparisons: steady-state RMSE, A − B" in report.split("## Beyond")[0]
 
 
 def test_pipeline_flies_the_beyond_sweep_when_configured(small_rows, tmp_path):
@@ -104,7 +104,7 @@ def test_pipeline_flies_the_beyond_sweep_when_configured(small_rows, tmp_path):
     assert "12 runs of 3 controllers" in text and (tmp_path / BEYOND_DIR / "rows.jsonl").is_file()
     assert (tmp_path / "tables" / "beyond_paired.csv").is_file()
     # the main sweep flies 20 s episodes, these 5 s: not the same runs, no change table
-    assert "Change of rmse" not in text
+    assert "Change of steady-state RMSE" not in text
     same_length = dataclasses.replace(cfg, sweep_overrides={"episode_s": 5.0})
     text = beyond_stage(same_length, tmp_path, DEFAULT_WEIGHTS, resume=True, baseline=small_rows)
     assert "| geo | 4 | 0 | 0.0000 † | 0.0000 | 0 / 4 / 0 | no clear change |" in text
