@@ -237,6 +237,13 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
             v = pid.get((payload, wind))
             line.append(f"{np.mean(v):.4f}" if v else "–")
         lines.append("| " + " | ".join(line) + " |")
+    kinds_shown = {iv.kind for iv in intervals.values()}
+    marks = {
+        "constant": "†: every training seed gives the same value; zero width.",
+        "single": "‡: one training seed; no interval.",
+    }
+    if kinds_shown & marks.keys():
+        lines += ["", " ".join(text for k, text in marks.items() if k in kinds_shown)]
     lines += ["", "Over every run (helix and figure-8, all cells, all training seeds):", ""]
     lines += ["| controller | runs | crashes | IQM RMSE (m) [95 % CI] | mean RMSE, no crash (m) |"]
     lines += ["|---|---|---|---|---|"]

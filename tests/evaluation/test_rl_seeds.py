@@ -139,6 +139,10 @@ def test_report_section_lists_seeds_intervals_and_budgets(tmp_path):
     assert "seed 0: " in section and "M policy steps" in section  # the shipped budget
     assert "| none | calm | 0.0905 [" in section and "0.0605 / 0.0905 / 0.1205" in section
     assert rl_section(_rows({"pid": {c: 0.05 for c in CELLS}})) is None
+    one = rl_section(_rows({"ppo": {c: 0.06 for c in CELLS}}))
+    assert "| none | calm | 0.0605 ‡ |" in one and "‡: one training seed; no interval." in one
+    same = rl_section(_rows({"ppo": {CELLS[0]: 0.06}, "ppo:training_seed=1": {CELLS[0]: 0.06}}))
+    assert "| none | calm | 0.0605 † |" in same and "†: every training seed gives" in same
     report = write_report(rows, tmp_path).read_text()
     assert "## RL controllers over training seeds" in report
     assert "ppo:training_seed=1" not in report.split("## Tables")[1]  # pooled in the tables
