@@ -83,6 +83,8 @@ class BatchReferences:
     def set(self, index: int, trajectory: Any) -> None:
         """Env ``index`` now reads ``trajectory`` (every change of an env's trajectory comes
         through here)."""
+        if trajectory is self.trajectories[index]:
+            return  # the same (pure) object: the same table
         old = int(self.slot[index])
         was_per_env = old < 0 and self.trajectories[index] is not None
         if old >= 0:
