@@ -17,7 +17,7 @@ from gymnasium.vector.utils import batch_space
 from residual_quad.envs.actions import rotor_thrusts_batch
 from residual_quad.envs.checks import integer
 from residual_quad.envs.observation import OBS_DIM, true_observation
-from residual_quad.envs.reference_table import BatchReferences
+from residual_quad.envs.reference_table import TABLE_BUDGET_BYTES, BatchReferences
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS
@@ -70,6 +70,14 @@ class ResidualQuadVectorEnv(VectorEnv):
     :func:`~residual_quad.envs.task.task_step`, the functions the single env calls, on the whole
     batch. A batched env's accelerometer (last substep's ``Δv/Δt``) equals the single env's to
     ~1e-12.
+
+    ## References
+
+    The reference part of the observations comes from
+    :class:`~residual_quad.envs.reference_table.BatchReferences`: each built-in trajectory is
+    tabulated on the control-time grid with the single env's own code (its bits on any CPU), so
+    envs whose episodes are out of step cost one array index, not a call each. A user
+    :class:`~residual_quad.envs.trajectories.Trajectory` is called per distinct (object, step).
 
     ## Scenarios
 
@@ -131,6 +139,8 @@ class ResidualQuadVectorEnv(VectorEnv):
     | ``render_env`` | 0 | index of the env ``render()`` draws |
     | ``max_episode_steps`` | ``None`` | Gymnasium's limit: episodes last ``min(episode_s ·
     control_hz, max_episode_steps)`` steps (``make_vec`` passes the spec's 2000) |
+    | ``reference_table_bytes`` | 64 MiB | memory for the built-in trajectories' tabulated
+    references (see References; 0: a trajectory call per env and step) |
     | ``**kwargs`` | | every argument of the single env (``seed`` excepted) |
     """
 
@@ -149,6 +159,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         nthread: int | None = None,
         render_env: int = 0,
         max_episode_steps: int | None = None,
+        reference_table_bytes: int = TABLE_BUDGET_BYTES,  # bytes
         **env_kwargs: Any,
     ):
         if (
@@ -169,6 +180,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             nthread = os.cpu_count() or 1
         if isinstance(nthread, bool) or not isinstance(nthread, int | np.integer) or nthread < 1:
             raise ValueError(f"nthread must be an integer >= 1, got {nthread!r}")
+        budget = integer("reference_table_bytes", reference_table_bytes, low=0)
         if sampler is not None and not callable(sampler):
             raise ValueError(f"sampler must be a callable (rng) -> scenario, got {sampler!r}")
         scenarios = scenario_list(scenarios, num_envs)
@@ -210,7 +222,7 @@ class ResidualQuadVectorEnv(VectorEnv):
                 gym.logger.warn(message)
             self.max_steps = min(self.max_steps, max_episode_steps)
         self.task = dataclasses.replace(first.task, max_steps=self.max_steps)
-        self._references = BatchReferences(num_envs, first.control_dt, self.max_steps)
+        self._references = BatchReferences(num_envs, first.control_dt, self.max_steps, budget)
         for i, env in enumerate(self.envs):
             self._references.set(i, env.trajectory)
         self.airframe = first.airframe

@@ -152,3 +152,16 @@ def test_a_user_trajectory_going_bad_beside_tables_is_named_and_pending_autorese
         for _ in range(10):
             vec.step(_flying(3))
     assert vec._autoreset.tolist() == [False, True, False]
+
+
+def test_without_table_memory_every_reference_is_a_call_with_the_same_bits():
+    kw = {"scenarios": [{"trajectory": "helix"}, {"trajectory": "figure8"}], "nthread": 1}
+    tabled = ResidualQuadVectorEnv(2, **kw)
+    called = ResidualQuadVectorEnv(2, reference_table_bytes=0, **kw)
+    assert called._references.slot.tolist() == [-1, -1]
+    a, b = tabled.reset(seed=4)[0], called.reset(seed=4)[0]
+    for _ in range(20):
+        assert a.tobytes() == b.tobytes()
+        a, b = tabled.step(_flying(2))[0], called.step(_flying(2))[0]
+    with pytest.raises(ValueError, match="reference_table_bytes"):
+        ResidualQuadVectorEnv(1, reference_table_bytes=-1)
