@@ -4,9 +4,12 @@ The floor is ``mj_step`` × substeps on one model (one control period, collision
 the plant runs it in flight), measured in the same run. Rows: the vector env with every
 disturbance on (``extra`` payload, ``windy``, helix) at N = 64 / 256 / 1024 envs on 1 and 2
 rollout threads, reported per env-step with the median ratio to a floor block timed right before
-each block (its inverse is env-steps/s), and the
-closed loop with batched ``geo_rls`` at N = 256 on 1 thread. The targets: N = 256 on one
-thread within 1.5× the floor, N = 1024 on two threads at >= 100 000 env-steps/s (10 µs).
+each block (its inverse is env-steps/s); the same at N = 256 on 1 thread with the envs'
+episodes out of step (env ``i`` at step ``k + i``, as autoresets leave a training batch), its
+references tabulated and called per env (``reference_table_bytes=0``, the path before the
+tables) side by side; and the closed loop with batched ``geo_rls`` at N = 256 on 1 thread. The
+targets: N = 256 on one thread within 1.5× the floor, N = 1024 on two threads at >= 100 000
+env-steps/s (10 µs).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ SECTION = "vector"
 SCENARIO = {"payload": "extra", "wind": "windy", "trajectory": "helix"}
 
 
-def _paired(step, n: int, steps: int, repeats: int, floor) -> tuple[float, float]:
+def paired(step, n: int, steps: int, repeats: int, floor) -> tuple[float, float]:
     """(median µs per env-step, median ratio to the floor) of ``steps`` batched steps of ``n``
     envs, each block timed right after a floor block: on a shared or virtual machine the speed
     drifts by tens of percent within a minute, and a ratio of neighbouring blocks does not."""
@@ -38,7 +41,7 @@ def _paired(step, n: int, steps: int, repeats: int, floor) -> tuple[float, float
     return float(np.median(times)), float(np.median(ratios))
 
 
-def _hover_actions(env, info: dict) -> np.ndarray:
+def hover_actions(env, info: dict) -> np.ndarray:
     """Open-loop rotor actions that carry each env's true mass (payload included): the batch
     flies (drag, wind, payload on) instead of falling to the floor and autoresetting, which
     would time the contact path and the resets instead of flight."""
@@ -48,7 +51,7 @@ def _hover_actions(env, info: dict) -> np.ndarray:
     return np.repeat(a[:, None], 4, axis=1)
 
 
-class _Floor:
+class Floor:
     """The floor: ``mj_step`` × substeps on one model (contacts off, as the plant flies), µs per
     env-step of a block of 200; every block it times is kept for the floor row."""
 
@@ -73,6 +76,37 @@ class _Floor:
         return t
 
 
+def out_of_step_rows(n: int, steps: int, repeats: int, floor: Floor) -> list[BenchRow]:
+    """The ``vector`` section's rows: ``env.step`` with the envs' episodes staggered."""
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    rows = []
+    for what, table in (("tabulated", None), ("called per env", 0)):
+        kwargs = {} if table is None else {"reference_table_bytes": table}
+        env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=1, **kwargs)
+        _, info = env.reset(seed=0)
+        actions = hover_actions(env, info)
+        ended = np.zeros(n, dtype=bool)  # an env whose episode ended waits for env.step
+        for k in range(1, n):  # env i ends up i steps ahead of env 0
+            ids = np.flatnonzero(~ended[k:]) + k
+            _, _, terminated, truncated, _ = env.step_subset(ids, actions[ids])
+            ended |= terminated | truncated
+        for _ in range(3):  # warm-up
+            env.step(actions)
+        t, ratio = paired(lambda: env.step(actions), n, steps, repeats, floor)  # noqa: B023
+        env.close()
+        rows.append(
+            BenchRow(
+                SECTION,
+                f"vector env.step per env, N = {n}, 1 thread, out of step, references {what}",
+                t,
+                ratio,
+                "floor",
+            )
+        )
+    return rows
+
+
 def run(quick: bool = False) -> list[BenchRow]:
     from residual_quad.controllers.batch import make_batch_controller
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
@@ -81,7 +115,7 @@ def run(quick: bool = False) -> list[BenchRow]:
     sizes = (64, 256) if quick else (64, 256, 1024)
     threads = (1,) if quick else (1, 2)
     steps, repeats = (5, 3) if quick else (20, 5)
-    floor = _Floor()
+    floor = Floor()
     for _ in range(3):  # warm-up
         floor()
     rows: list[BenchRow] = []
@@ -89,10 +123,10 @@ def run(quick: bool = False) -> list[BenchRow]:
         for n in sizes:
             env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=nthread)
             _, info = env.reset(seed=0)
-            actions = _hover_actions(env, info)
+            actions = hover_actions(env, info)
             for _ in range(3):  # warm-up
                 env.step(actions)
-            t, ratio = _paired(lambda: env.step(actions), n, steps, repeats, floor)  # noqa: B023
+            t, ratio = paired(lambda: env.step(actions), n, steps, repeats, floor)  # noqa: B023
             env.close()
             target = ""
             if n == 256 and nthread == 1:
@@ -110,6 +144,7 @@ def run(quick: bool = False) -> list[BenchRow]:
                 )
             )
     n = 64 if quick else 256
+    rows.extend(out_of_step_rows(n, steps, repeats, floor))
     env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=1)
     ctrl = make_batch_controller("geo_rls", n)
     state = {"obs": env.reset(seed=0)[0]}
@@ -121,7 +156,7 @@ def run(quick: bool = False) -> list[BenchRow]:
     with blas_threads(1):
         for _ in range(3):
             closed_loop()
-        t, ratio = _paired(closed_loop, n, steps, repeats, floor)
+        t, ratio = paired(closed_loop, n, steps, repeats, floor)
     env.close()
     rows.append(
         BenchRow(SECTION, f"closed loop, batched geo_rls + vector env, N = {n}", t, ratio, "floor")
