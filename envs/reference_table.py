@@ -74,6 +74,7 @@ class BatchReferences:
         self._keys: list[Hashable | None] = []  # each table's key (None: free)
         self._table_of: dict[Hashable, int] = {}
         self._groups: list[tuple[Any, np.ndarray]] | None = None  # the per-env path's envs
+        self._known: dict[int, tuple[Any, Hashable | None]] = {}  # id → (object, its key)
 
     @property
     def tables(self) -> int:
@@ -90,7 +91,7 @@ class BatchReferences:
         if old >= 0:
             self._users[old] -= 1
         self.trajectories[index] = trajectory
-        self.slot[index] = self._acquire(table_key(trajectory))
+        self.slot[index] = self._acquire(self._key(trajectory))
         if was_per_env or self.slot[index] < 0:
             self._groups = None  # the per-env path's groups change
 
@@ -120,6 +121,16 @@ class BatchReferences:
         return block
 
     # ------------------------------------------------------------------ tables
+    def _key(self, trajectory: Any) -> Hashable | None:
+        """:func:`table_key`, remembered per object (the object is kept, so its id is not
+        reused): an autoreset swaps among a few shared trajectory objects."""
+        known = self._known.get(id(trajectory))
+        if known is None:
+            if len(self._known) >= 4 * len(self.slot) + 64:
+                self._known.clear()
+            known = self._known[id(trajectory)] = (trajectory, table_key(trajectory))
+        return known[1]
+
     def _acquire(self, key: Hashable | None) -> int:
         """The table of ``key`` with one more user: its own, a free one reused, a new one, or
         -1 (not tabulated, or no room)."""
