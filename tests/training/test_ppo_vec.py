@@ -407,9 +407,9 @@ def test_bench_rl_reports_end_to_end_beside_the_ceiling(monkeypatch, capsys):
     # the env side alone, per env-step beside the floor: tabulated, per env, untrained
     assert floor.name.startswith("raw mj_step") and floor.ratio == 1.0
     assert [r.name.split(", ", 2)[-1] for r in env_side] == [
-        "shipped policy, references tabulated",
-        "shipped policy, references called per env",
-        "untrained policy (resets)",
+        "shipped policy, references tabulated (CPU time)",
+        "shipped policy, references called per env (CPU time)",
+        "untrained policy (resets) (CPU time)",
     ]
     assert all(r.ratio_to == "floor" and r.median_us > 0 for r in env_side)
 
