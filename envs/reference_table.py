@@ -148,7 +148,8 @@ class BatchReferences:
         n = len(self._keys)
         if n < self.max_tables:
             if n == len(self._rows):  # grow the capacity, copying only the filled rows
-                rows = np.empty((max(4, 2 * n), self.length, REFERENCE_SIZE))
+                capacity = min(self.max_tables, max(4, 2 * n))  # never past the budget
+                rows = np.empty((capacity, self.length, REFERENCE_SIZE))
                 for s in range(n):
                     rows[s, : self._filled[s]] = self._rows[s, : self._filled[s]]
                 self._rows = rows

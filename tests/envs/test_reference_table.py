@@ -89,6 +89,7 @@ def test_past_the_budget_a_trajectory_takes_the_per_env_path_with_the_same_bits(
     for i, trajectory in enumerate(trajectories):
         refs.set(i, trajectory)
     assert refs.slot.tolist() == [0, 1, -1]
+    assert refs._rows.nbytes <= budget  # the memory held, not only the tables counted
     failed = np.zeros(3, dtype=bool)
     steps = np.array([7, 50, 99])
     got = refs.rows(np.arange(3), steps, failed)
