@@ -71,7 +71,7 @@ class BatchReferences:
         self._rows = np.empty((0, self.length, REFERENCE_SIZE))
         self._filled = np.zeros(0, dtype=np.int64)  # valid rows of each table
         self._users = np.zeros(0, dtype=np.int64)  # envs reading each table
-        self._keys: list[Hashable | None] = []  # each table's key (None: free)
+        self._keys: list[Hashable] = []  # each table's key
         self._table_of: dict[Hashable, int] = {}
         self._groups: list[tuple[Any, np.ndarray]] | None = None  # the per-env path's envs
         self._known: dict[int, tuple[Any, Hashable | None]] = {}  # id → (object, its key)
@@ -145,6 +145,8 @@ class BatchReferences:
         return slot
 
     def _new_table(self, key: Hashable) -> int:
+        """A table for ``key``, empty: a new one within the budget, else one no env reads (its
+        old trajectory forgotten), else -1."""
         n = len(self._keys)
         if n < self.max_tables:
             if n == len(self._rows):  # grow the capacity, copying only the filled rows
