@@ -17,6 +17,7 @@ from gymnasium.vector.utils import batch_space
 from residual_quad.envs.actions import rotor_thrusts_batch
 from residual_quad.envs.checks import integer
 from residual_quad.envs.observation import OBS_DIM, true_observation
+from residual_quad.envs.reference_table import TABLE_BUDGET_BYTES, BatchReferences
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS
@@ -30,12 +31,7 @@ from residual_quad.envs.scenarios import (
 )
 from residual_quad.envs.task import empty_batch_info, fill_batch_info, task_step
 from residual_quad.envs.termination import TERMINATION_REASONS
-from residual_quad.envs.trajectories import (
-    TRAJECTORIES,
-    check_reference,
-    make_trajectory,
-    reference_fields,
-)
+from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
 from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics
 
 __all__ = ["MAX_NUM_ENVS", "SCENARIO_KEYS", "ResidualQuadVectorEnv", "Sampler", "Scenario"]
@@ -45,7 +41,6 @@ MAX_NUM_ENVS = 16_384
 ≈ 4 ms to build), so 16 384 envs are ≈ 23 GB and a minute of construction — more is a typo, and
 is refused before anything is allocated."""
 
-_REFERENCE_SIZE = 11  # entries of reference_fields
 _REASONS = np.array([None, *TERMINATION_REASONS], dtype=object)  # by code + 1
 
 
@@ -75,6 +70,14 @@ class ResidualQuadVectorEnv(VectorEnv):
     :func:`~residual_quad.envs.task.task_step`, the functions the single env calls, on the whole
     batch. A batched env's accelerometer (last substep's ``Δv/Δt``) equals the single env's to
     ~1e-12.
+
+    ## References
+
+    The reference part of the observations comes from
+    :class:`~residual_quad.envs.reference_table.BatchReferences`: each built-in trajectory is
+    tabulated on the control-time grid with the single env's own code (its bits on any CPU), so
+    envs whose episodes are out of step cost one array index, not a call each. A user
+    :class:`~residual_quad.envs.trajectories.Trajectory` is called per distinct (object, step).
 
     ## Scenarios
 
@@ -136,6 +139,8 @@ class ResidualQuadVectorEnv(VectorEnv):
     | ``render_env`` | 0 | index of the env ``render()`` draws |
     | ``max_episode_steps`` | ``None`` | Gymnasium's limit: episodes last ``min(episode_s ·
     control_hz, max_episode_steps)`` steps (``make_vec`` passes the spec's 2000) |
+    | ``reference_table_bytes`` | 64 MiB | memory for the built-in trajectories' tabulated
+    references (see References; 0: a trajectory call per env and step) |
     | ``**kwargs`` | | every argument of the single env (``seed`` excepted) |
     """
 
@@ -154,6 +159,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         nthread: int | None = None,
         render_env: int = 0,
         max_episode_steps: int | None = None,
+        reference_table_bytes: int = TABLE_BUDGET_BYTES,  # bytes
         **env_kwargs: Any,
     ):
         if (
@@ -174,6 +180,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             nthread = os.cpu_count() or 1
         if isinstance(nthread, bool) or not isinstance(nthread, int | np.integer) or nthread < 1:
             raise ValueError(f"nthread must be an integer >= 1, got {nthread!r}")
+        budget = integer("reference_table_bytes", reference_table_bytes, low=0)
         if sampler is not None and not callable(sampler):
             raise ValueError(f"sampler must be a callable (rng) -> scenario, got {sampler!r}")
         scenarios = scenario_list(scenarios, num_envs)
@@ -186,7 +193,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._payload_kg = np.zeros(num_envs)  # kg (info)
         self._true_mass = np.zeros(num_envs)  # kg (info)
         self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
-        self._trajectory_groups: list[tuple[Any, np.ndarray]] | None = None  # see _references
+        self._references: BatchReferences | None = None  # each env's reference rows
         self._physics: BatchPhysics | None = None
         self.envs: list[ResidualQuadEnv] = []
         self.scenarios: list[dict[str, Any]] = []
@@ -215,6 +222,9 @@ class ResidualQuadVectorEnv(VectorEnv):
                 gym.logger.warn(message)
             self.max_steps = min(self.max_steps, max_episode_steps)
         self.task = dataclasses.replace(first.task, max_steps=self.max_steps)
+        self._references = BatchReferences(num_envs, first.control_dt, self.max_steps, budget)
+        for i, env in enumerate(self.envs):
+            self._references.set(i, env.trajectory)
         self.airframe = first.airframe
         self.control_dt = first.control_dt  # s
         self.nthread = int(nthread)
@@ -265,7 +275,8 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._payload_kg[index] = env.payload_kg
         self._true_mass[index] = env.plant.true_mass
         self._noisy[index] = env.sensors.noisy
-        self._trajectory_groups = None
+        if self._references is not None:
+            self._references.set(index, env.trajectory)
         if self._physics is not None:
             self._physics.forget(index)
 
@@ -496,7 +507,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._steps[active] += 1
         steps = self._steps[active]
         qpos, qvel = state[:, physics.qpos], state[:, physics.qvel]
-        reference = self._references(active, steps)
+        reference = self._references.rows(active, steps, self._autoreset)
         obs = true_observation(qpos[:, 0:7], qvel[:, 0:6], reference, f, period.imu)
         out = task_step(
             self.task,
@@ -537,49 +548,6 @@ class ResidualQuadVectorEnv(VectorEnv):
             rt[f"_{name}"][active] = rewarded
         info["_reward_terms"][active] = rewarded
         return obs_out, reward_out, terminated_out, truncated_out, info
-
-    def _references(self, active: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """The reference part of the observations of the envs ``active`` at their ``steps``
-        (rows of :func:`~residual_quad.envs.trajectories.reference_fields`): one trajectory call
-        per distinct (trajectory object, step) — envs given the same built-in trajectory share
-        one (pure, frozen) instance."""
-        if self._trajectory_groups is None:
-            by_object: dict[int, list[int]] = {}
-            for i, env in enumerate(self.envs):
-                by_object.setdefault(id(env.trajectory), []).append(i)
-            self._trajectory_groups = [
-                (self.envs[g[0]].trajectory, np.array(g)) for g in by_object.values()
-            ]
-        position = np.full(self.num_envs, -1)
-        position[active] = np.arange(len(active))
-        calls: list[tuple[int, np.ndarray]] = []  # (step, rows of active) per trajectory call
-        for _, members in self._trajectory_groups:
-            rows = position[members]
-            rows = rows[rows >= 0]
-            if len(rows) == 0:
-                continue
-            group_steps = steps[rows]
-            first = int(group_steps[0])
-            if (group_steps == first).all():  # the usual case: the group steps in lockstep
-                calls.append((first, rows))
-            else:
-                for step in np.unique(group_steps).tolist():
-                    calls.append((int(step), rows[group_steps == step]))
-        block = np.empty((len(active), _REFERENCE_SIZE))
-        for step, ks in calls:
-            i = int(active[ks[0]])
-            trajectory = self.envs[i].trajectory
-            tk = float(step) * self.control_dt
-            try:
-                block[ks if len(ks) > 1 else int(ks[0])] = reference_fields(trajectory, tk)
-            except (AttributeError, TypeError, ValueError):
-                self._autoreset[active[ks]] = True
-                try:
-                    check_reference(trajectory, trajectory(tk), tk)
-                except (TypeError, ValueError) as err:
-                    raise type(err)(f"env {i}: {err}") from None
-                raise
-        return block
 
     # ------------------------------------------------------------------ render, close
     def render(self) -> np.ndarray | None:

@@ -17,7 +17,8 @@ crash early and often (an autoreset rebuilds the env for its new scenario) — a
 figure — and from the shipped ``ppo`` policy's weights and observation statistics, whose
 episodes last — what most of a training run costs. The targets:
 >= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us) and >= 50 % of the ceiling (ratio
-<= 2).
+<= 2). The section ends with the env side alone, per env-step beside the floor
+(:mod:`~residual_quad.evaluation.bench_train_env`).
 """
 
 from __future__ import annotations
@@ -55,21 +56,6 @@ def _iteration_us(model: Any, iterations: int) -> float:
     return float(np.median(per_iteration)) / rollout * 1e6
 
 
-def _flying(model: Any, venv: Any) -> None:
-    """Start ``model`` from the shipped ``ppo`` policy (weights and frozen observation
-    statistics): its training episodes last (a trained run's cost), instead of crashing within
-    ≈ 40 policy steps as an untrained policy's do (resets, envs on the ground)."""
-    from residual_quad.controllers.policy_file import default_policy_path, import_sb3, read_meta
-
-    path = default_policy_path()
-    shipped = import_sb3().PPO.load(path, device="cpu")
-    model.policy.load_state_dict(shipped.policy.state_dict())
-    stats = read_meta(path)["obs_norm"]
-    venv.obs_rms.mean = np.array(stats["mean"])
-    venv.obs_rms.var = np.array(stats["var"])
-    venv.obs_rms.count = 1e9  # frozen in effect: the statistics barely move
-
-
 def _pair(n_envs: int, iterations: int) -> tuple[float, float, float]:
     """(end to end from scratch, end to end from the shipped policy, ceiling) µs per policy
     step at ``n_envs``."""
@@ -77,6 +63,7 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float, float]:
     from stable_baselines3.common.vec_env import VecMonitor
 
     from residual_quad import configs
+    from residual_quad.evaluation.bench_train_env import load_shipped_policy
     from residual_quad.training.ppo_config import PPOTrainConfig
     from residual_quad.training.ppo_model import make_training_env, new_model, normalized
     from residual_quad.training.ppo_vec import NullVecEnv
@@ -98,7 +85,7 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float, float]:
         try:
             model = new_model(cfg, venv)
             if kind == "flying":
-                _flying(model, venv)
+                load_shipped_policy(model, venv)
             out.append(_iteration_us(model, iterations))
         finally:
             venv.close()
@@ -106,6 +93,8 @@ def _pair(n_envs: int, iterations: int) -> tuple[float, float, float]:
 
 
 def run(quick: bool = False) -> list[BenchRow]:
+    from residual_quad.evaluation.bench_train_env import training_rows
+
     sizes = (64,) if quick else (64, 256)
     iterations = 2 if quick else 4
     rows = []
@@ -131,4 +120,4 @@ def run(quick: bool = False) -> list[BenchRow]:
                     target=">= 15k steps/s (<= 66.7 us), ratio <= 2",
                 )
             )
-    return rows
+    return [*rows, *training_rows(quick)]

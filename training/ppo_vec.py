@@ -115,6 +115,11 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
         self._spare.clear()
 
 
+def _scenario_info(scenario: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """``infos[i]["scenario"]``: the episode's (payload, wind, trajectory)."""
+    return scenario.get("payload"), scenario.get("wind"), scenario.get("trajectory")
+
+
 def _build_key(scenario: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """What an env is built from in a scenario (all but its reset ``options``), hashable."""
     return tuple(sorted((str(k), repr(v)) for k, v in scenario.items() if k != "options"))
@@ -176,6 +181,7 @@ class QuadVecEnv(VecEnv):
         super().__init__(int(num_envs), observation_space, action_space)
         self._actions: np.ndarray | None = None
         self._raw = np.zeros((int(num_envs), OBS_DIM))  # each env's last raw observation
+        self._scenario_info = [_scenario_info(sc) for sc in self.vector_env.scenarios]
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> np.ndarray:
@@ -220,27 +226,27 @@ class QuadVecEnv(VecEnv):
                 break
         dones = terminated | truncated
         features = ppo_features_batch(last)
-        scenarios = venv.scenarios
-        infos: list[dict[str, Any]] = []
-        for i in range(n):
-            sc = scenarios[i]
-            infos.append(
-                {
-                    "position_error": float(pos_err[i]),
-                    "diverged": bool(terminated[i]),
-                    "control_steps": int(steps[i]),
-                    "scenario": (sc.get("payload"), sc.get("wind"), sc.get("trajectory")),
-                }
+        infos = [
+            {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
+            for e, d, c, sc in zip(
+                pos_err.tolist(),
+                terminated.tolist(),
+                steps.tolist(),
+                self._scenario_info,
+                strict=True,
             )
+        ]
         ended = np.flatnonzero(dones)
         if len(ended):
             raw_first = venv.reset_subset(ended)[0][ended]
             self._raw[ended] = raw_first
             first = ppo_features_batch(raw_first)
+            cut = (truncated & ~terminated)[ended].tolist()
             for k, i in enumerate(ended.tolist()):
                 infos[i]["terminal_observation"] = features[i].copy()
-                infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+                infos[i]["TimeLimit.truncated"] = cut[k]
                 features[i] = first[k]
+                self._scenario_info[i] = _scenario_info(venv.scenarios[i])
         return features, reward.astype(np.float32), dones, infos
 
     # ------------------------------------------------------------------ the rest of VecEnv

@@ -12,6 +12,7 @@ def test_vector_bench_quick_rows():
     names = [r.name for r in rows]
     assert names[0].startswith("raw mj_step")
     assert any("N = 256, 1 thread" in n for n in names)
+    assert sum("calm, " in n for n in names) == 3  # lockstep; out of step: tabulated, per env
     assert names[-1].startswith("closed loop, batched geo_rls")
     assert all(math.isfinite(r.median_us) and r.median_us > 0 for r in rows)
     # each ratio is the median of block / neighbouring floor block: positive, finite, and the
