@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import mujoco
@@ -29,6 +30,11 @@ FULL_PHYSICS = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
 """MuJoCo's state spec of the vector env's per-env state rows (``mj_getState``)."""
 
 _CONTROL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+
+MIN_LANE_ENVS = 64
+"""Fewest envs a thread steps on its own: a smaller batch runs on fewer threads, because a
+thread's share of the Python and numpy work (which holds the GIL) would outweigh its share of
+the engine's (which does not)."""
 
 
 class PeriodResult(NamedTuple):
@@ -52,7 +58,11 @@ class BatchPhysics:
         plant: env 0's plant (rates, drag, ground effect and model layout shared by all).
         plant_of: ``plant_of(i)``: env ``i``'s current plant (its model gives the rollout model,
             its wind process the samples).
-        nthread: rollout threads (1: on the calling thread).
+        nthread: threads (1: the calling thread only). A batch is split into up to ``nthread``
+            lanes of at least :data:`MIN_LANE_ENVS` envs; each lane flies its whole period
+            (numpy wrench and ``rollout`` substeps alike) on its own thread, so the engine's work
+            of one lane overlaps the Python work of the others and the threads meet once per
+            period instead of once per substep. Every env's arithmetic is the same in any lane.
     """
 
     def __init__(
@@ -73,10 +83,11 @@ class BatchPhysics:
         self.qvel = slice(1 + nq, 1 + nq + nv)
         self.nthread = int(nthread)
         self.wind = WindMirror(num_envs, lambda i: plant_of(i).wind_process)
-        self._pool = mujoco.rollout.Rollout(nthread=0 if self.nthread == 1 else self.nthread)
+        self._pools = [mujoco.rollout.Rollout(nthread=0) for _ in range(self.nthread)]
+        self._lanes = ThreadPoolExecutor(self.nthread - 1) if self.nthread > 1 else None
         self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
-        self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per thread
+        self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per lane
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
 
     def forget(self, index: int) -> None:
@@ -84,7 +95,10 @@ class BatchPhysics:
         self._env_models[index] = None
 
     def close(self) -> None:
-        self._pool.close()
+        if self._lanes is not None:
+            self._lanes.shutdown()
+        for pool in self._pools:
+            pool.close()
 
     # ------------------------------------------------------------------ models
     def _env_model(self, index: int) -> mujoco.MjModel:
@@ -179,11 +193,22 @@ class BatchPhysics:
             groups.setdefault(model.nbody, []).append(j)
         unstable = np.zeros(len(rows), dtype=bool)
         for js in groups.values():
-            g = np.array(js)
-            r = rows[g]
-            unstable[g] = self._rollout_group(
-                [models[j] for j in js], f[r], state, r, qacc, winds[g], out
-            )
+            nb = models[js[0]].nbody
+            if nb not in self._datas:  # one MjData per lane, made before the lanes start
+                self._datas[nb] = [mujoco.MjData(models[js[0]]) for _ in range(self.nthread)]
+            lanes = max(1, min(self.nthread, len(js) // MIN_LANE_ENVS))
+            parts = np.array_split(np.array(js), lanes)
+
+            def fly(lane: int, g: np.ndarray) -> None:
+                r = rows[g]
+                unstable[g] = self._rollout_group(
+                    [models[j] for j in g.tolist()], f[r], state, r, qacc, winds[g], out, lane
+                )
+
+            pending = [self._lanes.submit(fly, i, g) for i, g in enumerate(parts[1:], 1)]
+            fly(0, parts[0])  # the calling thread flies the first lane
+            for job in pending:
+                job.result()
         return unstable
 
     def _rollout_group(
@@ -195,10 +220,12 @@ class BatchPhysics:
         qacc: np.ndarray,
         winds: np.ndarray,
         out: tuple[np.ndarray, ...],
+        lane: int = 0,
     ) -> np.ndarray:
-        """:meth:`_rollout_period` for envs whose models share one size signature: the period's
-        substeps, one ``rollout`` call each (checks skipped: every array is built here with the
-        shapes ``rollout`` needs, contiguous float64)."""
+        """:meth:`_rollout_period` for envs whose models share one size signature, on lane
+        ``lane`` (its own ``rollout`` pool and ``MjData``; it writes only its own ``rows``): the
+        period's substeps, one ``rollout`` call each (checks skipped: every array is built here
+        with the shapes ``rollout`` needs, contiguous float64)."""
         imu_out, wind_out, drag_out, gain_out = out
         plant0 = self.plant0
         drag_model = plant0.drag
@@ -206,10 +233,7 @@ class BatchPhysics:
         ge = plant0.ground_effect
         n = len(rows)
         nb = models[0].nbody
-        datas = self._datas.get(nb)
-        if datas is None:
-            datas = [mujoco.MjData(models[0]) for _ in range(max(1, self.nthread))]
-            self._datas[nb] = datas
+        data = self._datas[nb][lane]
         nu = 4
         x0 = nu + 6 * plant0.body_id  # the body's force in the xfrc_applied block
         control = np.zeros((n, 1, nu + 6 * nb))
@@ -244,9 +268,9 @@ class BatchPhysics:
             control[:, 0, x0] = fx
             control[:, 0, x0 + 1] = fy
             control[:, 0, x0 + 2] = fz
-            self._pool.rollout(
+            self._pools[lane].rollout(
                 models,
-                datas,
+                [data],
                 s,
                 control,
                 control_spec=_CONTROL_SPEC,

@@ -393,3 +393,40 @@ def test_subset_ids_and_pending_envs_are_refused():
     obs, _ = env.reset_subset([1])
     env.step_subset([0, 1], np.zeros((2, 4)))  # reset: it steps again
     assert obs[1].any() and not obs[0].any()
+
+
+@pytest.mark.parametrize("nthread", [2, 3])
+def test_lanes_on_threads_give_the_one_thread_bits(monkeypatch, nthread):
+    """A batch split into lanes flown on their own threads (lanes of two envs here, so that a
+    small batch has several lanes per payload group) steps every env with the very bits of one
+    thread: observations, rewards, flags and info arrays exactly equal, across the contact band,
+    an unstable start, autoresets and mixed payload groups."""
+    from residual_quad.envs import vector_physics
+
+    monkeypatch.setattr(vector_physics, "MIN_LANE_ENVS", 2)
+    used: set[int] = set()
+    group = vector_physics.BatchPhysics._rollout_group
+
+    def spy(self, *args):
+        used.add(args[-1])
+        return group(self, *args)
+
+    monkeypatch.setattr(vector_physics.BatchPhysics, "_rollout_group", spy)
+    scenarios = MIXED + MIXED[:2] + [{"payload": "extra", "wind": "windy"}] * 3
+    rng = np.random.default_rng(5)
+    steps = 60
+    actions = rng.uniform(-0.45, -0.15, (steps, len(scenarios), 4))
+    runs = []
+    for nt in (1, nthread):
+        env = ResidualQuadVectorEnv(len(scenarios), scenarios=scenarios, nthread=nt, episode_s=0.3)
+        out = [env.reset(seed=4)]
+        out += [env.step(a) for a in actions]
+        env.close()
+        runs.append(out)
+    assert used == set(range(nthread)), used  # every lane flew
+    for k, (one, many) in enumerate(zip(*runs, strict=True)):
+        for a, b in zip(one[:-1], many[:-1], strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=f"step {k}")
+        for key, value in one[-1].items():
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                np.testing.assert_array_equal(value, many[-1][key], err_msg=f"{key} step {k}")
