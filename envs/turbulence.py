@@ -136,7 +136,7 @@ def dryden_psd(f: np.ndarray, sigma: float, tau: float, order: int) -> np.ndarra
     ``[0, ∞)``."""
     x = (2.0 * np.pi * np.asarray(f, dtype=float) * tau) ** 2
     if order == 1:
-        return 2.0 * tau * sigma**2 / (1.0 + x)
+        return 4.0 * tau * sigma**2 / (1.0 + x)
     if order == 2:
         return 2.0 * tau * sigma**2 * (1.0 + 3.0 * x) / (1.0 + x) ** 2
     raise ValueError(f"order must be 1 (longitudinal) or 2 (lateral, vertical), got {order!r}")
