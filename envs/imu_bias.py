@@ -26,6 +26,8 @@ from residual_quad.envs.observation import ObsLayout
 BIAS_DIM = 6
 """Entries of a bias vector: the gyro's three (rad/s, body), then the accelerometer's (m/s²)."""
 
+_BIASED = np.r_[ObsLayout.omega_b, ObsLayout.imu]  # observation entries a bias lands on
+
 MAX_BIAS_STD = 1e3
 """Largest accepted bias level (rad/s, m/s², per √s for the walks): far beyond any sensor, small
 enough that a bias stays far from overflow over the longest (one-hour) episode."""
@@ -85,9 +87,11 @@ def walk_bias(bias: np.ndarray, step_std: np.ndarray, noise: np.ndarray) -> np.n
 
 
 def add_bias(obs: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Observations ``(..., OBS_DIM)`` with the gyro bias added to the body rates and the
-    accelerometer bias to the specific force (a new array)."""
+    """Observations ``(OBS_DIM,)`` or ``(N, OBS_DIM)`` with the gyro bias added to the body rates
+    and the accelerometer bias to the specific force (a new array)."""
     out = np.array(obs, dtype=float)
-    out[..., ObsLayout.omega_b] += bias[..., 0:3]
-    out[..., ObsLayout.imu] += bias[..., 3:6]
+    if out.ndim == 1:  # one env: plain indexing (an Ellipsis doubles the cost)
+        out[_BIASED] += bias
+    else:
+        out[:, _BIASED] += bias
     return out
