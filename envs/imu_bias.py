@@ -61,23 +61,33 @@ class ImuBias:
         return np.repeat([self.gyro_walk, self.accel_walk], 3) * np.sqrt(dt)
 
     @classmethod
-    def from_spec(cls, spec: ImuBias | Mapping[str, Any] | None) -> ImuBias:
-        """From an instance, a mapping of field values (unknown keys are errors that list the
-        valid ones) or ``None`` (no bias)."""
+    def from_spec(cls, spec: str | ImuBias | Mapping[str, Any] | None) -> ImuBias:
+        """From a level name of :data:`IMU_BIAS_LEVELS`, an instance, a mapping of field values
+        (unknown keys are errors that list the valid ones) or ``None`` (no bias)."""
         if isinstance(spec, cls):
             return spec
         if spec is None:
             return cls()
         names = [f.name for f in fields(cls)]
+        if isinstance(spec, str) and spec in IMU_BIAS_LEVELS:
+            return IMU_BIAS_LEVELS[spec]
         if not isinstance(spec, Mapping):
             raise ValueError(
-                f"imu_bias must be an ImuBias, a dict with keys among {', '.join(names)} or None, "
-                f"got {spec!r}"
+                f"imu_bias must be one of {', '.join(IMU_BIAS_LEVELS)}, an ImuBias, a dict with "
+                f"keys among {', '.join(names)} or None, got {spec!r}"
             )
         unknown = sorted(str(k) for k in spec if k not in names)
         if unknown:
             raise ValueError(f"unknown imu_bias keys {unknown}; valid: {', '.join(names)}")
         return cls(**spec)
+
+
+IMU_BIAS_LEVELS: dict[str, ImuBias] = {
+    # the EuRoC MAV datasets' ADIS16448 bias random walks [EUROC]; turn-on bias 0 (estimated at
+    # start-up, as a flight stack does on the ground)
+    "adis16448": ImuBias(gyro_walk=1.9393e-5, accel_walk=3.0e-3),
+}
+"""Named IMU bias levels."""
 
 
 def walk_bias(bias: np.ndarray, step_std: np.ndarray, noise: np.ndarray) -> np.ndarray:

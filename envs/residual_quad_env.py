@@ -215,7 +215,7 @@ class ResidualQuadEnv(gym.Env):
     | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
-    | ``imu_bias`` | ``None`` | gyro/accelerometer bias random walks: an
+    | ``imu_bias`` | ``None`` | gyro/accelerometer bias random walks: ``adis16448``, an
     :class:`~residual_quad.envs.imu_bias.ImuBias` or a dict of its fields (strict) |
     | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
 
@@ -265,7 +265,7 @@ class ResidualQuadEnv(gym.Env):
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
         turbulence: str | DrydenTurbulence | None = None,  # Dryden gusts instead of OU ones
-        imu_bias: ImuBias | dict[str, float] | None = None,  # IMU bias random walks
+        imu_bias: str | ImuBias | dict[str, float] | None = None,  # IMU bias random walks
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(

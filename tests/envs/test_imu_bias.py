@@ -82,6 +82,13 @@ def _fly(steps=30, seed=4, **kwargs):
     return out
 
 
+def test_named_level_is_the_euroc_adis16448_walk():
+    """rad/s²/√Hz and m/s³/√Hz (the dataset's units) are rad/s/√s and m/s²/√s."""
+    level = ImuBias.from_spec("adis16448")
+    assert level == ImuBias(gyro_walk=1.9393e-5, accel_walk=3.0e-3)
+    assert ResidualQuadEnv(imu_bias="adis16448").sensors.imu_bias == level
+
+
 def test_zero_bias_changes_nothing():
     """``imu_bias=None``, ``ImuBias()`` and a dict of zeros: the same episode, bit for bit."""
     a = _fly(pos_noise=0.01, gyro_noise=0.02)
@@ -146,7 +153,7 @@ def test_vector_env_equals_single_envs_with_turbulence_and_bias():
     "spec, match",
     [
         ({"gyro_walks": 0.1}, "unknown imu_bias keys.*gyro_initial, gyro_walk"),
-        ("mems", "imu_bias must be an ImuBias, a dict"),
+        ("mems", "imu_bias must be one of adis16448, an ImuBias, a dict"),
         ({"accel_walk": -1.0}, "accel_walk"),
         ({"gyro_initial": float("nan")}, "gyro_initial"),
         ({"accel_initial": float("inf")}, "accel_initial"),
