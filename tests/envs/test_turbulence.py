@@ -21,6 +21,7 @@ from residual_quad.envs.turbulence import (
     DrydenGusts,
     DrydenTurbulence,
     dryden_psd,
+    first_order_run,
     second_order_step,
 )
 
@@ -95,6 +96,34 @@ def test_discrete_autocorrelation_is_the_dryden_one(h):
         if k:
             m = np.linalg.matrix_power(phi, k)
         assert C @ m @ p @ C == pytest.approx(math.exp(-k * h) * (1 - k * h / 2), abs=1e-14)
+
+
+def test_first_order_run_closed_form_equals_the_recursion():
+    """The vectorized closed form against the plain recursion; a pole so fast that ``a^n``
+    underflows takes the recursion itself (bit for bit)."""
+    rng = np.random.default_rng(0)
+    drive, x0 = rng.standard_normal((300, 3)), rng.standard_normal(3)
+
+    def loop(a):
+        out, x = [], x0
+        for d in drive:
+            x = a * x + d
+            out.append(x)
+        return np.array(out)
+
+    a = np.array([0.999, 0.99, 0.985])  # a^300 ≥ e^{-4.6}: the closed form
+    np.testing.assert_allclose(first_order_run(a, x0, drive), loop(a), rtol=1e-11, atol=1e-12)
+    fast = np.array([0.5, 1e-3, 0.9])
+    assert np.array_equal(first_order_run(fast, x0, drive), loop(fast))
+
+
+def test_blocks_continue_one_process():
+    """Samples drawn in blocks of 300 + 700 equal one block of 1000: the state carries over and
+    the draws are the same stream."""
+    one = DrydenGusts(SPEC, 3.0, 0.4, 0.002, np.random.default_rng(5)).next_block(1000)
+    gusts = DrydenGusts(SPEC, 3.0, 0.4, 0.002, np.random.default_rng(5))
+    two = np.concatenate([gusts.next_block(300), gusts.next_block(700)])
+    np.testing.assert_allclose(two, one, rtol=0, atol=1e-12)
 
 
 def test_psd_integrates_to_the_variance():
