@@ -10,7 +10,7 @@ so switching the bias on leaves the white noise unchanged too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,15 +114,16 @@ def sense_batch(
     obs: np.ndarray,
     active: np.ndarray,
     noisy: np.ndarray,
-    sensors: Callable[[int], Sensors],
+    envs: Sequence[Any],
 ) -> None:
     """The vector env's sensing: rows ``active`` of ``obs_out`` get the reported observations of
-    the true ones ``obs`` (each env's own :class:`Sensors` where ``noisy``), and the batched
-    ``info`` the IMU biases in them (``gyro_bias``, ``accel_bias`` and their masks)."""
+    the true ones ``obs`` (through ``envs[i].sensors``, each env's own :class:`Sensors`, where
+    ``noisy``), and the batched ``info`` the IMU biases in them (``gyro_bias``, ``accel_bias``
+    and their masks)."""
     obs_out[active] = obs
     bias = np.zeros((len(active), BIAS_DIM))
     for k in np.flatnonzero(noisy).tolist():
-        env_sensors = sensors(int(active[k]))
+        env_sensors = envs[int(active[k])].sensors
         obs_out[active[k]] = env_sensors.sense(obs[k])
         bias[k] = env_sensors.bias
     for key, value in (("gyro_bias", bias[:, 0:3]), ("accel_bias", bias[:, 3:6])):

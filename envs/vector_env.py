@@ -512,8 +512,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         )
         self._true_obs[active] = obs
         self._prev_action[active] = action
-        sensors = lambda i: self.envs[i].sensors  # noqa: E731
-        sense_batch(obs_out, info, obs, active, self._noisy[active], sensors)
+        sense_batch(obs_out, info, obs, active, self._noisy[active], self.envs)
         reward_out[active] = out.reward
         terminated_out[active] = out.terminated
         truncated_out[active] = out.truncated
