@@ -85,9 +85,9 @@ class ResidualQuadEnv(gym.Env):
     0.015 m) simulated in MuJoCo at ``physics_hz`` and controlled at ``control_hz``. The plant holds
     effects that the nominal model ``m·a = T·R·e_z − m·g·e_z`` does not: a payload welded under the
     frame (added with ``MjSpec``, so mass and inertia stay consistent), body-frame anisotropic
-    quadratic + linear drag on the air-relative velocity, mean + Ornstein–Uhlenbeck gusts and the
-    Cheeseman–Bennett ground effect. The drag and ground-effect wrench is recomputed and assigned
-    every physics substep. The task is to track a reference trajectory.
+    quadratic + linear drag on the air-relative velocity, mean + Ornstein–Uhlenbeck (or Dryden)
+    gusts and the Cheeseman–Bennett ground effect. The drag and ground-effect wrench is
+    recomputed and assigned every physics substep. The task is to track a reference trajectory.
 
     The class is the specification and the glue; each task piece lives in its own module of
     :mod:`residual_quad.envs`: the plant (``plant``), the action mapping (``actions``), the
@@ -231,6 +231,8 @@ class ResidualQuadEnv(gym.Env):
       Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
       ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
       follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
+      Third stage: ``turbulence`` (Dryden gusts) and ``imu_bias`` (off by default); ``info``
+      gains ``gyro_bias`` and ``accel_bias``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
