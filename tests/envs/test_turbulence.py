@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, signal
 
@@ -235,6 +235,31 @@ def test_one_gust_model_at_a_time():
         WindModel(turbulence="light")
     with pytest.raises(ValueError, match="altitude"):
         DrydenTurbulence.low_altitude(10.0, altitude=400.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sigma=st.floats(0.0, 1e3),
+    length=st.floats(1e-3, 1e4),
+    airspeed=st.floats(1e-3, 1e3),
+    mean=st.floats(0.0, 1e3),
+)
+def test_any_valid_turbulence_gives_finite_wind_and_flies_or_ends_flagged(
+    sigma, length, airspeed, mean
+):
+    """Extreme time constants (1e-6 s to 1e7 s against the 2 ms step): finite samples, and the
+    env flies or ends flagged."""
+    spec = DrydenTurbulence(sigma, sigma, sigma, length, length, length, airspeed=airspeed)
+    proc = WindProcess(WindModel(mean=mean, turbulence=spec), 0.002, np.random.default_rng(0))
+    assert np.all(np.isfinite(proc.take(600)))
+    env = ResidualQuadEnv(wind=(mean, 0.0), turbulence=spec, episode_s=0.05)
+    env.reset(seed=0)
+    for _ in range(5):
+        *_, terminated, truncated, info = env.step(np.full(4, -0.22))
+        assert np.all(np.isfinite(info["wind"]))
+        if terminated or truncated:
+            assert not terminated or info["diverged"]
+            break
 
 
 FIELDS = ["sigma_u", "sigma_v", "sigma_w", "length_u", "length_v", "length_w", "airspeed_floor"]
