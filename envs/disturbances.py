@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from residual_quad.envs.checks import is_real, real
+from residual_quad.envs.turbulence import DrydenGusts, DrydenTurbulence
 
 #: Named payload levels, kg (``extra`` is never used for training).
 PAYLOAD_LEVELS: dict[str, float] = {"none": 0.0, "light": 0.25, "heavy": 0.50, "extra": 0.75}
@@ -115,6 +116,10 @@ class WindModel:
     ``sigma`` (horizontal) and ``vertical_scale·sigma`` (vertical), discretized exactly:
     ``x ← e^{-dt/τ}·x + σ·√(1 − e^{-2dt/τ})·n`` — the stationary variance is σ² at any step size.
     Gusts start from their stationary distribution.
+
+    With ``turbulence`` (a :class:`~residual_quad.envs.turbulence.DrydenTurbulence`) the gusts
+    are Dryden turbulence [DRY] instead, in the axes of the mean wind's heading; ``sigma`` must
+    then be 0 (``tau`` and ``vertical_scale`` are the OU gusts' and unused).
     """
 
     mean: float = 0.0  # m/s
@@ -122,6 +127,7 @@ class WindModel:
     tau: float = 2.0  # s, gust correlation time
     direction: float = 0.0  # rad, heading the mean wind blows towards
     vertical_scale: float = 0.5  # vertical σ relative to horizontal
+    turbulence: DrydenTurbulence | None = None  # Dryden gusts in place of the OU ones
 
     def __post_init__(self) -> None:
         real("wind mean", self.mean, low=0.0, unit="m/s")
@@ -129,10 +135,24 @@ class WindModel:
         real("wind_tau", self.tau, low=0.0, low_open=True, unit="s")
         real("wind_direction", self.direction, unit="rad")
         real("wind vertical_scale", self.vertical_scale, low=0.0)
+        if self.turbulence is not None:
+            if not isinstance(self.turbulence, DrydenTurbulence):
+                raise ValueError(
+                    f"wind turbulence must be a DrydenTurbulence or None, got {self.turbulence!r}"
+                )
+            if self.sigma != 0.0:
+                raise ValueError(
+                    f"wind sigma must be 0 with Dryden turbulence (one gust model), got "
+                    f"{self.sigma!r}"
+                )
 
     @classmethod
     def from_spec(cls, wind: str | tuple[float, float] | WindModel, **overrides) -> WindModel:
-        """Build from a level name, a ``(mean, sigma)`` pair (m/s) or a ``WindModel``."""
+        """Build from a level name, a ``(mean, sigma)`` pair (m/s) or a ``WindModel``.
+
+        ``overrides`` replace fields (``None``: keep); ``turbulence`` (a level name of
+        :data:`~residual_quad.envs.turbulence.DRYDEN_LEVELS` or a ``DrydenTurbulence``)
+        replaces the OU gusts: the mean stays, ``sigma`` becomes 0."""
         if isinstance(wind, WindModel):
             base = wind
         elif isinstance(wind, str):
@@ -156,6 +176,9 @@ class WindModel:
         if not overrides:
             return base
         fields = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}}
+        if overrides.get("turbulence") is not None:
+            fields["turbulence"] = DrydenTurbulence.from_spec(overrides["turbulence"])
+            fields["sigma"] = 0.0
         return cls(**fields)
 
     @property
@@ -171,7 +194,9 @@ class WindProcess:
     """Seeded sampler of a :class:`WindModel` at a fixed step ``dt``, produced in blocks.
 
     The recursion is linear, so a block of ``n`` steps is one vectorized expression; the block
-    length keeps ``n·dt/τ`` small enough that the closed form stays well conditioned.
+    length keeps ``n·dt/τ`` small enough that the closed form stays well conditioned. Dryden
+    turbulence (``model.turbulence``) comes from a
+    :class:`~residual_quad.envs.turbulence.DrydenGusts` on the same generator.
     """
 
     def __init__(
@@ -187,18 +212,28 @@ class WindProcess:
         self.model = model
         self.dt = dt
         self._rng = rng
-        self._a = math.exp(-dt / model.tau)
-        self._b = math.sqrt(-math.expm1(-2.0 * dt / model.tau))  # √(1 − a²), accurate for small dt
-        block = max(1, min(block, int(4.0 * model.tau / dt)))
-        self._block = max(chunk, block // chunk * chunk)  # whole chunks: take(chunk) is a view
         self._mean = model.mean_vector
-        self._sigma = model.sigma_vector
-        self._gust = self._sigma * rng.standard_normal(3)  # stationary start
+        self._dryden = None
+        if model.turbulence is not None:
+            self._dryden = DrydenGusts(model.turbulence, model.mean, model.direction, dt, rng)
+            tau = self._dryden.shortest_tau
+        else:
+            tau = model.tau
+            self._a = math.exp(-dt / tau)
+            self._b = math.sqrt(-math.expm1(-2.0 * dt / tau))  # √(1 − a²), accurate for small dt
+            self._sigma = model.sigma_vector
+            self._gust = self._sigma * rng.standard_normal(3)  # stationary start
+        block = max(1, min(block, int(4.0 * tau / dt)))
+        self._block = max(chunk, block // chunk * chunk)  # whole chunks: take(chunk) is a view
         self._buf = np.empty((0, 3))
         self._i = 0
 
     def _refill(self) -> None:
         n = self._block
+        if self._dryden is not None:
+            self._buf = self._dryden.next_block(n) + self._mean
+            self._i = 0
+            return
         noise = self._rng.standard_normal((n, 3)) * (self._b * self._sigma)
         if self._a**n > 1e-250:
             k = np.arange(1, n + 1)[:, None]

@@ -22,6 +22,7 @@ from residual_quad.envs.disturbances import (
     WindModel,
     resolve_payload,
 )
+from residual_quad.envs.imu_bias import ImuBias
 from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.registration import time_limit_warning
@@ -36,6 +37,7 @@ from residual_quad.envs.trajectories import (
     make_trajectory,
     reference_fields,
 )
+from residual_quad.envs.turbulence import DrydenTurbulence
 
 MAX_EPISODE_S = 3600.0
 """Longest episode accepted, s (one hour: 360 000 steps at 100 Hz)."""
@@ -83,9 +85,9 @@ class ResidualQuadEnv(gym.Env):
     0.015 m) simulated in MuJoCo at ``physics_hz`` and controlled at ``control_hz``. The plant holds
     effects that the nominal model ``m·a = T·R·e_z − m·g·e_z`` does not: a payload welded under the
     frame (added with ``MjSpec``, so mass and inertia stay consistent), body-frame anisotropic
-    quadratic + linear drag on the air-relative velocity, mean + Ornstein–Uhlenbeck gusts and the
-    Cheeseman–Bennett ground effect. The drag and ground-effect wrench is recomputed and assigned
-    every physics substep. The task is to track a reference trajectory.
+    quadratic + linear drag on the air-relative velocity, mean + Ornstein–Uhlenbeck (or Dryden)
+    gusts and the Cheeseman–Bennett ground effect. The drag and ground-effect wrench is
+    recomputed and assigned every physics substep. The task is to track a reference trajectory.
 
     The class is the specification and the glue; each task piece lives in its own module of
     :mod:`residual_quad.envs`: the plant (``plant``), the action mapping (``actions``), the
@@ -127,7 +129,9 @@ class ResidualQuadEnv(gym.Env):
     ``info`` for analysis only. Single entries have names too (``ObsLayout.z``, ``ObsLayout.R22``,
     ...). With sensor noise (a :class:`SensorNoise`) the returned observation is the true one
     plus white Gaussian noise on position, velocity, body rates and accelerometer, drawn from its
-    own stream seeded by each ``reset`` (so switching noise on leaves the wind unchanged).
+    own stream seeded by each ``reset`` (so switching noise on leaves the wind unchanged); with
+    ``imu_bias`` the body rates and accelerometer also carry a bias that starts random and walks
+    (:mod:`~residual_quad.envs.imu_bias`), from a second stream (the white noise stays the same).
 
     ## Info
 
@@ -135,7 +139,8 @@ class ResidualQuadEnv(gym.Env):
     ``(v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)``, world, m/s², from
     :func:`residual_quad.envs.dynamics.period_residual`; zero at reset), ``wind`` (m/s, world),
     ``drag_force`` (N, world), ``ground_gain``, ``payload_kg``, ``true_mass`` (kg),
-    ``reward_terms``, ``diverged`` and ``termination``.
+    ``gyro_bias`` (rad/s) and ``accel_bias`` (m/s²) (the IMU bias in this observation, body
+    frame; zeros without ``imu_bias``), ``reward_terms``, ``diverged`` and ``termination``.
 
     ## Rewards
 
@@ -197,6 +202,8 @@ class ResidualQuadEnv(gym.Env):
     | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless too: EGL/OSMesa) |
     | ``drag`` | ``DragModel()`` | k_h = 0.055, k_v = 0.090 N/(m/s)², c_lin = 0.020 N/(m/s) |
     | ``wind_tau`` / ``wind_direction`` | 2.0 s / 0 rad | gust correlation time, mean-wind heading |
+    | ``turbulence`` | ``None`` | Dryden gusts in place of the OU ones: ``light``, ``moderate``,
+    ``severe`` or a :class:`~residual_quad.envs.turbulence.DrydenTurbulence` |
     | ``airframe`` | ``Airframe()`` | nominal vehicle parameters |
     | ``seed`` | ``None`` | integer ≥ 0, used by the first ``reset`` that passes none |
     | ``max_tilt`` | π/2 | crash tilt, rad, in (0, π] |
@@ -208,6 +215,8 @@ class ResidualQuadEnv(gym.Env):
     | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
+    | ``imu_bias`` | ``None`` | gyro/accelerometer bias random walks: ``adis16448``, an
+    :class:`~residual_quad.envs.imu_bias.ImuBias` or a dict of its fields (strict) |
     | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
@@ -222,6 +231,8 @@ class ResidualQuadEnv(gym.Env):
       Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
       ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
       follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
+      Third stage: ``turbulence`` (Dryden gusts) and ``imu_bias`` (off by default); ``info``
+      gains ``gyro_bias`` and ``accel_bias``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -255,6 +266,8 @@ class ResidualQuadEnv(gym.Env):
         width: int = 640,
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
+        turbulence: str | DrydenTurbulence | None = None,  # Dryden gusts instead of OU ones
+        imu_bias: str | ImuBias | dict[str, float] | None = None,  # IMU bias random walks
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -293,7 +306,9 @@ class ResidualQuadEnv(gym.Env):
                 f"(1/control_hz = {1.0 / control_hz:g} s)"
             )
         self.payload_kg = resolve_payload(payload)
-        self.wind_model = WindModel.from_spec(wind, tau=wind_tau, direction=wind_direction)
+        self.wind_model = WindModel.from_spec(
+            wind, tau=wind_tau, direction=wind_direction, turbulence=turbulence
+        )
         self.trajectory = make_trajectory(trajectory)
         self.airframe = airframe or Airframe()
         self.plant = QuadrotorPlant(
@@ -322,7 +337,7 @@ class ResidualQuadEnv(gym.Env):
                 "give sensor noise either as sensor_noise=SensorNoise(...) or as "
                 "pos_noise/vel_noise/gyro_noise/imu_noise, not both"
             )
-        self.sensors = Sensors(sensor_noise)
+        self.sensors = Sensors(sensor_noise, ImuBias.from_spec(imu_bias), self.control_dt)
         self.task = Task(
             self.crash_conditions,
             self.reward_weights,
@@ -397,8 +412,8 @@ class ResidualQuadEnv(gym.Env):
         self._last_true_obs = true_obs
         self._needs_reset = False
         pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
-        info = self._info(pos_error, np.zeros(3), {}, None)
-        return self.sensors.sense(true_obs_array), info
+        obs = self.sensors.sense(true_obs_array)
+        return obs, self._info(pos_error, np.zeros(3), {}, None)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
@@ -435,8 +450,9 @@ class ResidualQuadEnv(gym.Env):
         if out.terminated or out.truncated:
             self._needs_reset = True
         self._prev_action = action
+        obs = self.sensors.sense(true_obs_array)  # before the info: it reports the bias in obs
         info = self._info(out.pos_error, out.residual, out.terms, reason(out.code))
-        return self.sensors.sense(true_obs_array), out.reward, out.terminated, out.truncated, info
+        return obs, out.reward, out.terminated, out.truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -497,4 +513,5 @@ class ResidualQuadEnv(gym.Env):
             plant.true_mass,
             terms,
             termination,
+            self.sensors.bias,
         )

@@ -59,6 +59,8 @@ _INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
     "ground_gain": ((), float),
     "payload_kg": ((), float),
     "true_mass": ((), float),  # kg
+    "gyro_bias": ((3,), float),  # rad/s, body: the IMU bias in the observed body rates
+    "accel_bias": ((3,), float),  # m/s², body: ... in the observed specific force
     "reward_terms": None,  # a dict keyed as REWARD_TERMS
     "diverged": ((), bool),
     "termination": ((), object),
@@ -193,9 +195,12 @@ def step_info(
     true_mass: float,
     terms: dict[str, float],
     termination: str | None,
+    imu_bias: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind`` and ``drag_force`` are
-    copied. The vector env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind``, ``drag_force`` and
+    ``imu_bias`` (gyro then accelerometer, 6 entries; ``None``: zeros) are copied. The vector
+    env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    bias = np.zeros(6) if imu_bias is None else imu_bias
     return {
         "t": t,
         "position_error": pos_error,
@@ -205,6 +210,8 @@ def step_info(
         "ground_gain": ground_gain,
         "payload_kg": payload_kg,
         "true_mass": true_mass,
+        "gyro_bias": bias[0:3].copy(),
+        "accel_bias": bias[3:6].copy(),
         "reward_terms": terms,
         "diverged": termination is not None,
         "termination": termination,

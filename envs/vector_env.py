@@ -29,6 +29,7 @@ from residual_quad.envs.scenarios import (
     env_seeds,
     scenario_list,
 )
+from residual_quad.envs.sensors import sense_batch
 from residual_quad.envs.task import empty_batch_info, fill_batch_info, task_step
 from residual_quad.envs.termination import TERMINATION_REASONS
 from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
@@ -522,9 +523,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         )
         self._true_obs[active] = obs
         self._prev_action[active] = action
-        obs_out[active] = obs
-        for k in np.flatnonzero(self._noisy[active]).tolist():
-            obs_out[active[k]] = self.envs[int(active[k])].sensors.sense(obs[k])
+        sense_batch(obs_out, info, obs, active, self._noisy[active], self.envs)
         reward_out[active] = out.reward
         terminated_out[active] = out.terminated
         truncated_out[active] = out.truncated

@@ -80,6 +80,8 @@ ARGUMENTS = {
     "drag": "drag",
     "airframe": "airframe",
     "sensor_noise": "sensor_noise",
+    "turbulence": "turbulence",
+    "imu_bias": "imu_bias",
 }
 
 

@@ -108,6 +108,9 @@ def test_stress_config_duplicates_are_errors():
     [
         ("env: {control_hz: 0}", "control_hz"),
         ("env: {foo: 1}", "foo"),
+        ("env: {turbulence: stormy}", "light, moderate, severe"),
+        ("env: {imu_bias: {gyro_walks: 1}}", "gyro_walks"),
+        ("env: {imu_bias: {accel_walk: .nan}}", "accel_walk"),
         ("env: {payload: heavy}", "set per run"),
         ("env: 5", "env"),
         ("controller_options: {geo: {bogus: 1}}", "bogus"),
@@ -137,6 +140,16 @@ def test_empty_or_non_mapping_sweep_yaml_is_an_error(tmp_path, capsys, text):
     path = _yaml(tmp_path, text)
     err = _cli_error(capsys, ["sweep", path, "--out", str(tmp_path / "o"), "--no-report"])
     assert path in err and ("empty" in err or "mapping" in err)
+
+
+def test_env_takes_turbulence_and_imu_bias(tmp_path):
+    """The realism options are plain ``env`` settings: a level name and a dict of fields."""
+    text = "env: {turbulence: moderate, imu_bias: {gyro_initial: 0.01, accel_walk: 0.01}}"
+    cfg = _load(_tiny_yaml(tmp_path, text))
+    assert cfg.env == {
+        "turbulence": "moderate",
+        "imu_bias": {"gyro_initial": 0.01, "accel_walk": 0.01},
+    }
 
 
 def test_valid_configs_still_load():
