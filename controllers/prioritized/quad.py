@@ -37,45 +37,95 @@ per control step:
 The attitude PD between them is the shared geometric law of
 :class:`~residual_quad.controllers.attitude.InnerLoop` (same gains) towards the attitude whose
 body z axis is the commanded thrust direction and whose heading is ψ.
+
+**N envs** (:class:`BatchedHNewtonTracker`, :class:`BatchedHNewtonRLSTracker`, the sweep's and the
+vector env's path). In flight almost every small HLSP stops at the single solver's first
+candidate -- the task rows stack to a square matrix whose exact solution lies inside the box, and
+no Newton level needs augmenting -- which :meth:`~.box_hlsp.BatchedBoxHLSP.square` computes for
+all envs at once; the envs where it does not (a bound active, a GN slack switching the
+augmentation on, a singular Jacobian) run the single cycle on their own row of the state. The
+task values, the thrust direction, the cofactor inverse and the attitude torque are the single
+controller's formulas on arrays (:mod:`.thrust_vector`), so the actions equal the single
+controller's bit for bit (``tests/controllers/prioritized/test_quad_batch.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import Domain, Section
-from residual_quad.controllers.prioritized.quad_batch import (
-    BatchedHNewtonRLSTracker,
-    BatchedHNewtonTracker,
-    residual_settings,
-)
 from residual_quad.controllers.prioritized.thrust_vector import (
+    ARRAYS,
     HNEWTON_PARAM_OPTIONS,
+    BatchedPrioritizedAllocator,
+    BatchedThrustVectorNewton,
     HNewtonQuadParams,
     PrioritizedAllocator,
     ThrustVectorNewton,
     thrust_direction,
+    thrust_direction_terms,
     thrust_vector_tasks,
 )
-from residual_quad.controllers.residual.trackers import RESIDUAL_TRACKER_OPTIONS
-from residual_quad.controllers.trackers import Tracker
+from residual_quad.controllers.residual.config import ResidualConfig, residual_config
+from residual_quad.controllers.residual.estimator import (
+    BatchedResidualEstimator,
+    ResidualEstimator,
+)
+from residual_quad.controllers.residual.network import ResidualMLP
+from residual_quad.controllers.residual.trackers import (
+    RESIDUAL_TRACKER_OPTIONS,
+    EstimatorRows,
+    EstimatorState,
+)
+from residual_quad.controllers.trackers import DEFAULT_KD, DEFAULT_KP, BatchedTracker, Tracker
 from residual_quad.envs.observation import ObsLayout as L
 
 __all__ = [
     "HNEWTON_PARAM_OPTIONS",
+    "BatchedHNewtonRLSTracker",
+    "BatchedHNewtonTracker",
     "HNewtonQuadParams",
     "HNewtonRLSTracker",
     "HNewtonTracker",
     "PrioritizedAllocator",
     "ThrustVectorNewton",
     "thrust_direction",
+    "residual_settings",
     "thrust_vector_tasks",
 ]
+
+log = logging.getLogger(__name__)
+
+
+#: the keywords of ``hnewton`` itself; every other keyword of ``hnewton_rls`` is a residual setting
+HNEWTON_KEYWORDS = frozenset(
+    {"method", "kp", "kd", "attitude", *HNewtonQuadParams.__dataclass_fields__}
+)
+
+
+def residual_settings(
+    residual: Mapping[str, Any] | None, kw: Mapping[str, Any]
+) -> tuple[ResidualConfig, ResidualMLP | None, dict[str, Any]]:
+    """``hnewton_rls``'s keywords split: the residual config (``residual`` and every keyword
+    that is not :data:`HNEWTON_KEYWORDS`, as ``geo_rls`` takes them), the network (``None``:
+    the config's weights) and the ``hnewton`` keywords, whose ``kp``/``kd`` default to the
+    residual configuration's."""
+    est_kw = dict(residual or {})
+    est_kw.update({k: v for k, v in kw.items() if k not in HNEWTON_KEYWORDS})
+    own = {k: v for k, v in kw.items() if k in HNEWTON_KEYWORDS}
+    network = est_kw.pop("network", None)
+    cfg = residual_config(est_kw.pop("config", None), **est_kw)
+    own.setdefault("kp", cfg.kp)
+    own.setdefault("kd", cfg.kd)
+    return cfg, network, own
 
 
 # --------------------------------------------------------------------------- controllers
@@ -194,8 +244,6 @@ class HNewtonRLSTracker(HNewtonTracker):
         residual: dict[str, Any] | None = None,
         **kw: Any,
     ):
-        from residual_quad.controllers.residual.estimator import ResidualEstimator
-
         context = context or ControlContext()
         cfg, network, kw = residual_settings(residual, kw)
         self.estimator = ResidualEstimator(context, cfg, network, learn=True)
@@ -212,6 +260,132 @@ class HNewtonRLSTracker(HNewtonTracker):
         # the estimator keeps its own memories (previous observation, regressor, effective
         # command a_cmd − Δâ) exactly as inside geo_rls
         return self.estimator.estimate(obs, R, a_cmd)
+
+
+# --------------------------------------------------------------------------- N envs
+class BatchedHNewtonTracker(BatchedTracker):
+    """``hnewton`` for N envs: per env the thrust vector, its Newton state and the warm faces.
+
+    Args: as :class:`HNewtonTracker`, plus ``n_envs``. Every option is vectorized except
+    ``switch="always"`` (each step re-solves every env's augmented HLSP on its own), which the
+    factory flies as N single controllers, with a log line.
+    """
+
+    name = "hnewton"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        method: str = "newton",
+        kp: float = DEFAULT_KP,  # 1/s²
+        kd: float = DEFAULT_KD,  # 1/s
+        attitude: AttitudeGains | None = None,
+        **params: Any,
+    ):
+        n = check_n_envs(n_envs)
+        context = context or ControlContext()
+        self.params = HNewtonQuadParams(method=method, **params)
+        self.newton = BatchedThrustVectorNewton(
+            context.airframe, context.control_dt, self.params, n
+        )
+        self.alloc = BatchedPrioritizedAllocator(context.airframe, n)
+        self.q = np.zeros((n, 3))  # commanded thrust vector (N, rad, rad)
+        self.qdot = np.zeros((n, 3))
+        self.last_thrust = np.zeros(n)  # N
+        super().__init__(context, n, kp=kp, kd=kd, attitude=attitude)
+
+    @classmethod
+    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
+        """Whether the batch implements ``options`` (bad ones raise the single's error here)."""
+        params = {k: v for k, v in options.items() if k in HNewtonQuadParams.__dataclass_fields__}
+        if HNewtonQuadParams(**params).switch == "always":
+            log.warning(
+                "%s with switch='always' flies one single controller per env: every step "
+                "augments every level, which only the single cycle solves",
+                cls.name,
+            )
+            return False
+        return True
+
+    @property
+    def method(self) -> str:
+        return self.params.method
+
+    def _reset_rows(self, index: int | slice) -> None:
+        super()._reset_rows(index)
+        self.q[index] = (self.airframe.hover_thrust, 0.0, 0.0)
+        self.qdot[index] = 0.0
+        self.last_thrust[index] = self.airframe.hover_thrust
+        self.newton.reset(index)
+        self.alloc.reset(index)
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        return [
+            *super()._row_state(),
+            (self, "q"),
+            (self, "qdot"),
+            (self, "last_thrust"),
+            *self.newton.row_state(),
+            (self.alloc.solver, "faces"),
+        ]
+
+    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`HNewtonTracker.act` for a finite batch (N, 36) → actions (N, 4)."""
+        R = obs[:, L.rot].reshape(-1, 3, 3)
+        a_cmd = self.desired_accel(
+            obs, obs[:, L.ref_pos] - obs[:, L.pos], obs[:, L.ref_vel] - obs[:, L.vel]
+        )
+        est = self.residual_world(obs, R, a_cmd)
+        self.last_residual = est
+        ax, ay, az = (a_cmd - est).T
+        yaw = obs[:, L.ref_yaw]
+        cy, sy = np.cos(yaw), np.sin(yaw)
+        a_head = np.stack([cy * ax + sy * ay, -sy * ax + cy * ay, az], axis=1)
+        qdot = self.newton.step(self.q, a_head)
+        self.qdot = qdot
+        self.q = np.clip(self.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
+        b3 = thrust_direction_terms(ARRAYS, self.q[:, 1], self.q[:, 2], yaw)
+        r = obs[:, L.rot].T  # 9 rows of N values, body → world row-major
+        thrust = self.q[:, 0] * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
+        thrust = np.clip(thrust, 0.0, self.airframe.max_thrust)
+        self.last_thrust = thrust
+        torque = self.inner.attitude_torque(r, obs[:, L.omega_b], b3, yaw, obs[:, L.ref_yaw_rate])
+        self.last_a_cmd = a_cmd
+        return to_rotor_action(self.alloc(thrust, torque), self.airframe)
+
+
+class BatchedHNewtonRLSTracker(EstimatorState, EstimatorRows, BatchedHNewtonTracker):
+    """``hnewton_rls`` for N envs: batched ``hnewton`` fed by one
+    :class:`~residual_quad.controllers.residual.estimator.BatchedResidualEstimator` (every
+    residual setting vectorized, as for ``geo_rls``).
+
+    Args: as :class:`HNewtonRLSTracker`, plus ``n_envs``.
+    """
+
+    name = "hnewton_rls"
+
+    def __init__(
+        self,
+        context: ControlContext | None = None,
+        n_envs: int = 1,
+        *,
+        residual: dict[str, Any] | None = None,
+        **kw: Any,
+    ):
+        context = context or ControlContext()
+        self.config, network, kw = residual_settings(residual, kw)
+        self.estimator = BatchedResidualEstimator(
+            context, self.config, check_n_envs(n_envs), network, learn=True
+        )
+        super().__init__(context, n_envs, **kw)
+
+    @classmethod
+    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
+        options = dict(options)
+        _, _, own = residual_settings(options.pop("residual", None), options)
+        return super().vectorizes(own)
 
 
 HNewtonTracker.batched = BatchedHNewtonTracker

@@ -2,8 +2,9 @@
 
 :class:`ThrustVectorNewton` is the hierarchical Newton cycle on the commanded thrust vector
 ``q = (c, φ, θ)`` and :class:`PrioritizedAllocator` the rotor allocation of the quadrotor
-controllers (:mod:`.quad`, whose docstring explains the layout); :mod:`.quad_batch` holds their
-twins for N envs. The task values and derivatives (:func:`thrust_vector_terms`), the thrust
+controllers (:mod:`.quad`, whose docstring explains the layout);
+:class:`BatchedThrustVectorNewton` and :class:`BatchedPrioritizedAllocator` are their twins for
+N envs. The task values and derivatives (:func:`thrust_vector_terms`), the thrust
 direction and the 3×3 cofactor inverse are one formula each for a float and for an array of
 envs: ``xp`` is :data:`FLOATS` or :data:`ARRAYS`, which evaluate the same expressions in the same
 order (bit for bit).
@@ -25,7 +26,7 @@ from residual_quad.controllers.options import (
     Number,
     Optional,
 )
-from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.prioritized.box_hlsp import BatchedBoxHLSP, BoxHLSP, BoxHLSPResult
 from residual_quad.controllers.prioritized.newton import (
     METHODS,
     SWITCHES,
@@ -39,6 +40,8 @@ from residual_quad.envs.airframe import Airframe
 
 __all__ = [
     "ARRAYS",
+    "BatchedPrioritizedAllocator",
+    "BatchedThrustVectorNewton",
     "FLOATS",
     "HNEWTON_PARAM_OPTIONS",
     "HNewtonQuadParams",
@@ -386,3 +389,167 @@ class PrioritizedAllocator:
         )
         self.last = res
         return res.x
+
+
+# --------------------------------------------------------------------------- N envs
+class BatchedThrustVectorNewton:
+    """:class:`ThrustVectorNewton` for N envs: one cycle per env per
+    :meth:`step`, with per-env state in arrays (row = env).
+
+    Args:
+        airframe: nominal airframe; dt: control period (s); params: as the single cycle.
+        n_envs: number of envs.
+    """
+
+    #: attributes holding one row of state per env
+    ROW_STATE = ("lam", "has_lam", "B", "prev_q", "prev_J", "has_prev", "augmented", "gn_norms")
+
+    def __init__(
+        self, airframe: Airframe, dt: float, params: HNewtonQuadParams, n_envs: int
+    ) -> None:
+        #: the single cycle: the settings, and the solver of the rows the array path leaves
+        self.single = s = ThrustVectorNewton(airframe, dt, params)
+        self.p, self.k, self.frame = s.p, s.k, airframe
+        self.q_lower, self.q_upper = s.q_lower, s.q_upper
+        self.solver = BatchedBoxHLSP(s.solver, n_envs)
+        self.gn_solver = BatchedBoxHLSP(s.gn_solver, n_envs)
+        n = n_envs
+        self.lam = np.zeros((n, 4))  # λ_{0,0}, λ_{0,1}, λ_{1,1} (2) of the last solve
+        self.has_lam = np.zeros(n, dtype=bool)
+        self.B = np.zeros((n, 2, 3, 3))  # BFGS matrix per level
+        self.prev_q = np.zeros((n, 3))
+        self.prev_J = np.zeros((n, 3, 3))  # ∂a/∂q at prev_q (rows x, y, z)
+        self.has_prev = np.zeros(n, dtype=bool)
+        self.augmented = np.zeros((n, 2), dtype=bool)
+        self.gn_norms = np.zeros((n, 2))
+        self.reset()
+
+    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget multipliers, BFGS matrices, warm faces and the previous step of ``index``."""
+        self.lam[index] = 0.0
+        self.has_lam[index] = False
+        self.B[index] = self.single.settings.bfgs_b0 * np.eye(3)
+        self.prev_q[index] = 0.0
+        self.prev_J[index] = 0.0
+        self.has_prev[index] = False
+        self.augmented[index] = False
+        self.gn_norms[index] = 0.0
+        self.solver.reset(index)
+        self.gn_solver.reset(index)
+
+    def row_state(self) -> list[tuple[Any, str]]:
+        """``(object, attribute)`` of every per-env state array."""
+        return [(self, a) for a in self.ROW_STATE] + [
+            (self.solver, "faces"),
+            (self.gn_solver, "faces"),
+        ]
+
+    def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """Velocities ``q̇`` (N, 3) (N/s, rad/s, rad/s) of one cycle per env at ``q`` (N, 3)
+        towards ``a_des`` (N, 3) (heading frame, m/s²)."""
+        n = q.shape[0]
+        a, J, _ = thrust_vector_terms(ARRAYS, q[:, 0], q[:, 1], q[:, 2], *self._mass_gravity)
+        J = np.stack([np.stack(row, axis=1) for row in J], axis=1)  # (N, 3, 3)
+        e = np.stack(a, axis=1) - a_des
+        lo, up = self.single.velocity_box(q)
+        inv, ok = inverse3(ARRAYS, (*J[:, 2].T, *J[:, 0].T, *J[:, 1].T))
+        levels = [(J[:, 2:3], -self.k * e[:, 2:3]), (J[:, 0:2], -self.k * e[:, 0:2])]
+        gn_only = self.p.method == "gn"
+        solver = self.solver if gn_only else self.gn_solver
+        x, slacks, done = solver.square(lo, up, levels, np.stack(inv, 1).reshape(n, 3, 3), ok)
+        norms = np.stack(
+            [np.sqrt(np.matmul(w[:, None], w[:, :, None])[:, 0, 0]) for w in slacks], 1
+        )
+        if not gn_only:  # a switched-on level is augmented: that env's cycle runs on its own
+            done &= ~np.broadcast_to(self.single.switch_on(norms), norms.shape).any(axis=1)
+        if self.p.method == "bfgs":
+            for i in np.flatnonzero(done).tolist():
+                self._bfgs_row(i, q[i], J[i])
+        solver.accept(done)
+        if self.single.solver.multipliers:  # the square point's multipliers: its slacks
+            self.lam[done] = np.concatenate([slacks[0], np.zeros((n, 1)), slacks[1]], 1)[done]
+            self.has_lam[done] = True
+        self.augmented[done] = False
+        self.gn_norms[done] = norms[done]
+        self.prev_q[done] = q[done]
+        self.prev_J[done] = J[done]
+        self.has_prev[done] = True
+        for i in np.flatnonzero(~done).tolist():
+            x[i] = self._step_row(i, q[i], a_des[i])
+        return x
+
+    @property
+    def _mass_gravity(self) -> tuple[float, float]:
+        return self.frame.mass, self.frame.gravity
+
+    # -- one env on the single cycle -------------------------------------------------------------
+    def _load(self, i: int) -> ThrustVectorNewton:
+        """The single cycle holding env ``i``'s multipliers, BFGS matrices and previous step."""
+        s = self.single
+        lam = self.lam[i]
+        s.lam = [[lam[0:1].copy()], [lam[1:2].copy(), lam[2:4].copy()]] if self.has_lam[i] else None
+        s.B = [self.B[i, 0].copy(), self.B[i, 1].copy()]
+        if self.has_prev[i]:
+            s.prev_q = self.prev_q[i].copy()
+            s.prev_J = [self.prev_J[i, 2:3].copy(), self.prev_J[i, 0:2].copy()]
+        else:
+            s.prev_q, s.prev_J = None, None
+        return s
+
+    def _bfgs_row(self, i: int, q: np.ndarray, J: np.ndarray) -> None:
+        """Env ``i``'s BFGS update with the single cycle's code (before its square solve)."""
+        s = self._load(i)
+        s.bfgs_update(q, [(None, J[2:3], None), (None, J[0:2], None)])
+        self.B[i] = s.B
+
+    def _step_row(self, i: int, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """The single cycle on env ``i``'s row of the state; stores the state it ends with."""
+        s = self._load(i)
+        with self.solver.row(i), self.gn_solver.row(i):
+            x = s.step(q, a_des)
+        if s.lam is None:
+            self.has_lam[i] = False
+        else:
+            self.lam[i] = np.concatenate([s.lam[0][0], s.lam[1][0], s.lam[1][1]])
+            self.has_lam[i] = True
+        self.B[i] = s.B
+        self.prev_q[i] = s.prev_q
+        self.prev_J[i, 2:3], self.prev_J[i, 0:2] = s.prev_J
+        self.has_prev[i] = True
+        self.augmented[i] = s.augmented
+        self.gn_norms[i] = s.gn_norms
+        return x
+
+
+class BatchedPrioritizedAllocator:
+    """:class:`PrioritizedAllocator` for N envs (one warm face per env)."""
+
+    def __init__(self, airframe: Airframe, n_envs: int) -> None:
+        self.single = s = PrioritizedAllocator(airframe)
+        self.solver = BatchedBoxHLSP(s.solver, n_envs)
+        n = n_envs
+        self._A = [np.broadcast_to(A, (n, *A.shape)) for A in (s.A_rp, s.A_T, s.A_yaw)]
+        self._inverse = np.broadcast_to(s.inverse, (n, 4, 4))
+        self._lower = np.broadcast_to(s.lower, (n, 4))
+        self._upper = np.broadcast_to(s.upper, (n, 4))
+
+    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget the warm faces of ``index``."""
+        self.solver.reset(index)
+
+    def __call__(
+        self, thrust: np.ndarray, torque: tuple[np.ndarray, np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """Rotor thrusts (N, 4) (N) for collectives ``thrust`` (N,) (N) and body torques (three
+        (N,) components, N·m)."""
+        tx, ty, tz = torque
+        A_rp, A_T, A_yaw = self._A
+        b = [np.stack([tx, ty], 1), thrust[:, None], tz[:, None]]
+        x, _, done = self.solver.square(
+            self._lower, self._upper, list(zip((A_rp, A_T, A_yaw), b, strict=True)), self._inverse
+        )
+        self.solver.accept(done)
+        for i in np.flatnonzero(~done).tolist():
+            with self.solver.row(i):
+                x[i] = self.single(float(thrust[i]), (float(tx[i]), float(ty[i]), float(tz[i])))
+        return x
