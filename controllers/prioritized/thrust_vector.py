@@ -285,7 +285,8 @@ class ThrustVectorNewton(NewtonCore):
         self.last: BoxHLSPResult | None = None
 
     def velocity_box(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Trust region ∩ the q-box reached in one step (always a non-empty box)."""
+        """Trust region ∩ the q-box reached in one step (always a non-empty box); ``q`` (3,), or
+        (N, 3) for N envs at once."""
         inv = 1.0 / self.dt
         lo = np.minimum(np.maximum(-self.vmax, (self.q_lower - q) * inv), self.vmax)
         up = np.maximum(np.minimum(self.vmax, (self.q_upper - q) * inv), -self.vmax)
@@ -448,7 +449,8 @@ class BatchedThrustVectorNewton:
         """Velocities ``q̇`` (N, 3) (N/s, rad/s, rad/s) of one cycle per env at ``q`` (N, 3)
         towards ``a_des`` (N, 3) (heading frame, m/s²)."""
         n = q.shape[0]
-        a, J, _ = thrust_vector_terms(ARRAYS, q[:, 0], q[:, 1], q[:, 2], *self._mass_gravity)
+        frame = self.frame
+        a, J, _ = thrust_vector_terms(ARRAYS, *q.T, frame.mass, frame.gravity)
         J = np.stack([np.stack(row, axis=1) for row in J], axis=1)  # (N, 3, 3)
         e = np.stack(a, axis=1) - a_des
         lo, up = self.single.velocity_box(q)
@@ -477,10 +479,6 @@ class BatchedThrustVectorNewton:
         for i in np.flatnonzero(~done).tolist():
             x[i] = self._step_row(i, q[i], a_des[i])
         return x
-
-    @property
-    def _mass_gravity(self) -> tuple[float, float]:
-        return self.frame.mass, self.frame.gravity
 
     # -- one env on the single cycle -------------------------------------------------------------
     def _load(self, i: int) -> ThrustVectorNewton:
