@@ -79,7 +79,11 @@ def test_stress_and_nominal_fly_hnewton_batched_with_the_single_flights_rows(tmp
     with pytest.raises(ValueError, match="valid choices: local, vector"):
         run_stress(cfg, backend="ray")
     cells = nominal_comparison(
-        payloads=("heavy",), winds=("windy",), trajectories=("figure8",), seeds=(0,),
-        episode_s=3.5, workers=1,
+        payloads=("heavy",),
+        winds=("windy",),
+        trajectories=("figure8",),
+        seeds=(0,),
+        episode_s=3.5,
+        workers=1,
     )  # fmt: skip (metrics start at 3 s)
     assert len(cells) == 1 and np.isfinite(cells[0]["ratio"])
