@@ -20,8 +20,12 @@ names its own twin):
 * ``ppo_res`` is batched ``geo`` around that forward
   (:class:`~residual_quad.controllers.ppo_res.BatchedResidualPPOController`: corrections bit
   for bit, actions to ≤ 1e-12);
-* any other controller (``geo_rls_dob``, ``hnewton``, ``hnewton_rls``, user controllers) is
-  wrapped by :class:`BatchedLoop`, N per-env instances behind the same interface.
+* ``hnewton``, ``hnewton_rls`` (:mod:`residual_quad.controllers.prioritized.quad`) solve every
+  env's small HLSPs as one array computation where the single solver stops at its first
+  candidate and run the single cycle on the other rows: actions bit for bit (``hnewton``) or to
+  ≤ 1e-9 (``hnewton_rls``, its batched RLS) the single controller's;
+* any other controller (user controllers, ``hnewton`` with ``switch="always"``) is wrapped by
+  :class:`BatchedLoop`, N per-env instances behind the same interface.
 
 ``reset_batch(seeds)`` resets every env, ``reset_env(i, seed)`` one env (a vector env's
 autoreset). A batch of the wrong shape is a ``ValueError``. A row with a non-finite entry (a bad
@@ -362,7 +366,7 @@ def batch_from_spec(
     ControllerSpec` (a sweep's entry) whose actions equal the single controller's to ≤ 1e-9:
     the numpy-vectorized twin of its registered name where there is one (``ppo`` with the numpy
     forward of its network), else a :class:`BatchedLoop` of ``spec.build`` instances (import
-    paths, ``hnewton``, user controllers, and ``ppo`` policies whose architecture only SB3's
+    paths, user controllers, and ``ppo`` policies whose architecture only SB3's
     ``predict`` runs: its float32 batch forward rounds differently from one sample's, which a
     20 s flight amplifies to 2 % in the metrics). ``overrides`` win over the spec's options."""
     n_envs = check_n_envs(n_envs)

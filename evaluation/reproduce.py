@@ -216,7 +216,8 @@ def refly(kind: str, run_id: str, *, jitter_seed: int | None = None, **options: 
             "scenarios": [configs.to_dict(s) for s in full.scenarios if s.name == scenario],
         },
     )
-    (row,), _ = run_stress(cfg, workers=1)
+    # one flight per run: the committed rows are those flights' bit for bit on their numerics
+    (row,), _ = run_stress(cfg, workers=1, backend="local")
     return row
 
 

@@ -19,6 +19,7 @@ episode. RMSE is computed after 3 s over the runs that survived.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,15 +27,13 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.specs import (
-    ControllerEntry,
-    ControllerSpec,
-)
+from residual_quad.controllers.batch import batch_from_spec, has_batch_path
+from residual_quad.controllers.specs import ControllerEntry, ControllerSpec
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
-from residual_quad.episode import RunSpec, build_controller, fly
+from residual_quad.episode import RunSpec, build_controller, fly, fly_batch
 from residual_quad.evaluation.sweep.config import ControllerLabels, SweepConfig, expand
-from residual_quad.evaluation.sweep.engine import run_one, run_rows
+from residual_quad.evaluation.sweep.engine import run_one, run_rows, sweep_batches
 from residual_quad.evaluation.sweep.rows import (
     SERIES_DIR,
     failure_row,
@@ -44,6 +43,7 @@ from residual_quad.evaluation.sweep.rows import (
     series_stem,
 )
 from residual_quad.parallel import Job
+from residual_quad.training.blas import blas_threads
 
 GROUPS = ("yaw", "envelope", "gust")
 CONFIG_FILE = "stress_config.yaml"
@@ -214,6 +214,12 @@ def stress_row(
     except Exception as exc:  # failed at the action after ``steps[0]`` steps
         return failure_row(spec, exc, steps[0])
 
+    return _result_row(spec, res, series_dir)
+
+
+def _result_row(spec: RunSpec, res: Any, series_dir: str | None) -> dict[str, Any]:
+    """The stress row of a flown run (an :class:`~residual_quad.episode.EpisodeResult`); its tilt
+    series goes to ``series_dir`` if given."""
     if series_dir is not None:
         np.save(
             Path(series_dir) / f"{series_stem(spec.run_id)}.npy", np.column_stack([res.t, res.tilt])
@@ -237,6 +243,56 @@ def stress_row(
     }
 
 
+def stress_batch(
+    specs: list[RunSpec], cfg: StressConfig, series_dirs: list[str | None]
+) -> list[dict[str, Any]]:
+    """Stress rows of ``specs`` (controllers with a vectorized path) flown together on the vector
+    env, one batch per label and episode length (:func:`~residual_quad.episode.fly_batch`): equal
+    to :func:`stress_row`'s to ≤ 1e-9 (``wall_time``: the batch's, shared). A batch that fails
+    is flown again run by run with :func:`stress_row`, which isolates the failing runs."""
+    out: list[dict[str, Any] | None] = [None] * len(specs)
+    groups: dict[tuple[str, float], list[int]] = {}
+    for i, s in enumerate(specs):
+        groups.setdefault((s.controller, s.episode_s), []).append(i)
+    for (label, _), idx in groups.items():
+        ctrl, opts = cfg.controller_spec(label), cfg.controller_options.get(label, {})
+        try:
+            batch = batch_from_spec(ctrl, len(idx), None, **opts)
+            with blas_threads(1):  # one process per core: a second BLAS thread only contends
+                results = fly_batch([specs[i] for i in idx], batch)
+        except Exception:
+            for i in idx:
+                out[i] = stress_row(specs[i], opts, series_dirs[i], ctrl)
+            continue
+        for i, res in zip(idx, results, strict=True):
+            out[i] = _result_row(specs[i], res, series_dirs[i])
+    return out  # type: ignore[return-value]
+
+
+def _stress_batches(
+    cfg: StressConfig, specs: dict[str, RunSpec], jobs: dict[str, Job], keep: dict[str, str | None]
+) -> Callable[[list[str], int], list[Job]]:
+    """The vector backend's ``batches(run_ids, workers)``: the runs of vectorized controllers in
+    ``workers`` equal batches of every controller and scenario, the others one job each."""
+
+    def batches(run_ids: list[str], n: int) -> list[Job]:
+        vectorized = {
+            label: has_batch_path(
+                cfg.controller_spec(label), **cfg.controller_options.get(label, {})
+            )
+            for label in cfg.labels
+        }
+        flat = [i for i in run_ids if vectorized[specs[i].controller]]
+        parts = max(1, min(len(flat), n))
+        out: list[Job] = []
+        for j in range(parts if flat else 0):
+            part = flat[j::parts]
+            out.append((stress_batch, ([specs[i] for i in part], cfg, [keep[i] for i in part])))
+        return out + [jobs[i] for i in run_ids if not vectorized[specs[i].controller]]
+
+    return batches
+
+
 def run_stress(
     cfg: StressConfig,
     out_dir: str | Path | None = None,
@@ -245,8 +301,13 @@ def run_stress(
     workers: int | None = None,
     progress: bool = False,
     retry_failed: bool = False,
+    backend: str = "vector",
 ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], np.ndarray]]:
     """Fly every (scenario, controller, seed) with the sweep engine.
+
+    ``backend="vector"`` flies the controllers with a vectorized path in batches on the vector
+    env (:func:`stress_batch`; rows equal one flight per run to ≤ 1e-9), ``"local"`` one run per
+    job (:func:`stress_row`).
 
     Rows go to ``out_dir/rows.jsonl`` (atomic, fsynced, ``resume`` skips finished runs and
     recorded failures, ``retry_failed`` flies the failures again) and come back in the config's
@@ -263,21 +324,28 @@ def run_stress(
             series_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ValueError(f"cannot create the series folder {series_dir}: {exc}") from exc
+    if backend not in ("local", "vector"):
+        raise ValueError(f"unknown backend {backend!r}; valid choices: local, vector")
     jobs: dict[str, Job] = {}
+    specs: dict[str, RunSpec] = {}
+    keep: dict[str, str | None] = {}
     for scn in cfg.scenarios:
         for label in cfg.labels:
             ctrl = cfg.controller_spec(label)
             opts = cfg.controller_options.get(label)
             for i, seed in enumerate(cfg.seeds):
                 spec = scn.spec(label, seed, cfg.episode_s)
-                keep = str(series_dir) if series_dir is not None and i == 0 else None
-                jobs[spec.run_id] = (stress_row, (spec, opts, keep, ctrl))
+                specs[spec.run_id] = spec
+                keep[spec.run_id] = str(series_dir) if series_dir is not None and i == 0 else None
+                jobs[spec.run_id] = (stress_row, (spec, opts, keep[spec.run_id], ctrl))
     rows = run_rows(
         jobs,
         out_dir,
         config=cfg,
         config_file=CONFIG_FILE,
         resume=resume,
+        backend=backend,
+        batches=_stress_batches(cfg, specs, jobs, keep),
         workers=workers,
         progress=progress,
         desc="stress",
@@ -464,7 +532,8 @@ def nominal_comparison(
 ) -> list[dict[str, Any]]:
     """Main-table cells (payload × wind, mean RMSE over trajectories × seeds) of two controllers
     and their ratio (the nominal target: ``hnewton_rls`` within 10 % of ``geo_rls``), flown by
-    the sweep engine."""
+    the sweep engine's vector backend (both controllers batched; the rows equal one flight per
+    run to ≤ 1e-9)."""
     cfg = SweepConfig(
         controllers=list(controllers),
         payloads=list(payloads),
@@ -474,8 +543,17 @@ def nominal_comparison(
         episode_s=episode_s,
         controller_options=options or {},
     )
-    jobs: dict[str, Job] = {s.run_id: (run_one, (s, cfg, None)) for s in expand(cfg)}
-    rows = run_rows(jobs, None, workers=workers, progress=progress, desc="nominal")
+    specs = {s.run_id: s for s in expand(cfg)}
+    jobs: dict[str, Job] = {i: (run_one, (s, cfg, None)) for i, s in specs.items()}
+    rows = run_rows(
+        jobs,
+        None,
+        backend="vector",
+        workers=workers,
+        progress=progress,
+        desc="nominal",
+        batches=sweep_batches(cfg, specs, jobs, None),
+    )
     cells = []
     for payload in payloads:
         for wind in winds:

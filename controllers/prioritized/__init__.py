@@ -1,10 +1,12 @@
 """Prioritized control: hierarchical least squares and the hierarchical Newton method ([HN]).
 
 * :mod:`.hlsp` -- the generic HLSP solver (numpy reference cascade, daqp backend);
-* :mod:`.box_hlsp` -- exact HLSP for a hard box level over small equality levels;
+* :mod:`.box_hlsp` -- exact HLSP for a hard box level over small equality levels (and N of them);
 * :mod:`.newton` -- the core of one hierarchical Newton cycle, shared by both controllers;
 * :mod:`.hnewton` -- the generic method on task objects (:class:`HierarchicalNewton`);
-* :mod:`.quad` -- the quadrotor controllers ``hnewton`` / ``hnewton_rls`` (imported on demand).
+* :mod:`.thrust_vector` -- the quadrotor's thrust-vector Newton cycle and rotor allocation;
+* :mod:`.quad` -- the quadrotor controllers ``hnewton`` / ``hnewton_rls`` and their batched twins
+  (imported on demand).
 """
 
 from residual_quad.controllers.prioritized.hlsp import HLSPResult, HLSPSolver, Level, solve_hlsp

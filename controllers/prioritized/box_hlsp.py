@@ -35,14 +35,15 @@ the upper and ``λ <= 0`` at the lower bound, minimum-norm solution.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from .hlsp import Level, _active_set_lsqp
 
-__all__ = ["BoxHLSP", "BoxHLSPResult", "box_levels"]
+__all__ = ["BatchedBoxHLSP", "BoxHLSP", "BoxHLSPResult", "box_levels"]
 
 # face codes per variable
 FREE, AT_UPPER, AT_LOWER, FIXED = 0, 1, -1, 2
@@ -309,6 +310,75 @@ class BoxHLSP:
                     x, face, levs, self._eye
                 )
         return BoxHLSPResult(x, slacks, face, mult if self.multipliers else None, tried, enumerated)
+
+
+class BatchedBoxHLSP:
+    """:class:`BoxHLSP` for N problems of one layout (one per env), each with its own warm face.
+
+    :meth:`square` is the single solver's first candidate for every row at once (the stacked task
+    matrix is square with a known inverse and its exact solution lies in the box -- the common
+    case in flight); inside ``with batch.row(i)`` the single solver works on row ``i`` from that
+    row's face. A caller takes :meth:`square`'s rows and solves the others one by one, so every
+    row gets the single solver's answer (bit for bit: the same operations on the same numbers).
+
+    Args:
+        single: the single solver (its settings; it solves the rows :meth:`square` leaves).
+        n_envs: number of problems.
+    """
+
+    def __init__(self, single: BoxHLSP, n_envs: int):
+        self.single = single
+        #: (N, n) the warm-start face of every row (codes as :attr:`BoxHLSPResult.face`)
+        self.faces = np.zeros((n_envs, single.n), dtype=int)
+
+    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget the warm-start faces of the rows ``index``."""
+        self.faces[index] = FREE
+
+    def square(
+        self,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        levels: Sequence[tuple[np.ndarray, np.ndarray]],
+        inverse: np.ndarray,
+        usable: np.ndarray | bool = True,
+    ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+        """The exact solution ``inverse @ b`` of every row, clipped to the box, the levels'
+        slacks ``A_l x − b_l`` (N, m_l) and the rows ``done`` (N,) where the single solver returns
+        this point at its first candidate: ``usable`` inverse, no pinned variable, the point in
+        the box and, when multipliers are asked for, slacks at round-off (the multipliers then
+        are the slacks themselves). Bounds (N, n), ``levels`` ``(A (N, m_l, n), b (N, m_l))``,
+        ``inverse`` (N, n, n). The faces are left as they are (:meth:`accept`)."""
+        tol = self.single.tol
+        ftol = (tol * (1.0 + np.maximum(np.abs(lower).max(axis=1), np.abs(upper).max(axis=1))))[
+            :, None
+        ]
+        b = np.concatenate([b for _, b in levels], axis=1)
+        x0 = np.matmul(inverse, b[:, :, None])[:, :, 0]
+        done = usable & ~(upper - lower <= ftol).any(axis=1)
+        done &= ((lower - ftol <= x0) & (x0 <= upper + ftol)).all(axis=1)
+        x = np.clip(x0, lower, upper)
+        slacks = [np.matmul(A, x[:, :, None])[:, :, 0] - b for A, b in levels]
+        if self.single.multipliers:
+            tiny = 1e-12 * (1.0 + np.abs(x).max(axis=1))
+            for w in slacks:
+                done &= np.abs(w).max(axis=1) <= tiny
+        return x, slacks, done
+
+    def accept(self, rows: np.ndarray) -> None:
+        """The rows ``rows`` took :meth:`square`'s point: their warm face becomes the free one."""
+        self.faces[rows] = FREE
+
+    @contextmanager
+    def row(self, index: int) -> Iterator[BoxHLSP]:
+        """:attr:`single` holding row ``index``'s warm face inside the block; the face it ends
+        with is row ``index``'s after it."""
+        self.single._last_face = self.faces[index].copy()
+        try:
+            yield self.single
+        finally:
+            face = self.single._last_face
+            self.faces[index] = FREE if face is None else face
 
 
 def _square_solution(levs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray | None:

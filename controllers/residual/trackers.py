@@ -192,7 +192,32 @@ class RLSGeoTracker(ResidualGeoTracker):
 
 
 # ----------------------------------------------------------------------------- N envs
-class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
+class EstimatorRows:
+    """The batched estimator's part of a batched residual tracker (``geo_res``, ``geo_rls``,
+    ``hnewton_rls``): its rows reset with the env, restored after a bad sample, and its estimate
+    as the tracker's residual. Put before the :class:`BatchedTracker` base."""
+
+    estimator: BatchedResidualEstimator
+
+    def _reset_rows(self, index: int | slice) -> None:
+        super()._reset_rows(index)  # type: ignore[misc]
+        self.estimator.reset(index)
+
+    def _row_state(self) -> list[tuple[Any, str]]:
+        est = self.estimator
+        state = [(est, a) for a in est.ROW_STATE]
+        if est.rls is not None:
+            state += [(est.rls, a) for a in est.rls.ROW_STATE]
+        return [*super()._row_state(), *state]  # type: ignore[misc]
+
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        self.estimator.forget_previous_sample(rows)
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return self.estimator.estimate(obs, R, a_cmd)
+
+
+class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):
     """``geo_res`` for N envs: batched ``geo`` and one :class:`BatchedResidualEstimator`.
 
     Args: as :class:`ResidualGeoTracker`, plus ``n_envs``; every residual setting (OOD guard,
@@ -230,23 +255,6 @@ class BatchedResidualGeoTracker(EstimatorState, BatchedTracker):
         rest = {k: v for k, v in options.items() if k not in cls.not_settings}
         cls.single.settings(options.get("config"), **rest)
         return True
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self.estimator.reset(index)
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        est = self.estimator
-        state = [(est, a) for a in est.ROW_STATE]
-        if est.rls is not None:
-            state += [(est.rls, a) for a in est.rls.ROW_STATE]
-        return [*super()._row_state(), *state]
-
-    def _forget_rows(self, rows: np.ndarray) -> None:
-        self.estimator.forget_previous_sample(rows)
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return self.estimator.estimate(obs, R, a_cmd)
 
 
 class BatchedRLSGeoTracker(BatchedResidualGeoTracker):

@@ -253,6 +253,7 @@ BATCH_PARAMS = [
         "geo_rls",
         "geo_rls_dob",  # guard and EFRA on (configs/adaptive.yaml), the observer's rows
         "hnewton",
+        "hnewton_rls",
         "ppo",
         "ppo_res",
     )
@@ -289,7 +290,7 @@ def test_one_envs_bad_sample_does_not_touch_the_other_rows(spec):
     assert not nan_leaves(hit), nan_leaves(hit)
 
 
-@pytest.mark.parametrize("spec", ["geo", "geo_rls", "geo_rls_dob"])
+@pytest.mark.parametrize("spec", ["geo", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls"])
 def test_a_batch_answers_a_bad_first_sample_with_hover(spec):
     hit = make_batch_controller(spec, 2)
     obs = clean_stream()[:1].repeat(2, axis=0)

@@ -110,7 +110,8 @@ def test_batched_rls_settings_equal_single(overrides):
 
 
 def test_fallback_loop_equals_single_hnewton():
-    worst, batch, _, _ = fly_side_by_side("hnewton", steps=60, reset_at=30)
+    """``switch="always"`` is not vectorized: the factory flies single controllers."""
+    worst, batch, _, _ = fly_side_by_side("hnewton", steps=60, reset_at=30, switch="always")
     assert isinstance(batch, BatchedLoop)
     assert worst == 0.0
 

@@ -72,7 +72,7 @@ def test_entry_point_picks_vectorized_or_loop():
     assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchedPIDTracker)
     ctrl = make_batch_controller("geo_rls", N, p0=0.05)
     assert isinstance(ctrl, BatchedRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
-    loop = make_batch_controller("hnewton_rls", 2)
+    loop = make_batch_controller("hnewton_rls", 2, switch="always")  # not vectorized
     assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
     assert loop.controllers[0] is not loop.controllers[1]
     for c in (ctrl, loop):
@@ -82,13 +82,31 @@ def test_entry_point_picks_vectorized_or_loop():
 
 def test_each_twin_sits_beside_its_single_class_and_is_named_after_it():
     names = vectorized_controllers()
-    assert names == ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "ppo", "ppo_res"]
+    assert names == [
+        "pid",
+        "geo",
+        "geo_res",
+        "geo_rls",
+        "geo_rls_dob",
+        "hnewton",
+        "hnewton_rls",
+        "ppo",
+        "ppo_res",
+    ]
     for name in names:
         single, twin = resolve_factory(name), batched_twin(name)
         assert twin.__module__ == single.__module__, name
         assert twin.__name__ == f"Batched{single.__name__}", name
+
     # a subclass that changes the law does not inherit its parent's twin
-    assert batched_twin("hnewton") is None
+    class Changed(GeoTracker):
+        pass
+
+    register_controller("changed_twin_test", Changed)
+    try:
+        assert batched_twin("changed_twin_test") is None
+    finally:
+        _REGISTRY.pop("changed_twin_test")
     assert batched_twin("residual_quad.controllers.trackers:GeoTracker") is None
 
 

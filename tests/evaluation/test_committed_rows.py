@@ -150,3 +150,34 @@ def test_sampled_rows_reproduce_under_other_openblas_kernels(env_extra):
         if mismatches:
             bad[key] = mismatches
     assert bad == {}
+
+
+BATCHED_SAMPLE = [(k, run_id) for k, run_id in SAMPLE if run_id.startswith("hnewton")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "run_id"), BATCHED_SAMPLE, ids=[f"{k}:{run_id}" for k, run_id in BATCHED_SAMPLE]
+)
+def test_sampled_hnewton_rows_reproduce_on_the_batched_path(kind, run_id):
+    """The sampled ``hnewton``/``hnewton_rls`` rows flown by their batched twins on the vector
+    env (what sweeps, the stress study and the nominal comparison fly) stay within the
+    tolerance (the vector env and the batched RLS are not bit for bit the single ones)."""
+    from residual_quad import configs
+    from residual_quad.episode import RunSpec
+    from residual_quad.evaluation.stress import StressConfig, stress_batch
+    from residual_quad.evaluation.sweep.config import SweepConfig
+    from residual_quad.evaluation.sweep.engine import run_batch
+
+    if kind == "sweep":
+        controller, payload, wind, trajectory, seed = run_id.split("|")
+        cfg = configs.load(SweepConfig, {"controllers": [controller], "episode_s": 20.0})
+        spec = RunSpec(controller, payload, wind, trajectory, int(seed))
+        (row,) = run_batch([spec], cfg, [None])
+    else:
+        label, scenario, seed = run_id.split("|")
+        full = configs.load(StressConfig, r.STRESS_DIR / "stress_config.yaml")
+        cfg = StressConfig([label], [int(seed)], full.episode_s, {}, full.scenarios)
+        (scn,) = [s for s in full.scenarios if s.name == scenario]
+        (row,) = stress_batch([scn.spec(label, int(seed), full.episode_s)], cfg, [None])
+    sens = SENSITIVITY[f"{kind}|{run_id}"]
+    assert r.compare(row, r.committed_row(kind, run_id), sens, exact=False) == []

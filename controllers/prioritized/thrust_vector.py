@@ -1,0 +1,553 @@
+"""The thrust-vector stage of ``hnewton``: its tasks, one Newton cycle, the prioritized allocation.
+
+:class:`ThrustVectorNewton` is the hierarchical Newton cycle on the commanded thrust vector
+``q = (c, φ, θ)`` and :class:`PrioritizedAllocator` the rotor allocation of the quadrotor
+controllers (:mod:`.quad`, whose docstring explains the layout);
+:class:`BatchedThrustVectorNewton` and :class:`BatchedPrioritizedAllocator` are their twins for
+N envs. The task values and derivatives (:func:`thrust_vector_terms`), the thrust
+direction and the 3×3 cofactor inverse are one formula each for a float and for an array of
+envs: ``xp`` is :data:`FLOATS` or :data:`ARRAYS`, which evaluate the same expressions in the same
+order (bit for bit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from residual_quad.controllers.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Domain,
+    Number,
+    Optional,
+)
+from residual_quad.controllers.prioritized.box_hlsp import BatchedBoxHLSP, BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.prioritized.newton import (
+    METHODS,
+    SWITCHES,
+    LevelEval,
+    NewtonCore,
+    NewtonSettings,
+    check_method,
+    task_multipliers,
+)
+from residual_quad.envs.airframe import Airframe
+
+__all__ = [
+    "ARRAYS",
+    "BatchedPrioritizedAllocator",
+    "BatchedThrustVectorNewton",
+    "FLOATS",
+    "HNEWTON_PARAM_OPTIONS",
+    "HNewtonQuadParams",
+    "PrioritizedAllocator",
+    "ThrustVectorNewton",
+    "inverse3",
+    "thrust_direction",
+    "thrust_vector_tasks",
+    "thrust_vector_terms",
+]
+
+
+# --------------------------------------------------------------------------- thrust-vector tasks
+class FLOATS:
+    """The operations of the shared formulas for one vehicle (Python floats, :mod:`math`)."""
+
+    tan = staticmethod(math.tan)
+    sqrt = staticmethod(math.sqrt)
+    cos = staticmethod(math.cos)
+    sin = staticmethod(math.sin)
+    isfinite = staticmethod(math.isfinite)
+
+    @staticmethod
+    def where(cond: bool, a: float, b: float) -> float:
+        return a if cond else b
+
+    @staticmethod
+    def amax(*values: float) -> float:
+        """The largest of ``values``."""
+        return max(values)
+
+    @staticmethod
+    def cube(x: float) -> float:
+        return x**3
+
+
+class ARRAYS:
+    """The operations of the shared formulas for N envs (arrays of shape (N,)), each equal to
+    :data:`FLOATS`' bit for bit: ``tan`` and the cube go through Python floats because numpy's
+    SIMD ``tan`` and ``power`` round differently from :mod:`math` in the last bit."""
+
+    sqrt = staticmethod(np.sqrt)
+    cos = staticmethod(np.cos)
+    sin = staticmethod(np.sin)
+    isfinite = staticmethod(np.isfinite)
+    where = staticmethod(np.where)
+
+    @staticmethod
+    def tan(x: np.ndarray) -> np.ndarray:
+        return np.array([math.tan(v) for v in x.tolist()])
+
+    @staticmethod
+    def amax(*values: np.ndarray) -> np.ndarray:
+        """Elementwise largest of ``values``."""
+        return np.maximum.reduce(values)
+
+    @staticmethod
+    def cube(x: np.ndarray) -> np.ndarray:
+        return np.array([v**3 for v in x.tolist()])
+
+
+# --------------------------------------------------------------------------- thrust-vector tasks
+def thrust_vector_terms(
+    xp: Any, c: Any, phi: Any, theta: Any, mass: float, gravity: float
+) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...], tuple[Any, ...]]:
+    """The entries of :func:`thrust_vector_tasks` for thrust ``c`` (N) and projected tilts
+    ``phi``, ``theta`` (rad): floats (``xp`` :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`).
+
+    Returns ``a`` (3 entries), ``J`` (3 rows of 3) and ``H`` (3 nested 3×3 tuples; the
+    ``∂²/∂c²`` entries are the float 0).
+    """
+    s, t = xp.tan(phi), xp.tan(theta)
+    u = c / mass
+    D2 = 1.0 + s * s + t * t
+    D = xp.sqrt(D2)
+    iD, iD3 = 1.0 / D, 1.0 / (D * D2)
+    iD5 = iD3 / D2
+    # components f = (t, -s, 1)/D and their partials in (s, t)
+    fx, fy, fz = t * iD, -s * iD, iD
+    fx_s, fx_t = -s * t * iD3, (1.0 + s * s) * iD3
+    fy_s, fy_t = -(1.0 + t * t) * iD3, s * t * iD3
+    fz_s, fz_t = -s * iD3, -t * iD3
+    fx_ss, fx_st, fx_tt = (
+        t * (3 * s * s - D2) * iD5,
+        s * (3 * t * t - D2) * iD5,
+        -3 * t * (1 + s * s) * iD5,
+    )
+    fy_ss, fy_st, fy_tt = (
+        3 * s * (1 + t * t) * iD5,
+        -t * (3 * s * s - D2) * iD5,
+        -s * (3 * t * t - D2) * iD5,
+    )
+    fz_ss, fz_st, fz_tt = (3 * s * s - D2) * iD5, 3 * s * t * iD5, (3 * t * t - D2) * iD5
+    # chain rule through s = tan φ, t = tan θ
+    sp, tp = 1.0 + s * s, 1.0 + t * t
+    spp, tpp = 2.0 * s * sp, 2.0 * t * tp
+    im = 1.0 / mass
+    a = (u * fx, u * fy, u * fz - gravity)
+    J = (
+        (fx * im, u * fx_s * sp, u * fx_t * tp),
+        (fy * im, u * fy_s * sp, u * fy_t * tp),
+        (fz * im, u * fz_s * sp, u * fz_t * tp),
+    )
+    H = []
+    for f_s, f_t, f_ss, f_st, f_tt in (
+        (fx_s, fx_t, fx_ss, fx_st, fx_tt),
+        (fy_s, fy_t, fy_ss, fy_st, fy_tt),
+        (fz_s, fz_t, fz_ss, fz_st, fz_tt),
+    ):
+        cp, ct = f_s * sp * im, f_t * tp * im
+        pp = u * (f_ss * sp * sp + f_s * spp)
+        pt = u * f_st * sp * tp
+        tt = u * (f_tt * tp * tp + f_t * tpp)
+        H.append(((0.0, cp, ct), (cp, pp, pt), (ct, pt, tt)))
+    return a, J, tuple(H)
+
+
+def thrust_vector_tasks(
+    q: np.ndarray, mass: float, gravity: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nominal acceleration ``a(q)`` in the heading frame, its Jacobian and Hessian stack.
+
+    ``q = (c [N], φ [rad], θ [rad])``; returns ``a`` (m/s², shape (3,) ordered x, y, z of the
+    heading frame, gravity included), ``J = ∂a/∂q`` (3, 3) and ``H = ∂²a/∂q²`` (3, 3, 3).
+    """
+    c, phi, theta = np.asarray(q, dtype=float).tolist()
+    a, J, H = thrust_vector_terms(FLOATS, c, phi, theta, mass, gravity)
+    return np.array(a), np.array(J), np.array(H)
+
+
+def thrust_direction_terms(xp: Any, phi: Any, theta: Any, yaw: Any) -> tuple[Any, Any, Any]:
+    """Unit thrust direction (world) of the projected tilts ``phi``, ``theta`` (rad) at heading
+    ``yaw`` (rad): floats (``xp`` :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`)."""
+    s, t = xp.tan(phi), xp.tan(theta)
+    iD = 1.0 / xp.sqrt(1.0 + s * s + t * t)
+    hx, hy, hz = t * iD, -s * iD, iD
+    cy, sy = xp.cos(yaw), xp.sin(yaw)
+    return cy * hx - sy * hy, sy * hx + cy * hy, hz
+
+
+def thrust_direction(q: np.ndarray, yaw: float) -> tuple[float, float, float]:
+    """Unit thrust direction (world) of ``q = (c, φ, θ)`` at heading ``yaw`` (rad)."""
+    return thrust_direction_terms(FLOATS, float(q[1]), float(q[2]), yaw)
+
+
+@dataclass
+class HNewtonQuadParams:
+    """Settings of the thrust-vector Newton step (units in brackets).
+
+    ``gain`` is the task gain ``k`` of ``J q̇ = −k·e`` [1/s]; ``None`` takes ``1/Δt``, a full
+    Newton step per control step. ``switch``/``nu``/``eps``/``lm_mu``/``bfgs_b0`` and the
+    ``Δt``-scaling of the multipliers are those of :class:`~.hnewton.HNewtonParams` (switch
+    reading "A", decisions D1–D6 of ``docs/hnewton.md`` M8).
+    """
+
+    method: str = "newton"
+    gain: float | None = None  # 1/s
+    max_tilt: float = math.radians(40.0)  # rad, box on each projected tilt angle
+    thrust_min_frac: float = 0.1  # × nominal hover thrust
+    thrust_max_frac: float = 1.0  # × all-rotors-saturated thrust (the allocator keeps torque)
+    rate_thrust: float = 300.0  # N/s, trust region on ċ
+    rate_tilt: float = 8.0  # rad/s, trust region on φ̇, θ̇
+    lm_mu: float = 0.3
+    eps: float = 1e-9
+    switch: str = "residual"  # "residual" | "always" | "never"
+    nu: float | None = None  # default 1e-12 Δt²
+    bfgs_b0: float = 1e-3
+
+    def __post_init__(self) -> None:
+        check_method(self.method, self.switch)
+        if not 0.0 < self.max_tilt < math.radians(80.0):
+            raise ValueError("max_tilt must lie in (0, 80°)")
+        if not (self.thrust_min_frac > 0.0 and 0.0 < self.thrust_max_frac <= 1.0):
+            raise ValueError("thrust fractions must be positive and thrust_max_frac <= 1")
+        if self.rate_thrust <= 0 or self.rate_tilt <= 0:
+            raise ValueError("trust-region rates must be positive")
+        if self.gain is not None and self.gain <= 0:
+            raise ValueError("gain must be positive")
+
+
+#: the domain of every :class:`HNewtonQuadParams` field (an option of ``hnewton``)
+HNEWTON_PARAM_OPTIONS: dict[str, Domain] = {
+    "method": Choice(METHODS),
+    "gain": Optional(POSITIVE),  # 1/s
+    "max_tilt": Number(gt=0.0, lt=math.radians(80.0)),  # rad
+    "thrust_min_frac": POSITIVE,
+    "thrust_max_frac": Number(gt=0.0, le=1.0),
+    "rate_thrust": POSITIVE,  # N/s
+    "rate_tilt": POSITIVE,  # rad/s
+    "lm_mu": POSITIVE,
+    "eps": POSITIVE,
+    "switch": Choice(SWITCHES),
+    "nu": Optional(NON_NEGATIVE),
+    "bfgs_b0": POSITIVE,
+}
+
+
+class ThrustVectorNewton(NewtonCore):
+    """One hierarchical Newton cycle on ``q = (c, φ, θ)`` per call of :meth:`step`.
+
+    The cycle of :meth:`HierarchicalNewton.step <.hnewton.HierarchicalNewton.step>` for the fixed
+    layout (box ≻ vertical ≻ horizontal) with the exact fast solver, on the same
+    :class:`~.newton.NewtonCore`; the tests cross-check it against the generic class on the numpy
+    HLSP backend.
+    """
+
+    def __init__(self, airframe: Airframe, dt: float, params: HNewtonQuadParams | None = None):
+        self.frame = airframe
+        self.dt = float(dt)
+        self.p = p = params or HNewtonQuadParams()
+        self.k = 1.0 / self.dt if p.gain is None else float(p.gain)
+        settings = NewtonSettings(
+            method=p.method,
+            dt=self.dt,
+            multiplier_scale=self.dt,
+            nu=1e-12 * self.dt**2 if p.nu is None else float(p.nu),
+            switch=p.switch,
+            switch_reading="A",
+            lm_mu=p.lm_mu,
+            eps=p.eps,
+            bfgs_b0=p.bfgs_b0,
+        )
+        super().__init__(settings, 3, 2)
+        self.q_lower = np.array(
+            [p.thrust_min_frac * airframe.hover_thrust, -p.max_tilt, -p.max_tilt]
+        )
+        self.q_upper = np.array([p.thrust_max_frac * airframe.max_thrust, p.max_tilt, p.max_tilt])
+        self.vmax = np.array([p.rate_thrust, p.rate_tilt, p.rate_tilt])
+        need_mult = p.method in ("bfgs", "newton")
+        self.solver = BoxHLSP(3, multipliers=need_mult)
+        self.gn_solver = BoxHLSP(3, multipliers=need_mult)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget multipliers, BFGS matrices, warm starts and the previous step."""
+        self.reset_core()
+        self.solver.reset()
+        self.gn_solver.reset()
+        self.augmented = [False, False]
+        self.gn_norms = np.zeros(2)
+        self.last: BoxHLSPResult | None = None
+
+    def velocity_box(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Trust region ∩ the q-box reached in one step (always a non-empty box); ``q`` (3,), or
+        (N, 3) for N envs at once."""
+        inv = 1.0 / self.dt
+        lo = np.minimum(np.maximum(-self.vmax, (self.q_lower - q) * inv), self.vmax)
+        up = np.maximum(np.minimum(self.vmax, (self.q_upper - q) * inv), -self.vmax)
+        return lo, up
+
+    def evaluate(self, q: np.ndarray, a_des: np.ndarray) -> list[LevelEval]:
+        """``(e, J, H)`` of the vertical and the horizontal level at ``q`` for target ``a_des``
+        (heading frame, m/s²)."""
+        a, J, H = thrust_vector_tasks(q, self.frame.mass, self.frame.gravity)
+        e = a - a_des
+        return [(e[2:3], J[2:3], H[2:3]), (e[:2], J[:2], H[:2])]
+
+    def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """Velocity ``q̇`` (N/s, rad/s, rad/s) of one cycle at ``q`` towards ``a_des`` (heading
+        frame, m/s²)."""
+        ev = self.evaluate(q, a_des)
+        if self.p.method == "bfgs":
+            self.bfgs_update(q, ev)
+        lo, up = self.velocity_box(q)
+        k = self.k
+        levels = [(J, -k * e) for e, J, _ in ev]
+        self.augmented = [False, False]
+        inv = _inverse3(np.vstack([ev[0][1], ev[1][1]]))
+        if self.p.method == "gn":
+            res = self.solver.solve(lo, up, levels, inverse=inv)
+            self.gn_norms = res.slack_norms()
+        else:
+            gn = self.gn_solver.solve(lo, up, levels, inverse=inv)
+            self.gn_norms = gn.slack_norms()
+            aug = []
+            for li, (A, b) in enumerate(levels):
+                if self.switch_on(float(self.gn_norms[li])):
+                    R = self.level_factor(li, ev, self.lam)
+                    A = np.vstack([A, R])
+                    b = np.concatenate([b, np.zeros(3)])
+                    self.augmented[li] = True
+                aug.append((A, b))
+            res = self.solver.solve(lo, up, aug) if any(self.augmented) else gn
+        self.lam = task_multipliers(res.multipliers, (1, 2))
+        self.remember(q, ev)
+        self.last = res
+        return res.x.copy()
+
+
+def inverse3(xp: Any, M: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+    """Cofactor inverse (9 entries, row-major) of the 3×3 matrix with row-major entries ``M``
+    and whether it is usable: not (nearly) singular and finite. Floats (``xp``
+    :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`; the entries of unusable rows are finite
+    garbage)."""
+    a, b, c, d, e, f, g, h, i = M
+    A, B, C = e * i - f * h, f * g - d * i, d * h - e * g
+    det = a * A + b * B + c * C
+    scale = xp.amax(abs(a), abs(b), abs(c), abs(d), abs(e), abs(f), abs(g), abs(h), abs(i))
+    ok = (abs(det) > 1e-12 * xp.cube(scale)) & xp.isfinite(det)
+    r = 1.0 / xp.where(ok, det, 1.0)
+    inv = (
+        A * r, (c * h - b * i) * r, (b * f - c * e) * r,
+        B * r, (a * i - c * g) * r, (c * d - a * f) * r,
+        C * r, (b * g - a * h) * r, (a * e - b * d) * r,
+    )  # fmt: skip
+    return inv, ok
+
+
+def _inverse3(M: np.ndarray) -> np.ndarray | None:
+    """Cofactor inverse of a 3×3 matrix, ``None`` when it is (nearly) singular."""
+    inv, ok = inverse3(FLOATS, tuple(M.ravel().tolist()))
+    return np.array(inv).reshape(3, 3) if ok else None
+
+
+# --------------------------------------------------------------------------- allocation
+class PrioritizedAllocator:
+    """Rotor thrusts (N) from a wrench by HLSP: bounds ≻ roll/pitch ≻ collective ≻ yaw."""
+
+    def __init__(self, airframe: Airframe):
+        self.frame = airframe
+        A = np.asarray(airframe.allocation, dtype=float)
+        self.A_rp, self.A_T, self.A_yaw = A[1:3].copy(), A[0:1].copy(), A[3:4].copy()
+        self.lower = np.zeros(4)
+        self.upper = np.full(4, airframe.max_rotor_thrust)
+        self.solver = BoxHLSP(4, multipliers=False)
+        self.inverse = np.linalg.inv(np.vstack([self.A_rp, self.A_T, self.A_yaw]))
+        self.last: BoxHLSPResult | None = None
+
+    def reset(self) -> None:
+        """Forget the warm-start face."""
+        self.solver.reset()
+        self.last = None
+
+    def __call__(self, thrust: float, torque: tuple[float, float, float]) -> np.ndarray:
+        """Rotor thrusts for collective ``thrust`` (N) and body ``torque`` (N·m)."""
+        tx, ty, tz = torque
+        res = self.solver.solve(
+            self.lower,
+            self.upper,
+            [
+                (self.A_rp, np.array([tx, ty])),
+                (self.A_T, np.array([thrust])),
+                (self.A_yaw, np.array([tz])),
+            ],
+            inverse=self.inverse,
+        )
+        self.last = res
+        return res.x
+
+
+# --------------------------------------------------------------------------- N envs
+class BatchedThrustVectorNewton:
+    """:class:`ThrustVectorNewton` for N envs: one cycle per env per
+    :meth:`step`, with per-env state in arrays (row = env).
+
+    Args:
+        airframe: nominal airframe; dt: control period (s); params: as the single cycle.
+        n_envs: number of envs.
+    """
+
+    #: attributes holding one row of state per env
+    ROW_STATE = ("lam", "has_lam", "B", "prev_q", "prev_J", "has_prev", "augmented", "gn_norms")
+
+    def __init__(
+        self, airframe: Airframe, dt: float, params: HNewtonQuadParams, n_envs: int
+    ) -> None:
+        #: the single cycle: the settings, and the solver of the rows the array path leaves
+        self.single = s = ThrustVectorNewton(airframe, dt, params)
+        self.p, self.k, self.frame = s.p, s.k, airframe
+        self.q_lower, self.q_upper = s.q_lower, s.q_upper
+        self.solver = BatchedBoxHLSP(s.solver, n_envs)
+        self.gn_solver = BatchedBoxHLSP(s.gn_solver, n_envs)
+        n = n_envs
+        self.lam = np.zeros((n, 4))  # λ_{0,0}, λ_{0,1}, λ_{1,1} (2) of the last solve
+        self.has_lam = np.zeros(n, dtype=bool)
+        self.B = np.zeros((n, 2, 3, 3))  # BFGS matrix per level
+        self.prev_q = np.zeros((n, 3))
+        self.prev_J = np.zeros((n, 3, 3))  # ∂a/∂q at prev_q (rows x, y, z)
+        self.has_prev = np.zeros(n, dtype=bool)
+        self.augmented = np.zeros((n, 2), dtype=bool)
+        self.gn_norms = np.zeros((n, 2))
+        self.reset()
+
+    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget multipliers, BFGS matrices, warm faces and the previous step of ``index``."""
+        self.lam[index] = 0.0
+        self.has_lam[index] = False
+        self.B[index] = self.single.settings.bfgs_b0 * np.eye(3)
+        self.prev_q[index] = 0.0
+        self.prev_J[index] = 0.0
+        self.has_prev[index] = False
+        self.augmented[index] = False
+        self.gn_norms[index] = 0.0
+        self.solver.reset(index)
+        self.gn_solver.reset(index)
+
+    def row_state(self) -> list[tuple[Any, str]]:
+        """``(object, attribute)`` of every per-env state array."""
+        return [(self, a) for a in self.ROW_STATE] + [
+            (self.solver, "faces"),
+            (self.gn_solver, "faces"),
+        ]
+
+    def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """Velocities ``q̇`` (N, 3) (N/s, rad/s, rad/s) of one cycle per env at ``q`` (N, 3)
+        towards ``a_des`` (N, 3) (heading frame, m/s²)."""
+        n = q.shape[0]
+        frame = self.frame
+        a, J, _ = thrust_vector_terms(ARRAYS, *q.T, frame.mass, frame.gravity)
+        J = np.stack([np.stack(row, axis=1) for row in J], axis=1)  # (N, 3, 3)
+        e = np.stack(a, axis=1) - a_des
+        lo, up = self.single.velocity_box(q)
+        inv, ok = inverse3(ARRAYS, (*J[:, 2].T, *J[:, 0].T, *J[:, 1].T))
+        levels = [(J[:, 2:3], -self.k * e[:, 2:3]), (J[:, 0:2], -self.k * e[:, 0:2])]
+        gn_only = self.p.method == "gn"
+        solver = self.solver if gn_only else self.gn_solver
+        x, slacks, done = solver.square(lo, up, levels, np.stack(inv, 1).reshape(n, 3, 3), ok)
+        norms = np.stack(
+            [np.sqrt(np.matmul(w[:, None], w[:, :, None])[:, 0, 0]) for w in slacks], 1
+        )
+        if not gn_only:  # a switched-on level is augmented: that env's cycle runs on its own
+            done &= ~np.broadcast_to(self.single.switch_on(norms), norms.shape).any(axis=1)
+        if self.p.method == "bfgs":
+            for i in np.flatnonzero(done).tolist():
+                self._bfgs_row(i, q[i], J[i])
+        solver.accept(done)
+        if self.single.solver.multipliers:  # the square point's multipliers: its slacks
+            self.lam[done] = np.concatenate([slacks[0], np.zeros((n, 1)), slacks[1]], 1)[done]
+            self.has_lam[done] = True
+        self.augmented[done] = False
+        self.gn_norms[done] = norms[done]
+        self.prev_q[done] = q[done]
+        self.prev_J[done] = J[done]
+        self.has_prev[done] = True
+        for i in np.flatnonzero(~done).tolist():
+            x[i] = self._step_row(i, q[i], a_des[i])
+        return x
+
+    # -- one env on the single cycle -------------------------------------------------------------
+    def _load(self, i: int) -> ThrustVectorNewton:
+        """The single cycle holding env ``i``'s multipliers, BFGS matrices and previous step."""
+        s = self.single
+        lam = self.lam[i]
+        s.lam = [[lam[0:1].copy()], [lam[1:2].copy(), lam[2:4].copy()]] if self.has_lam[i] else None
+        s.B = [self.B[i, 0].copy(), self.B[i, 1].copy()]
+        if self.has_prev[i]:
+            s.prev_q = self.prev_q[i].copy()
+            s.prev_J = [self.prev_J[i, 2:3].copy(), self.prev_J[i, 0:2].copy()]
+        else:
+            s.prev_q, s.prev_J = None, None
+        return s
+
+    def _bfgs_row(self, i: int, q: np.ndarray, J: np.ndarray) -> None:
+        """Env ``i``'s BFGS update with the single cycle's code (before its square solve)."""
+        s = self._load(i)
+        s.bfgs_update(q, [(None, J[2:3], None), (None, J[0:2], None)])
+        self.B[i] = s.B
+
+    def _step_row(self, i: int, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """The single cycle on env ``i``'s row of the state; stores the state it ends with."""
+        s = self._load(i)
+        with self.solver.row(i), self.gn_solver.row(i):
+            x = s.step(q, a_des)
+        if s.lam is None:
+            self.has_lam[i] = False
+        else:
+            self.lam[i] = np.concatenate([s.lam[0][0], s.lam[1][0], s.lam[1][1]])
+            self.has_lam[i] = True
+        self.B[i] = s.B
+        self.prev_q[i] = s.prev_q
+        self.prev_J[i, 2:3], self.prev_J[i, 0:2] = s.prev_J
+        self.has_prev[i] = True
+        self.augmented[i] = s.augmented
+        self.gn_norms[i] = s.gn_norms
+        return x
+
+
+class BatchedPrioritizedAllocator:
+    """:class:`PrioritizedAllocator` for N envs (one warm face per env)."""
+
+    def __init__(self, airframe: Airframe, n_envs: int) -> None:
+        self.single = s = PrioritizedAllocator(airframe)
+        self.solver = BatchedBoxHLSP(s.solver, n_envs)
+        n = n_envs
+        self._A = [np.broadcast_to(A, (n, *A.shape)) for A in (s.A_rp, s.A_T, s.A_yaw)]
+        self._inverse = np.broadcast_to(s.inverse, (n, 4, 4))
+        self._lower = np.broadcast_to(s.lower, (n, 4))
+        self._upper = np.broadcast_to(s.upper, (n, 4))
+
+    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
+        """Forget the warm faces of ``index``."""
+        self.solver.reset(index)
+
+    def __call__(
+        self, thrust: np.ndarray, torque: tuple[np.ndarray, np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """Rotor thrusts (N, 4) (N) for collectives ``thrust`` (N,) (N) and body torques (three
+        (N,) components, N·m)."""
+        tx, ty, tz = torque
+        A_rp, A_T, A_yaw = self._A
+        b = [np.stack([tx, ty], 1), thrust[:, None], tz[:, None]]
+        x, _, done = self.solver.square(
+            self._lower, self._upper, list(zip((A_rp, A_T, A_yaw), b, strict=True)), self._inverse
+        )
+        self.solver.accept(done)
+        for i in np.flatnonzero(~done).tolist():
+            with self.solver.row(i):
+                x[i] = self.single(float(thrust[i]), (float(tx[i]), float(ty[i]), float(tz[i])))
+        return x
