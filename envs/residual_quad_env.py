@@ -22,8 +22,10 @@ from residual_quad.envs.disturbances import (
     WindModel,
     resolve_payload,
 )
+from residual_quad.envs.latency import Latency, hover_action
 from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
+from residual_quad.envs.presets import plant_options
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights
@@ -42,6 +44,8 @@ MAX_EPISODE_S = 3600.0
 
 MAX_RENDER_SIZE = 8192
 """Largest rendered image side, pixels."""
+
+_ONE = slice(None)  # the single env's row in its latency lines (a batch of one)
 
 RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
 """The keys ``reset(options=...)`` accepts."""
@@ -134,8 +138,10 @@ class ResidualQuadEnv(gym.Env):
     ``t`` (s), ``position_error`` (‖e_p‖, m), ``residual_accel`` (the true period residual
     ``(v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)``, world, m/s², from
     :func:`residual_quad.envs.dynamics.period_residual`; zero at reset), ``wind`` (m/s, world),
-    ``drag_force`` (N, world), ``ground_gain``, ``payload_kg``, ``true_mass`` (kg),
-    ``reward_terms``, ``diverged`` and ``termination``.
+    ``drag_force`` (N, world), ``ground_gain``, ``rotor_thrusts`` (N, the rotors' thrusts at the
+    period's end before the ground-effect gain: the lagged command with ``rotor_tau_s > 0``, else
+    the command), ``payload_kg``, ``true_mass`` (kg), ``reward_terms``, ``diverged`` and
+    ``termination``.
 
     ## Rewards
 
@@ -209,6 +215,12 @@ class ResidualQuadEnv(gym.Env):
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
     | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
+    | ``preset`` | ``None`` | ``ideal`` or ``realistic`` plant options (:mod:`~residual_quad.envs.
+    presets`); the three below, when given, override it |
+    | ``rotor_tau_s`` | 0 | first-order rotor lag, s, in [0, 10] (:mod:`~residual_quad.envs.
+    actuators`) |
+    | ``action_delay_steps`` / ``obs_delay_steps`` | 0 / 0 | command / sensor latency, control
+    periods, integers in [0, 1000] (:mod:`~residual_quad.envs.latency`) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
     range is a ``ValueError`` that names the argument, shows the value and states the valid range
@@ -255,6 +267,10 @@ class ResidualQuadEnv(gym.Env):
         width: int = 640,
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
+        preset: str | None = None,  # named plant options; explicit ones below override it
+        rotor_tau_s: float | None = None,  # s, first-order rotor lag (None: the preset's, or 0)
+        action_delay_steps: int | None = None,  # control periods of command latency (None: ...)
+        obs_delay_steps: int | None = None,  # control periods of sensor latency (None: ...)
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -292,6 +308,12 @@ class ResidualQuadEnv(gym.Env):
                 f"episode_s ({episode_s:g} s) is shorter than one control period "
                 f"(1/control_hz = {1.0 / control_hz:g} s)"
             )
+        self.plant_options = plant_options(
+            preset,
+            rotor_tau_s=rotor_tau_s,
+            action_delay_steps=action_delay_steps,
+            obs_delay_steps=obs_delay_steps,
+        )
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(wind, tau=wind_tau, direction=wind_direction)
         self.trajectory = make_trajectory(trajectory)
@@ -304,6 +326,7 @@ class ResidualQuadEnv(gym.Env):
             ground_effect=GroundEffect(self.airframe.rotor_radius) if ground_effect else None,
             physics_hz=physics_hz,
             control_hz=control_hz,
+            rotor_tau_s=self.plant_options.rotor_tau_s,
         )
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
@@ -313,6 +336,13 @@ class ResidualQuadEnv(gym.Env):
         self._seed = seed
         self.crash_conditions = CrashConditions(max_tilt, crash_speed, max_position_error)
         self.action_mapping = make_action_mapping(action_mode, self.airframe, max_body_rate, k_rate)
+        opts = self.plant_options
+        self.latency = Latency(
+            1,
+            opts.action_delay_steps,
+            opts.obs_delay_steps,
+            hover_action(self.action_mapping, self.airframe.hover_thrust),
+        )
         self.reward_weights = RewardWeights.from_spec(reward_weights)
         individual_noise = (pos_noise, vel_noise, gyro_noise, imu_noise)
         if sensor_noise is None:
@@ -398,7 +428,10 @@ class ResidualQuadEnv(gym.Env):
         self._needs_reset = False
         pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
         info = self._info(pos_error, np.zeros(3), {}, None)
-        return self.sensors.sense(true_obs_array), info
+        obs = self.sensors.sense(true_obs_array)
+        if self.latency.delays:
+            self.latency.reset(_ONE, obs[None])
+        return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
@@ -408,8 +441,11 @@ class ResidualQuadEnv(gym.Env):
             )
         action = clip_action(action)
         plant = self.plant
+        flown = action  # with command latency, the action of action_delay_steps steps ago
+        if self.latency.action_delay_steps:
+            flown = self.latency.action(_ONE, np.array([action]))[0].tolist()
         # physics: one control period of the plant
-        plant.step(self.action_mapping.rotor_thrusts(action, plant.data))
+        plant.step(self.action_mapping.rotor_thrusts(flown, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
         try:
@@ -436,7 +472,10 @@ class ResidualQuadEnv(gym.Env):
             self._needs_reset = True
         self._prev_action = action
         info = self._info(out.pos_error, out.residual, out.terms, reason(out.code))
-        return self.sensors.sense(true_obs_array), out.reward, out.terminated, out.truncated, info
+        obs = self.sensors.sense(true_obs_array)
+        if self.latency.obs_delay_steps:
+            obs = self.latency.observation(_ONE, obs[None])[0]
+        return obs, out.reward, out.terminated, out.truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -474,7 +513,7 @@ class ResidualQuadEnv(gym.Env):
             data.qpos[0:7].tolist(),
             data.qvel[0:6].tolist(),
             reference_fields(self.trajectory, t),
-            plant.thrusts.tolist(),
+            plant.command.tolist(),
             plant.imu_specific_force(),
         )
 
@@ -493,6 +532,7 @@ class ResidualQuadEnv(gym.Env):
             plant.wind,
             plant.drag_force,
             plant.ground_gain,
+            plant.thrusts,
             self.payload_kg,
             plant.true_mass,
             terms,

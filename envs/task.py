@@ -57,6 +57,7 @@ _INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
     "wind": ((3,), float),  # m/s, world
     "drag_force": ((3,), float),  # N, world
     "ground_gain": ((), float),
+    "rotor_thrusts": ((4,), float),  # N, the rotors' at the period's end, before the gain
     "payload_kg": ((), float),
     "true_mass": ((), float),  # kg
     "reward_terms": None,  # a dict keyed as REWARD_TERMS
@@ -189,13 +190,15 @@ def step_info(
     wind: np.ndarray,
     drag_force: np.ndarray,
     ground_gain: float,
+    rotor_thrusts: np.ndarray,
     payload_kg: float,
     true_mass: float,
     terms: dict[str, float],
     termination: str | None,
 ) -> dict[str, Any]:
-    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind`` and ``drag_force`` are
-    copied. The vector env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind``, ``drag_force`` and
+    ``rotor_thrusts`` are copied. The vector env holds the same keys as arrays
+    (:func:`empty_batch_info`)."""
     return {
         "t": t,
         "position_error": pos_error,
@@ -203,6 +206,7 @@ def step_info(
         "wind": wind.copy(),
         "drag_force": drag_force.copy(),
         "ground_gain": ground_gain,
+        "rotor_thrusts": np.array(rotor_thrusts, dtype=float),
         "payload_kg": payload_kg,
         "true_mass": true_mass,
         "reward_terms": terms,
