@@ -360,6 +360,8 @@ class HNewtonTracker(Tracker):
         kp: position gain, 1/s² (same as ``geo``).
         kd: velocity gain, 1/s.
         attitude: attitude PD gains (those of the shared inner loop by default).
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal; see
+            :class:`~residual_quad.controllers.trackers.Tracker`).
         **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...).
     """
 
@@ -378,13 +380,16 @@ class HNewtonTracker(Tracker):
         kp: float = 20.0,  # 1/s²
         kd: float = 8.0,  # 1/s
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **params: Any,
     ):
         context = context or ControlContext()
         self.params = HNewtonQuadParams(method=method, **params)
         self.newton = ThrustVectorNewton(context.airframe, context.control_dt, self.params)
         self.alloc = PrioritizedAllocator(context.airframe)
-        super().__init__(context, kp=kp, kd=kd, attitude=attitude)  # shared gains and attitude PD
+        super().__init__(  # shared gains, attitude PD and rotor model
+            context, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s
+        )
 
     @property
     def method(self) -> str:
@@ -468,7 +473,8 @@ class HNewtonRLSTracker(HNewtonTracker):
         from residual_quad.controllers.residual.config import residual_config
         from residual_quad.controllers.residual.estimator import ResidualEstimator
 
-        own = {"method", "kp", "kd", "attitude", *HNewtonQuadParams.__dataclass_fields__}
+        own = {"method", "kp", "kd", "attitude", "rotor_tau_s"}
+        own |= set(HNewtonQuadParams.__dataclass_fields__)
         est_kw = dict(residual or {})
         est_kw.update({k: v for k, v in kw.items() if k not in own})
         kw = {k: v for k, v in kw.items() if k in own}
