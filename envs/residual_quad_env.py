@@ -234,6 +234,8 @@ class ResidualQuadEnv(gym.Env):
       Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
       ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
       follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
+      Third stage: off-by-default plant options ``rotor_tau_s``, ``action_delay_steps``,
+      ``obs_delay_steps`` and the ``preset`` that sets them; ``info["rotor_thrusts"]``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
