@@ -43,3 +43,9 @@ def test_sweep_preset_sets_the_env_of_every_run(capsys, tmp_path):
     (row,) = read_rows(out)
     want = run_episode("pid", episode_s=4.0, preset="realistic")
     assert (row["control_cost"], row["steps"]) == (want.control_cost, want.steps)
+
+
+def test_gif_refuses_a_preset_it_would_not_show(capsys, tmp_path):
+    res = run_main(["eval", "--preset", "realistic", "--gif", str(tmp_path / "f.gif")], capsys)
+    assert res.rc == 2 and "--preset realistic" in res.err
+    assert not (tmp_path / "f.gif").exists()
