@@ -37,6 +37,7 @@ from residual_quad.controllers.batch import (
     check_obs_batch,
 )
 from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
+from residual_quad.controllers.rotor_model import RotorModel
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
@@ -89,6 +90,9 @@ class Tracker(ObservationGuard):
             model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
         kd: velocity gain, 1/s.
         attitude: inner-loop gains.
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors). With
+            lagged rotors the tracker reads the thrusts through its first-order model of them
+            (:mod:`~residual_quad.controllers.rotor_model`) instead of the commanded ones.
 
     A non-finite observation is answered with the last action and changes no state
     (:class:`~residual_quad.controllers.base.ObservationGuard`).
@@ -97,7 +101,12 @@ class Tracker(ObservationGuard):
     action_mode = "rotor"
     name = "tracker"
     #: option → domain, checked when a spec is parsed (:mod:`residual_quad.controllers.options`)
-    OPTIONS: dict[str, Domain] = {"kp": POSITIVE, "kd": POSITIVE, "attitude": ATTITUDE}
+    OPTIONS: dict[str, Domain] = {
+        "kp": POSITIVE,
+        "kd": POSITIVE,
+        "attitude": ATTITUDE,
+        "rotor_tau_s": NON_NEGATIVE,
+    }
 
     def __init__(
         self,
@@ -106,11 +115,13 @@ class Tracker(ObservationGuard):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
         self.dt = self.context.control_dt
         self.kp, self.kd = float(kp), float(kd)
+        self.rotor_model = RotorModel(float(rotor_tau_s), self.dt) if rotor_tau_s else None
         self.inner = InnerLoop(self.airframe, attitude)
         self.excitation = _ZERO3  # m/s², added to a_cmd (data collection)
         self.reset()
@@ -122,6 +133,16 @@ class Tracker(ObservationGuard):
         self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
         self.inner.saturated = False
         self.inner.last_thrust = self.airframe.hover_thrust
+        if self.rotor_model is not None:
+            self.rotor_model.reset()
+
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        """The guarded action (:class:`ObservationGuard`); with a rotor model, of the
+        observation whose thrusts are the model's estimate of the rotors' (a bad sample leaves
+        the model as it was)."""
+        if self.rotor_model is not None:
+            obs = self.rotor_model.observe(obs)
+        return super().policy(obs)
 
     # -- hooks ---------------------------------------------------------------------------------
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
@@ -213,7 +234,10 @@ class BatchedTracker(RowBatch):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s; only 0: a rotor model is flown by the single trackers
     ):
+        if rotor_tau_s:
+            raise ValueError("rotor_tau_s > 0 is flown by the single trackers (vectorizes: no)")
         self.n_envs = check_n_envs(n_envs)
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -229,8 +253,9 @@ class BatchedTracker(RowBatch):
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
         """Whether this class implements the single controller's ``options`` (else the factory
-        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`)."""
-        return True
+        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`);
+        a rotor model (``rotor_tau_s > 0``) is the single trackers'."""
+        return not options.get("rotor_tau_s")
 
     # -- state ---------------------------------------------------------------------------------
     def _reset_rows(self, index: int | slice) -> None:

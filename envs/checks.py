@@ -113,3 +113,29 @@ def instance(name: str, value: Any, cls: type, what: str) -> None:
     """``ValueError`` unless ``value`` is a ``cls`` (``what`` says what is expected)."""
     if not isinstance(value, cls):
         raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
+def batch_actions(actions: Any, n: int, dim: int = 4) -> np.ndarray:
+    """``actions`` as an ``(n, dim)`` float64 array clipped to [-1, 1] (the vector env's
+    actions); a ``ValueError`` naming the problem (shape, dtype, the first row with NaN/inf)
+    otherwise."""
+    try:
+        arr = np.asarray(actions)
+    except Exception:
+        arr = None
+    if arr is None or arr.shape != (n, dim):
+        raise ValueError(
+            f"actions must have shape ({n}, {dim}) (num_envs, {dim}), got "
+            f"{'no array' if arr is None else arr.shape}"
+        )
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"actions must hold real numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"action of env {i} must be finite, got {arr[i].tolist()} "
+            f"(envs with NaN/inf: {np.flatnonzero(bad).tolist()})"
+        )
+    return np.minimum(np.maximum(arr, -1.0), 1.0)

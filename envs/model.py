@@ -12,6 +12,7 @@ from importlib import resources
 import mujoco
 import numpy as np
 
+from residual_quad.envs.actuators import add_rotor_lag
 from residual_quad.envs.airframe import Airframe
 
 BODY = "quad"
@@ -30,8 +31,10 @@ def build_spec(
     physics_hz: float = 500.0,
     payload_offset: float = 0.10,  # m below the frame centre (extra: inertia ×1.6)
     payload_radius: float = 0.03,  # m, drawn size; the inertia is that of a solid sphere
+    rotor_tau_s: float = 0.0,  # s, first-order rotor lag (0: ideal rotors)
 ) -> mujoco.MjSpec:
-    """An ``MjSpec`` of the quadrotor with ``airframe`` parameters and an optional payload."""
+    """An ``MjSpec`` of the quadrotor with ``airframe`` parameters, an optional payload and
+    optional rotor dynamics (:mod:`residual_quad.envs.actuators`)."""
     frame = airframe or Airframe()
     if payload_kg < 0:
         raise ValueError(f"payload must be >= 0 kg, got {payload_kg}")
@@ -52,6 +55,7 @@ def build_spec(
         act = spec.actuator(f"thrust{i}")
         act.gear = [0.0, 0.0, 1.0, 0.0, 0.0, frame.k_yaw * frame.yaw_sign[i]]
         act.ctrlrange = [0.0, frame.max_rotor_thrust]
+    add_rotor_lag(spec, [f"thrust{i}" for i in range(len(ROTOR_SITES))], rotor_tau_s)
     for name in ("arm_a", "arm_b"):
         geom = spec.geom(name)
         sign = 1.0 if name == "arm_a" else -1.0

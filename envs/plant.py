@@ -2,7 +2,9 @@
 
 The external wrench on the frame is *recomputed and assigned* before every physics substep (never
 accumulated): drag depends on the velocity, which changes within a control period. Rotor thrusts
-are held constant over a control period (zero-order hold), as a flight controller would.
+are held constant over a control period (zero-order hold), as a flight controller would; with
+``rotor_tau_s > 0`` the rotors follow that command through a first-order lag that MuJoCo runs in
+its step (:mod:`residual_quad.envs.actuators`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 import mujoco
 import numpy as np
 
+from residual_quad.envs.actuators import check_rotor_tau
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import (
@@ -70,6 +73,8 @@ class QuadrotorPlant:
         ground_effect: thrust gain near the ground, or ``None`` to disable.
         physics_hz: physics rate, Hz.
         control_hz: control rate, Hz; must divide ``physics_hz``.
+        rotor_tau_s: rotor time constant, s (0: ideal rotors, the thrust follows the command at
+            once).
     """
 
     def __init__(
@@ -81,6 +86,7 @@ class QuadrotorPlant:
         ground_effect: GroundEffect | None = None,
         physics_hz: float = 500.0,
         control_hz: float = 100.0,
+        rotor_tau_s: float = 0.0,  # s, first-order rotor lag (0: ideal rotors)
     ):
         self.airframe = airframe or Airframe()
         physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
@@ -103,7 +109,10 @@ class QuadrotorPlant:
         self.drag = drag or DragModel()
         self.wind_model = wind or WindModel()
         self.ground_effect = ground_effect
-        self.model = build_model(self.airframe, self.payload_kg, physics_hz)
+        self.rotor_tau_s = check_rotor_tau(rotor_tau_s)
+        self.model = build_model(
+            self.airframe, self.payload_kg, physics_hz, rotor_tau_s=self.rotor_tau_s
+        )
         self.data = mujoco.MjData(self.model)
         self.body_id = self.model.body(BODY).id
         self.true_mass = float(self.model.body_subtreemass[self.body_id])
@@ -115,8 +124,9 @@ class QuadrotorPlant:
         self._warnings = self.data.warning.number  # view: MuJoCo's warning counters since reset
         self._wind_proc: WindProcess | None = None
         self.wind = np.zeros(3)  # m/s, world, last substep
-        self.thrusts = np.zeros(4)  # N, last applied (after saturation, before ground effect)
-        self.thrust_sum = 0.0  # N
+        self.command = np.zeros(4)  # N, last commanded (after saturation, before ground effect)
+        self.thrust_sum = 0.0  # N, of the command
+        self.thrusts = np.zeros(4)  # N, the rotors' at the period's end (the lagged command)
         self.ground_gain = 1.0
         self.drag_force = np.zeros(3)  # N, world, last substep
 
@@ -135,9 +145,12 @@ class QuadrotorPlant:
         if vel is not None:
             self.data.qvel[0:3] = vel
         self._wind_proc = WindProcess(self.wind_model, self.physics_dt, rng, chunk=self.substeps)
-        self.thrusts = np.full(4, self.airframe.hover_thrust / 4.0)
+        self.command = np.full(4, self.airframe.hover_thrust / 4.0)
+        self.thrusts = self.command.copy()
         self.thrust_sum = self.airframe.hover_thrust
-        self.data.ctrl[:] = self.thrusts
+        self.data.ctrl[:] = self.command
+        if self.model.na:  # lagged rotors start spun up to hover
+            self.data.act[:] = self.command
         self.wind = self._wind_proc.sample().copy()
         self._xfrc[:] = 0.0
         self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(pos[2])
@@ -200,10 +213,12 @@ class QuadrotorPlant:
 
         Ground effect scales the rotors' actuator gain (thrust and reaction torque alike) with the
         current height; a command still saturates at ``max_rotor_thrust`` out of ground effect.
+        With rotor lag the command is the filter's input and :attr:`thrusts` its output at the
+        period's end; without, both are the command.
         """
         fmax = self.airframe.max_rotor_thrust
         f = [min(max(float(x), 0.0), fmax) for x in rotor_thrusts]
-        self.thrusts = np.array(f)
+        self.command = np.array(f)
         self.thrust_sum = f[0] + f[1] + f[2] + f[3]
         d, m, xf = self.data, self.model, self._xfrc
         d.ctrl[:] = f
@@ -224,6 +239,7 @@ class QuadrotorPlant:
                 gain[:] = ge.gain(pz)
             mujoco.mj_step(m, d)
         self.ground_gain = float(gain[0])
+        self.thrusts = d.act.copy() if m.na else self.command
         self.wind = winds[-1]
         self.drag_force = np.array((fx, fy, fz))
 

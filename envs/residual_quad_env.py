@@ -23,8 +23,10 @@ from residual_quad.envs.disturbances import (
     resolve_payload,
 )
 from residual_quad.envs.imu_bias import ImuBias
+from residual_quad.envs.latency import Latency, hover_action
 from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
+from residual_quad.envs.presets import plant_options
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights
@@ -44,6 +46,8 @@ MAX_EPISODE_S = 3600.0
 
 MAX_RENDER_SIZE = 8192
 """Largest rendered image side, pixels."""
+
+_ONE = slice(None)  # the single env's row in its latency lines (a batch of one)
 
 RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
 """The keys ``reset(options=...)`` accepts."""
@@ -138,9 +142,12 @@ class ResidualQuadEnv(gym.Env):
     ``t`` (s), ``position_error`` (‖e_p‖, m), ``residual_accel`` (the true period residual
     ``(v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)``, world, m/s², from
     :func:`residual_quad.envs.dynamics.period_residual`; zero at reset), ``wind`` (m/s, world),
-    ``drag_force`` (N, world), ``ground_gain``, ``payload_kg``, ``true_mass`` (kg),
-    ``gyro_bias`` (rad/s) and ``accel_bias`` (m/s²) (the IMU bias in this observation, body
-    frame; zeros without ``imu_bias``), ``reward_terms``, ``diverged`` and ``termination``.
+    ``drag_force`` (N, world), ``ground_gain``, ``rotor_thrusts`` (N, the rotors' thrusts at the
+    period's end before the ground-effect gain: the lagged command with ``rotor_tau_s > 0``, else
+    the command), ``payload_kg``, ``true_mass`` (kg), ``gyro_bias`` (rad/s) and ``accel_bias``
+    (m/s²) (the IMU bias of this step's sensing, body frame — with ``obs_delay_steps`` the
+    observation returned is an older one; zeros without ``imu_bias``), ``reward_terms``,
+    ``diverged`` and ``termination``.
 
     ## Rewards
 
@@ -218,6 +225,12 @@ class ResidualQuadEnv(gym.Env):
     | ``imu_bias`` | ``None`` | gyro/accelerometer bias random walks: ``adis16448``, an
     :class:`~residual_quad.envs.imu_bias.ImuBias` or a dict of its fields (strict) |
     | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
+    | ``preset`` | ``None`` | ``ideal`` or ``realistic`` plant options (:mod:`~residual_quad.envs.
+    presets`); the three below, when given, override it |
+    | ``rotor_tau_s`` | 0 | first-order rotor lag, s, in [0, 10] (:mod:`~residual_quad.envs.
+    actuators`) |
+    | ``action_delay_steps`` / ``obs_delay_steps`` | 0 / 0 | command / sensor latency, control
+    periods, integers in [0, 1000] (:mod:`~residual_quad.envs.latency`) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
     range is a ``ValueError`` that names the argument, shows the value and states the valid range
@@ -231,8 +244,9 @@ class ResidualQuadEnv(gym.Env):
       Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
       ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
       follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
-      Third stage: ``turbulence`` (Dryden gusts) and ``imu_bias`` (off by default); ``info``
-      gains ``gyro_bias`` and ``accel_bias``.
+      Third stage: off-by-default plant options ``rotor_tau_s``, ``action_delay_steps``,
+      ``obs_delay_steps`` and the ``preset`` that sets them; ``turbulence`` (Dryden gusts) and
+      ``imu_bias``; ``info`` gains ``rotor_thrusts``, ``gyro_bias`` and ``accel_bias``.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -268,6 +282,10 @@ class ResidualQuadEnv(gym.Env):
         sensor_noise: SensorNoise | None = None,
         turbulence: str | DrydenTurbulence | None = None,  # Dryden gusts instead of OU ones
         imu_bias: str | ImuBias | dict[str, float] | None = None,  # IMU bias random walks
+        preset: str | None = None,  # named plant options; explicit ones below override it
+        rotor_tau_s: float | None = None,  # s, first-order rotor lag (None: the preset's, or 0)
+        action_delay_steps: int | None = None,  # control periods of command latency (None: ...)
+        obs_delay_steps: int | None = None,  # control periods of sensor latency (None: ...)
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -305,6 +323,12 @@ class ResidualQuadEnv(gym.Env):
                 f"episode_s ({episode_s:g} s) is shorter than one control period "
                 f"(1/control_hz = {1.0 / control_hz:g} s)"
             )
+        self.plant_options = plant_options(
+            preset,
+            rotor_tau_s=rotor_tau_s,
+            action_delay_steps=action_delay_steps,
+            obs_delay_steps=obs_delay_steps,
+        )
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(
             wind, tau=wind_tau, direction=wind_direction, turbulence=turbulence
@@ -319,6 +343,7 @@ class ResidualQuadEnv(gym.Env):
             ground_effect=GroundEffect(self.airframe.rotor_radius) if ground_effect else None,
             physics_hz=physics_hz,
             control_hz=control_hz,
+            rotor_tau_s=self.plant_options.rotor_tau_s,
         )
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
@@ -328,6 +353,13 @@ class ResidualQuadEnv(gym.Env):
         self._seed = seed
         self.crash_conditions = CrashConditions(max_tilt, crash_speed, max_position_error)
         self.action_mapping = make_action_mapping(action_mode, self.airframe, max_body_rate, k_rate)
+        opts = self.plant_options
+        self.latency = Latency(
+            1,
+            opts.action_delay_steps,
+            opts.obs_delay_steps,
+            hover_action(self.action_mapping, self.airframe.hover_thrust),
+        )
         self.reward_weights = RewardWeights.from_spec(reward_weights)
         individual_noise = (pos_noise, vel_noise, gyro_noise, imu_noise)
         if sensor_noise is None:
@@ -337,6 +369,8 @@ class ResidualQuadEnv(gym.Env):
                 "give sensor noise either as sensor_noise=SensorNoise(...) or as "
                 "pos_noise/vel_noise/gyro_noise/imu_noise, not both"
             )
+        if imu_bias is None:  # the preset's level, if any
+            imu_bias = self.plant_options.imu_bias
         self.sensors = Sensors(sensor_noise, ImuBias.from_spec(imu_bias), self.control_dt)
         self.task = Task(
             self.crash_conditions,
@@ -412,8 +446,11 @@ class ResidualQuadEnv(gym.Env):
         self._last_true_obs = true_obs
         self._needs_reset = False
         pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
-        obs = self.sensors.sense(true_obs_array)
-        return obs, self._info(pos_error, np.zeros(3), {}, None)
+        obs = self.sensors.sense(true_obs_array)  # before the info: it reports the bias in obs
+        info = self._info(pos_error, np.zeros(3), {}, None)
+        if self.latency.delays:
+            self.latency.reset(_ONE, obs[None])
+        return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
@@ -423,8 +460,11 @@ class ResidualQuadEnv(gym.Env):
             )
         action = clip_action(action)
         plant = self.plant
+        flown = action  # with command latency, the action of action_delay_steps steps ago
+        if self.latency.action_delay_steps:
+            flown = self.latency.action(_ONE, np.array([action]))[0].tolist()
         # physics: one control period of the plant
-        plant.step(self.action_mapping.rotor_thrusts(action, plant.data))
+        plant.step(self.action_mapping.rotor_thrusts(flown, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
         try:
@@ -452,6 +492,8 @@ class ResidualQuadEnv(gym.Env):
         self._prev_action = action
         obs = self.sensors.sense(true_obs_array)  # before the info: it reports the bias in obs
         info = self._info(out.pos_error, out.residual, out.terms, reason(out.code))
+        if self.latency.obs_delay_steps:
+            obs = self.latency.observation(_ONE, obs[None])[0]
         return obs, out.reward, out.terminated, out.truncated, info
 
     def render(self) -> np.ndarray | None:
@@ -490,7 +532,7 @@ class ResidualQuadEnv(gym.Env):
             data.qpos[0:7].tolist(),
             data.qvel[0:6].tolist(),
             reference_fields(self.trajectory, t),
-            plant.thrusts.tolist(),
+            plant.command.tolist(),
             plant.imu_specific_force(),
         )
 
@@ -509,6 +551,7 @@ class ResidualQuadEnv(gym.Env):
             plant.wind,
             plant.drag_force,
             plant.ground_gain,
+            plant.thrusts,
             self.payload_kg,
             plant.true_mass,
             terms,

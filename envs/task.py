@@ -57,6 +57,7 @@ _INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
     "wind": ((3,), float),  # m/s, world
     "drag_force": ((3,), float),  # N, world
     "ground_gain": ((), float),
+    "rotor_thrusts": ((4,), float),  # N, the rotors' at the period's end, before the gain
     "payload_kg": ((), float),
     "true_mass": ((), float),  # kg
     "gyro_bias": ((3,), float),  # rad/s, body: the IMU bias in the observed body rates
@@ -191,6 +192,7 @@ def step_info(
     wind: np.ndarray,
     drag_force: np.ndarray,
     ground_gain: float,
+    rotor_thrusts: np.ndarray,
     payload_kg: float,
     true_mass: float,
     terms: dict[str, float],
@@ -198,8 +200,8 @@ def step_info(
     imu_bias: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind``, ``drag_force`` and
-    ``imu_bias`` (gyro then accelerometer, 6 entries; ``None``: zeros) are copied. The vector
-    env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    ``rotor_thrusts`` are copied, as is ``imu_bias`` (gyro then accelerometer, 6 entries;
+    ``None``: zeros). The vector env holds the same keys as arrays (:func:`empty_batch_info`)."""
     bias = np.zeros(6) if imu_bias is None else imu_bias
     return {
         "t": t,
@@ -208,6 +210,7 @@ def step_info(
         "wind": wind.copy(),
         "drag_force": drag_force.copy(),
         "ground_gain": ground_gain,
+        "rotor_thrusts": np.array(rotor_thrusts, dtype=float),
         "payload_kg": payload_kg,
         "true_mass": true_mass,
         "gyro_bias": bias[0:3].copy(),

@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from residual_quad.envs.actions import rotor_thrusts_batch
-from residual_quad.envs.checks import integer
+from residual_quad.envs.checks import batch_actions, integer
 from residual_quad.envs.observation import OBS_DIM, true_observation
 from residual_quad.envs.reference_table import TABLE_BUDGET_BYTES, BatchReferences
 from residual_quad.envs.registration import time_limit_warning
@@ -226,6 +226,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._references = BatchReferences(num_envs, first.control_dt, self.max_steps, budget)
         for i, env in enumerate(self.envs):
             self._references.set(i, env.trajectory)
+        self._latency = first.latency.batch(num_envs)  # command and sensor delay lines
         self.airframe = first.airframe
         self.control_dt = first.control_dt  # s
         self.nthread = int(nthread)
@@ -372,27 +373,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         """``actions`` as an ``(n, dim)`` float64 array (``n``: ``num_envs`` by default)
         clipped to [-1, 1]; a ``ValueError`` naming the problem (shape, dtype, the first row
         with NaN/inf) otherwise."""
-        n = self.num_envs if n is None else n
-        try:
-            arr = np.asarray(actions)
-        except Exception:
-            arr = None
-        if arr is None or arr.shape != (n, dim):
-            raise ValueError(
-                f"actions must have shape ({n}, {dim}) (num_envs, {dim}), got "
-                f"{'no array' if arr is None else arr.shape}"
-            )
-        if arr.dtype.kind not in "fiu":
-            raise ValueError(f"actions must hold real numbers, got dtype {arr.dtype}")
-        arr = arr.astype(np.float64)
-        bad = ~np.isfinite(arr).all(axis=1)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"action of env {i} must be finite, got {arr[i].tolist()} "
-                f"(envs with NaN/inf: {np.flatnonzero(bad).tolist()})"
-            )
-        return np.minimum(np.maximum(arr, -1.0), 1.0)
+        return batch_actions(actions, self.num_envs if n is None else n, dim)
 
     # ------------------------------------------------------------------ checks
     def _check_open(self, method: str) -> None:
@@ -437,6 +418,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         mujoco.mj_getState(env.plant.model, env.plant.data, self._state[i], FULL_PHYSICS)
         self._qacc[i] = env.plant.data.qacc
         self._true_obs[i] = env.last_true_observation
+        self._latency.reset([i], obs[None])
         self._steps[i] = 0
         self._prev_action[i] = 0.0
         self._physics.wind.mirror(i)
@@ -496,7 +478,9 @@ class ResidualQuadVectorEnv(VectorEnv):
         f = np.minimum(
             np.maximum(
                 rotor_thrusts_batch(
-                    self.envs[0].action_mapping, action, self._state[active, physics.qvel]
+                    self.envs[0].action_mapping,
+                    self._latency.action(active, action),  # the actions the plants fly now
+                    self._state[active, physics.qvel],
                 ),
                 0.0,
             ),
@@ -524,6 +508,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._true_obs[active] = obs
         self._prev_action[active] = action
         sense_batch(obs_out, info, obs, active, self._noisy[active], self.envs)
+        obs_out[active] = self._latency.observation(active, obs_out[active])
         reward_out[active] = out.reward
         terminated_out[active] = out.terminated
         truncated_out[active] = out.truncated
@@ -534,6 +519,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             ("wind", period.wind),
             ("drag_force", period.drag),
             ("ground_gain", period.gain),
+            ("rotor_thrusts", period.thrusts),
             ("payload_kg", self._payload_kg[active]),
             ("true_mass", self._true_mass[active]),
             ("diverged", out.terminated),

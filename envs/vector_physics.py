@@ -9,6 +9,12 @@ are recomputed in numpy before every substep by the single env's functions
 :meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
 (``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``). An env in the contact band is stepped by its own plant
 (:meth:`QuadrotorPlant.step`, contacts included).
+
+With rotor lag (:mod:`residual_quad.envs.actuators`) the control is the command ``f`` itself:
+MuJoCo's filter must see the command, not ``gain·f`` (the filtered ``gain·f`` would lag the ground
+effect too). MuJoCo keeps an actuator's gain in the model, so with ground effect each lagged env
+has a rollout model of its own whose gain is written before every substep; the force is then
+MuJoCo's ``gain·a`` in both envs, the same arithmetic on the same numbers.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class PeriodResult(NamedTuple):
     unstable: np.ndarray  # (m,) bool: MuJoCo found the period unstable
     contact_speed: np.ndarray  # m/s, (m,): frame speed while touching the floor, else 0
     sim_time: np.ndarray  # s, (m,): simulated time reached
+    thrusts: np.ndarray  # N, (m, 4): the rotors' thrusts at the period's end (before the gain)
 
 
 class BatchPhysics:
@@ -81,6 +88,9 @@ class BatchPhysics:
         self.nstate = mujoco.mj_stateSize(plant.model, FULL_PHYSICS)
         self.qpos = slice(1, 1 + nq)  # in a state row
         self.qvel = slice(1 + nq, 1 + nq + nv)
+        self.act = slice(1 + nq + nv, 1 + nq + nv + plant.model.na)  # lagged rotor thrusts, N
+        self.lagged = plant.model.na > 0  # rotor lag: one shared setting of the batch
+        self._own_models = self.lagged and plant.ground_effect is not None  # see the module doc
         self.nthread = int(nthread)
         self.wind = WindMirror(num_envs, lambda i: plant_of(i).wind_process)
         self._pools = [mujoco.rollout.Rollout(nthread=0) for _ in range(self.nthread)]
@@ -111,15 +121,17 @@ class BatchPhysics:
     def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
         """The plant's model for ``rollout``: unit actuator gain, no control clamp (the force
         ``gain·f`` arrives in the control), collision detection off (only envs above the contact
-        band are batched). One per distinct payload."""
+        band are batched). One per distinct payload; one per env with lagged rotors and ground
+        effect (its gain is written every substep)."""
         key = plant.payload_kg
-        model = self._models.get(key)
+        model = None if self._own_models else self._models.get(key)
         if model is None:
             model = copy.copy(plant.model)
             model.actuator_gainprm[:, 0] = 1.0
             model.actuator_ctrllimited[:] = 0
             model.opt.disableflags |= DSBL_CONTACT
-            self._models[key] = model
+            if not self._own_models:
+                self._models[key] = model
             data = mujoco.MjData(model)
             mujoco.mj_step(model, data)  # what MuJoCo's reset on a warning leaves after a substep
             fallen = np.zeros(self.nstate)
@@ -144,6 +156,7 @@ class BatchPhysics:
         gain = np.ones(m)
         unstable = np.zeros(m, dtype=bool)
         contact_speed = np.zeros(m)
+        thrusts = f.copy()
 
         # envs in the contact band: their own plant, exactly the single env's step
         for k in np.flatnonzero(~batched).tolist():
@@ -161,12 +174,17 @@ class BatchPhysics:
             wind[k], drag[k], gain[k] = plant.wind, plant.drag_force, plant.ground_gain
             unstable[k] = plant.unstable()
             contact_speed[k] = plant.floor_contact_speed() if d.ncon else 0.0
+            thrusts[k] = plant.thrusts
 
         rows = np.flatnonzero(batched)
         if len(rows):
             out = (imu, wind, drag, gain)
             unstable[rows] = self._rollout_period(active, rows, f, state, qacc, out)
-        return PeriodResult(imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy())
+            if self.lagged:
+                thrusts[rows] = state[rows, self.act]
+        return PeriodResult(
+            imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy(), thrusts
+        )
 
     def _rollout_period(
         self,
@@ -264,7 +282,13 @@ class BatchPhysics:
             gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:
                 v_before, rot_before = qvel[:, 0:3].copy(), rot
-            control[:, 0, 0:nu] = gain[:, None] * fk
+            if not self.lagged:
+                control[:, 0, 0:nu] = gain[:, None] * fk
+            else:  # MuJoCo's filter takes the command; the gain sits in each env's model
+                control[:, 0, 0:nu] = fk
+                if self._own_models:
+                    for model, g in zip(models, gain.tolist(), strict=True):
+                        model.actuator_gainprm[:, 0] = g
             control[:, 0, x0] = fx
             control[:, 0, x0 + 1] = fy
             control[:, 0, x0 + 2] = fz

@@ -107,7 +107,7 @@ log = logging.getLogger(__name__)
 
 #: the keywords of ``hnewton`` itself; every other keyword of ``hnewton_rls`` is a residual setting
 HNEWTON_KEYWORDS = frozenset(
-    {"method", "kp", "kd", "attitude", *HNewtonQuadParams.__dataclass_fields__}
+    {"method", "kp", "kd", "attitude", "rotor_tau_s", *HNewtonQuadParams.__dataclass_fields__}
 )
 
 
@@ -139,6 +139,8 @@ class HNewtonTracker(Tracker):
         kp: position gain, 1/s² (same as ``geo``).
         kd: velocity gain, 1/s.
         attitude: attitude PD gains (those of the shared inner loop by default).
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal; see
+            :class:`~residual_quad.controllers.trackers.Tracker`).
         **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...).
     """
 
@@ -157,13 +159,16 @@ class HNewtonTracker(Tracker):
         kp: float = 20.0,  # 1/s²
         kd: float = 8.0,  # 1/s
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **params: Any,
     ):
         context = context or ControlContext()
         self.params = HNewtonQuadParams(method=method, **params)
         self.newton = ThrustVectorNewton(context.airframe, context.control_dt, self.params)
         self.alloc = PrioritizedAllocator(context.airframe)
-        super().__init__(context, kp=kp, kd=kd, attitude=attitude)  # shared gains and attitude PD
+        super().__init__(  # shared gains, attitude PD and rotor model
+            context, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s
+        )
 
     @property
     def method(self) -> str:
@@ -282,6 +287,7 @@ class BatchedHNewtonTracker(BatchedTracker):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s; only 0: a rotor model is flown by the single trackers
         **params: Any,
     ):
         n = check_n_envs(n_envs)
@@ -294,11 +300,14 @@ class BatchedHNewtonTracker(BatchedTracker):
         self.q = np.zeros((n, 3))  # commanded thrust vector (N, rad, rad)
         self.qdot = np.zeros((n, 3))
         self.last_thrust = np.zeros(n)  # N
-        super().__init__(context, n, kp=kp, kd=kd, attitude=attitude)
+        super().__init__(context, n, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s)
 
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        """Whether the batch implements ``options`` (bad ones raise the single's error here)."""
+        """Whether the batch implements ``options`` (bad ones raise the single's error here); a
+        rotor model (``rotor_tau_s > 0``) is the single trackers'."""
+        if not super().vectorizes(options):
+            return False
         params = {k: v for k, v in options.items() if k in HNewtonQuadParams.__dataclass_fields__}
         if HNewtonQuadParams(**params).switch == "always":
             log.warning(

@@ -29,7 +29,7 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import check_n_envs
-from residual_quad.controllers.options import Domain, Instance, Optional, Text
+from residual_quad.controllers.options import NON_NEGATIVE, Domain, Instance, Optional, Text
 from residual_quad.controllers.residual.config import (
     RESIDUAL_OPTIONS,
     ResidualConfig,
@@ -44,7 +44,7 @@ from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
 from residual_quad.controllers.trackers import ATTITUDE, BatchedTracker, GeoTracker
 
 #: the options of a residual tracker that are not residual settings
-_NOT_SETTINGS = ("config", "network", "attitude")
+_NOT_SETTINGS = ("config", "network", "attitude", "rotor_tau_s")
 
 #: options of every residual tracker: the config, the network and the inner-loop gains, then the
 #: residual settings (:data:`~residual_quad.controllers.residual.config.RESIDUAL_OPTIONS`)
@@ -52,6 +52,7 @@ RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
     "config": Optional(Text("a residual config path or shipped name", (Path, ResidualConfig))),
     "network": Optional(Instance((ResidualMLP,), "a ResidualMLP")),
     "attitude": ATTITUDE,
+    "rotor_tau_s": NON_NEGATIVE,  # s, the rotors' time constant the tracker is told
     **RESIDUAL_OPTIONS,
 }
 
@@ -126,6 +127,8 @@ class ResidualGeoTracker(EstimatorState, GeoTracker):
         config: a :class:`ResidualConfig`, a YAML path, or ``None`` for ``configs/residual.yaml``.
         network: a :class:`ResidualMLP` to use instead of ``config.weights`` (deep-copied).
         attitude: inner-loop gains.
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors); the
+            residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
         **overrides: settings overriding the config (see :func:`residual_config`).
 
     The estimator's state is exposed for analysis and logging (:class:`EstimatorState`):
@@ -150,12 +153,13 @@ class ResidualGeoTracker(EstimatorState, GeoTracker):
         config: str | Path | ResidualConfig | None = None,
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **overrides: Any,
     ):
         context = context or ControlContext()
         self.config = cfg = self.settings(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
-        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
+        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude, rotor_tau_s=rotor_tau_s)
 
     @classmethod
     def settings(
@@ -238,6 +242,7 @@ class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):
         config: str | Path | ResidualConfig | None = None,
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
+        rotor_tau_s: float = 0.0,  # s; only 0 (see :meth:`vectorizes`)
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -246,12 +251,17 @@ class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):
         self.estimator = BatchedResidualEstimator(
             context, cfg, n_envs, network, learn=self.single.learn
         )
-        super().__init__(context, n_envs, kp=cfg.kp, kd=cfg.kd, attitude=attitude)
+        super().__init__(
+            context, n_envs, kp=cfg.kp, kd=cfg.kd, attitude=attitude, rotor_tau_s=rotor_tau_s
+        )
 
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
         """Every residual setting is vectorized (OOD guard, output filter, both covariance
-        schemes); bad settings raise the single tracker's error here."""
+        schemes); bad settings raise the single tracker's error here. A rotor model
+        (``rotor_tau_s > 0``) is the single trackers'."""
+        if options.get("rotor_tau_s"):
+            return False
         rest = {k: v for k, v in options.items() if k not in cls.not_settings}
         cls.single.settings(options.get("config"), **rest)
         return True

@@ -35,6 +35,17 @@ SHIPPED = {
             "series": "no hover showcase",
         },
     ),
+    "sweep_realistic": (
+        SweepConfig,
+        {
+            "controllers": "the model-based controllers and one training seed per RL controller",
+            "payloads": "the nominal cells: none, heavy, extra",
+            "winds": "windy",
+            "env": "the realistic plant preset",
+            "controller_options": "lag-tuned attitude gains and the rotor model",
+            "series": "no time series",
+        },
+    ),
     "stress": (StressConfig, {"scenarios": "the study's data; the dataclass has none"}),
     "collect": (CollectConfig, {}),
     "train_residual": (TrainConfig, {}),

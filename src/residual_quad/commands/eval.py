@@ -22,6 +22,7 @@ from residual_quad.commands.flight_gif import add_gif_args, plan_gif, write_gif
 from residual_quad.controllers.base import SOURCE_TRACKERS, ControlContext
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
+from residual_quad.envs.presets import PRESETS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
@@ -103,7 +104,8 @@ def metrics_note(episode_s: float) -> str | None:
 def _scenario_line(args: argparse.Namespace) -> str:
     return (
         f"payload={args.payload} wind={args.wind} trajectory={args.trajectory} seed={args.seed} "
-        f"({args.episode_s:g} s, metrics after 3 s)"
+        + (f"preset={args.preset} " if getattr(args, "preset", None) else "")
+        + f"({args.episode_s:g} s, metrics after 3 s)"
     )
 
 
@@ -162,6 +164,7 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
                 callback=_chain(callbacks),
                 episode_s=args.episode_s,
                 ground_effect=not args.no_ground_effect,
+                **({"preset": args.preset} if args.preset else {}),
                 **_remote_kwargs(args),
             )
         finally:
@@ -265,6 +268,13 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
     p.add_argument("--yaw-offset", type=finite_float, default=0.0, help="start heading offset, deg")
     p.add_argument(
         "--no-ground-effect", action="store_true", help="turn off the thrust gain near the floor"
+    )
+    p.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help=f"named plant options ({'/'.join(PRESETS)}: rotor lag, latency; "
+        "docs/environment.md); default: none, the plant of the committed rows",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(

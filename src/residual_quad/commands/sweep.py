@@ -14,6 +14,7 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
+from residual_quad.envs.presets import PRESETS
 from residual_quad.evaluation.report import order_rows, report_from_rows, rewrite_report
 from residual_quad.evaluation.sweep.config import SweepConfig, expand
 from residual_quad.evaluation.sweep.engine import (
@@ -78,6 +79,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         overrides["controllers"] = args.controllers
     if args.seeds:
         overrides["seeds"] = args.seeds
+    if args.preset:
+        overrides["env"] = {**configs.load(SweepConfig, args.config).env, "preset": args.preset}
     cfg = configs.load(SweepConfig, args.config, **overrides)
     t0 = time.perf_counter()
     rows = run_sweep(
@@ -174,6 +177,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_list_controllers(p)
     p.add_argument(
         "--seeds", type=seed_list, default=None, help="comma list overriding the config's"
+    )
+    p.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help="fly every run on this named plant (sets env.preset over the config's env; "
+        "docs/environment.md)",
     )
     p.add_argument("--no-report", action="store_true", help="skip tables/figures/report.md")
     p.set_defaults(func=_cmd_sweep)
