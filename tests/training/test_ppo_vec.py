@@ -389,22 +389,6 @@ def test_sb3_eval_and_checkpoint_callbacks_run_on_the_adapter(tmp_path):
     train_env.close(), eval_env.close()
 
 
-def test_bench_rl_reports_end_to_end_beside_the_ceiling(monkeypatch, capsys):
-    from residual_quad.evaluation import bench_rl
-    from residual_quad.evaluation.bench import SECTIONS
-
-    assert SECTIONS["rl"] == "residual_quad.evaluation.bench_rl:run"
-    monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 512)  # 8 steps of 64 envs: seconds
-    assert main(["bench", "--sections", "rl", "--quick"]) == 0
-    out = capsys.readouterr().out
-    assert "SB3 ceiling: null VecEnv, N=64" in out and "PPO end to end, vector env, N=64" in out
-    assert "from the shipped policy" in out
-    ceiling, scratch, flying = bench_rl.run(quick=True)
-    assert ceiling.ratio == 1.0 and 0 < ceiling.median_us
-    for e2e in (scratch, flying):
-        assert e2e.ratio == pytest.approx(e2e.median_us / ceiling.median_us) and e2e.median_us > 0
-
-
 @pytest.mark.parametrize("finished", [True, False], ids=["finished", "interrupted"])
 def test_training_into_a_folder_with_a_run_is_refused(tmp_path, capsys, finished):
     """A fresh ``rquad train ppo`` never writes over another run's policies."""
