@@ -19,9 +19,10 @@ rollout is :data:`ROLLOUT_STEPS` policy steps, for the same number of PPO iterat
   and observation statistics (episodes last: what most of a training run costs); its **env**
   time per policy step is its rollout time less the ceiling's rollout time.
 
-A figure is the median over iterations (the first, warm-up, dropped) of one PPO iteration's time
-(or of its rollout or update part) per policy step: its inverse is policy steps/s. Ratios are to
-the ceiling, same run. The targets: >= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us)
+The four runs take turns iteration by iteration, so that a load that comes and goes (a shared
+machine) hits them alike. A figure is the median over iterations (the first, warm-up, dropped) of
+one PPO iteration's time (or of its rollout or update part) per policy step: its inverse is
+policy steps/s. Ratios are to the ceiling, same run. The targets: >= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us)
 and >= 50 % of the ceiling (ratio <= 2).
 """
 
@@ -51,33 +52,40 @@ class Split:
         return self.rollout_us + self.update_us
 
 
-def _iteration_split(model: Any, iterations: int) -> Split:
-    """Rollout and update medians of ``iterations`` PPO iterations after one warm-up."""
+def _interleaved_splits(models: dict[str, Any], iterations: int) -> dict[str, Split]:
+    """:class:`Split` of each model: ``iterations`` + 1 PPO iterations each, the models taking
+    turns iteration by iteration (a load that comes and goes hits them all alike), the first
+    round (warm-up) dropped."""
     from stable_baselines3.common.callbacks import BaseCallback
 
-    starts: list[float] = []
-    ends: list[float] = []  # rollout ends; the update runs from there to the next start
+    marks: list[float] = []  # rollout start, rollout end (the update starts), update end
 
     class Marks(BaseCallback):
         def _on_rollout_start(self) -> None:
-            starts.append(time.perf_counter())
+            marks.append(time.perf_counter())
 
         def _on_rollout_end(self) -> None:
-            ends.append(time.perf_counter())
+            marks.append(time.perf_counter())
 
         def _on_step(self) -> bool:
             return True
 
         def _on_training_end(self) -> None:
-            starts.append(time.perf_counter())
+            marks.append(time.perf_counter())
 
-    rollout = model.n_steps * model.n_envs
-    model.learn(total_timesteps=(iterations + 1) * rollout, callback=Marks(), progress_bar=False)
-    t0, t1, t2 = np.array(starts[:-1]), np.array(ends), np.array(starts[1:])
-    per_step = 1e6 / rollout
-    return Split(
-        float(np.median((t1 - t0)[1:])) * per_step, float(np.median((t2 - t1)[1:])) * per_step
-    )
+    times: dict[str, list[tuple[float, float]]] = {kind: [] for kind in models}
+    for i in range(iterations + 1):
+        for kind, model in models.items():
+            marks.clear()
+            rollout = model.n_steps * model.n_envs
+            model.learn(rollout, callback=Marks(), reset_num_timesteps=i == 0, progress_bar=False)
+            t0, t1, t2 = marks
+            if i > 0:
+                times[kind].append(((t1 - t0) / rollout * 1e6, (t2 - t1) / rollout * 1e6))
+    return {
+        kind: Split(*(float(np.median(part)) for part in zip(*t, strict=True)))
+        for kind, t in times.items()
+    }
 
 
 def _flying(model: Any, venv: Any) -> None:
@@ -129,25 +137,25 @@ def _splits(n_envs: int, iterations: int) -> dict[str, Split]:
     cfg = _bench_config(n_envs)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, cfg.torch_threads))
-    out = {}
+    models, envs = {}, []
     try:
         for kind in KINDS:
             null = kind.startswith("ceiling")
             venv = VecMonitor(NullVecEnv(n_envs)) if null else make_training_env(cfg)
+            envs.append(venv)
             venv.seed(cfg.seed)
             venv = normalized(venv, cfg)
-            try:
-                model = new_model(cfg, venv)
-                if kind == "ceiling, SB3's default Adam":
-                    multi_tensor_adam(model, on=False)
-                if kind == "from the shipped policy":
-                    _flying(model, venv)
-                out[kind] = _iteration_split(model, iterations)
-            finally:
-                venv.close()
+            model = new_model(cfg, venv)
+            if kind == "ceiling, SB3's default Adam":
+                multi_tensor_adam(model, on=False)
+            if kind == "from the shipped policy":
+                _flying(model, venv)
+            models[kind] = model
+        return _interleaved_splits(models, iterations)
     finally:
+        for venv in envs:
+            venv.close()
         torch.set_num_threads(threads)  # leave the process as found
-    return out
 
 
 def _rows(n: int, split: dict[str, Split]) -> list[BenchRow]:
