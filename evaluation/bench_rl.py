@@ -22,8 +22,8 @@ rollout is :data:`ROLLOUT_STEPS` policy steps, for the same number of PPO iterat
 The four runs take turns iteration by iteration, so that a load that comes and goes (a shared
 machine) hits them alike. A figure is the median over iterations (the first, warm-up, dropped) of
 one PPO iteration's time (or of its rollout or update part) per policy step: its inverse is
-policy steps/s. Ratios are to the ceiling, same run. The targets: >= 15 000 policy steps/s end to end on 2 cores (<= 66.7 us)
-and >= 50 % of the ceiling (ratio <= 2).
+policy steps/s. Ratios are to the ceiling, same run. The targets: >= 15 000 policy steps/s end to
+end on 2 cores (<= 66.7 us) and >= 50 % of the ceiling (ratio <= 2).
 """
 
 from __future__ import annotations
