@@ -1,11 +1,11 @@
 """Named plant presets: sets of off-by-default plant options under one name.
 
 ``ResidualQuad-v0(preset="realistic")`` turns on what a real F450-class airframe has and the
-default plant leaves out: rotor dynamics, latency and an IMU whose biases walk (values and sources in docs/environment.md
-and docs/references.md). The rule: a preset gives the *defaults* of its options; an option passed
-explicitly (not ``None``) overrides the preset's value, so ``preset="realistic",
-rotor_tau_s=0.0`` is the realistic plant with ideal rotors. ``preset=None`` (or ``"ideal"``) is
-the plant of every committed row.
+default plant leaves out: rotor dynamics, latency and an IMU whose biases walk (values and sources
+in docs/environment.md and docs/references.md). The rule: a preset gives the *defaults* of its
+options; an option passed explicitly (not ``None``) overrides the preset's value, so
+``preset="realistic", rotor_tau_s=0.0`` is the realistic plant with ideal rotors.
+``preset=None`` (or ``"ideal"``) is the plant of every committed row.
 
 A preset is a :class:`PlantOptions` row of :data:`PRESETS`; a new plant option is a new field
 (default: off) and a value in the presets that turn it on.

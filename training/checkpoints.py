@@ -23,7 +23,7 @@ from residual_quad import configs
 from residual_quad.controllers.policy_file import PolicyFileError, read_meta
 from residual_quad.training.export import save_policy
 from residual_quad.training.ppo_config import PPOTrainConfig
-from residual_quad.training.ppo_model import fix_std
+from residual_quad.training.ppo_model import prepare_learner
 
 
 @dataclass
@@ -186,7 +186,7 @@ def load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, An
         model = PPO.load(path, env=venv, device="cpu")
     except Exception as err:  # SB3 raises many kinds on a damaged archive
         raise PolicyFileError(f"cannot load checkpoint {path}: {err}") from None
-    fix_std(model, cfg)
+    prepare_learner(model, cfg)
     best = record.get("best")
     state = RunState(
         steps=int(meta["steps"]),

@@ -389,31 +389,6 @@ def test_sb3_eval_and_checkpoint_callbacks_run_on_the_adapter(tmp_path):
     train_env.close(), eval_env.close()
 
 
-def test_bench_rl_reports_end_to_end_beside_the_ceiling(monkeypatch, capsys):
-    from residual_quad.evaluation import bench_rl, bench_train_env
-    from residual_quad.evaluation.bench import SECTIONS
-
-    assert SECTIONS["rl"] == "residual_quad.evaluation.bench_rl:run"
-    monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 512)  # 8 steps of 64 envs: seconds
-    monkeypatch.setattr(bench_train_env, "DESYNC_STEPS", 5)
-    assert main(["bench", "--sections", "rl", "--quick"]) == 0
-    out = capsys.readouterr().out
-    assert "SB3 ceiling: null VecEnv, N=64" in out and "PPO end to end, vector env, N=64" in out
-    assert "from the shipped policy" in out
-    ceiling, scratch, flying, floor, *env_side = bench_rl.run(quick=True)
-    assert ceiling.ratio == 1.0 and 0 < ceiling.median_us
-    for e2e in (scratch, flying):
-        assert e2e.ratio == pytest.approx(e2e.median_us / ceiling.median_us) and e2e.median_us > 0
-    # the env side alone, per env-step beside the floor: tabulated, per env, untrained
-    assert floor.name.startswith("raw mj_step") and floor.ratio == 1.0
-    assert [r.name.split(", ", 2)[-1] for r in env_side] == [
-        "shipped policy, references tabulated (CPU time)",
-        "shipped policy, references called per env (CPU time)",
-        "untrained policy (resets) (CPU time)",
-    ]
-    assert all(r.ratio_to == "floor" and r.median_us > 0 for r in env_side)
-
-
 @pytest.mark.parametrize("finished", [True, False], ids=["finished", "interrupted"])
 def test_training_into_a_folder_with_a_run_is_refused(tmp_path, capsys, finished):
     """A fresh ``rquad train ppo`` never writes over another run's policies."""

@@ -1,0 +1,50 @@
+"""``rquad bench --sections rl``: learner, env and end to end beside SB3's ceiling."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+from residual_quad.cli import main  # noqa: E402
+from residual_quad.evaluation import bench_rl  # noqa: E402
+from residual_quad.evaluation.bench import SECTIONS  # noqa: E402
+from residual_quad.evaluation.bench_rl import KINDS, Split  # noqa: E402
+
+
+def test_rows_split_learner_and_env_with_ratios_to_the_ceiling():
+    split = {
+        "ceiling": Split(rollout_us=5.0, update_us=35.0),
+        "ceiling, SB3's default Adam": Split(rollout_us=5.0, update_us=37.0),
+        "untrained policy": Split(rollout_us=125.0, update_us=36.0),
+        "from the shipped policy": Split(rollout_us=80.0, update_us=35.0),
+    }
+    rows = {r.name.split(" (")[0]: r for r in bench_rl._rows(256, split)}
+    ceiling = rows["SB3 ceiling = learner, N=256"]
+    assert ceiling.median_us == 40.0 and ceiling.ratio == 1.0
+    assert rows["  learner: update, N=256"].median_us == 35.0
+    assert rows["  ceiling with SB3's default Adam, N=256"].ratio == pytest.approx(42 / 40)
+    flying = rows["PPO end to end, vector env, N=256, from the shipped policy"]
+    assert flying.median_us == 115.0 and flying.ratio == pytest.approx(115 / 40)
+    assert rows["  env per policy step, N=256, from the shipped policy"].median_us == 75.0
+    assert rows["  env per policy step, N=256, untrained policy"].median_us == 120.0
+    assert rows["  learner: update, N=256, untrained policy"].median_us == 36.0
+
+
+def test_bench_rl_runs_every_kind_through_the_cli(monkeypatch, capsys):
+    assert SECTIONS["rl"] == "residual_quad.evaluation.bench_rl:run"
+    monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 512)  # 8 steps of 64 envs: seconds
+    seen: dict[str, Split] = {}
+    splits = bench_rl._splits
+
+    def keep(n: int, iterations: int) -> dict[str, Split]:
+        seen.update(splits(n, iterations))
+        return dict(seen)
+
+    monkeypatch.setattr(bench_rl, "_splits", keep)
+    assert main(["bench", "--sections", "rl", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "SB3 ceiling = learner, N=64" in out and "PPO end to end, vector env, N=64" in out
+    assert "from the shipped policy" in out and "env per policy step" in out
+    assert sorted(seen) == sorted(KINDS)
+    assert all(s.rollout_us > 0 and s.update_us > 0 for s in seen.values())
