@@ -22,6 +22,7 @@ from residual_quad.envs.disturbances import (
     WindModel,
     resolve_payload,
 )
+from residual_quad.envs.events import Event, event_truth, fire_due, parse_events
 from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.registration import time_limit_warning
@@ -134,8 +135,9 @@ class ResidualQuadEnv(gym.Env):
     ``t`` (s), ``position_error`` (‖e_p‖, m), ``residual_accel`` (the true period residual
     ``(v₁ − v₀)/Δt − (R₀·e_z·ΣT/m − g·e_z)``, world, m/s², from
     :func:`residual_quad.envs.dynamics.period_residual`; zero at reset), ``wind`` (m/s, world),
-    ``drag_force`` (N, world), ``ground_gain``, ``payload_kg``, ``true_mass`` (kg),
-    ``reward_terms``, ``diverged`` and ``termination``.
+    ``drag_force`` (N, world), ``ground_gain``, ``payload_kg``, ``true_mass`` (kg), the events'
+    truth ``mean_wind`` (m/s, world), ``rotor_efficiency`` (4) and ``events_fired`` (how many of
+    the scenario's events have fired), ``reward_terms``, ``diverged`` and ``termination``.
 
     ## Rewards
 
@@ -209,6 +211,8 @@ class ResidualQuadEnv(gym.Env):
     | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
     | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
     | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
+    | ``events`` | ``None`` | payload, wind and rotor events in the episode
+    (:mod:`residual_quad.envs.events`; dataclasses or dicts with a ``kind``) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
     range is a ``ValueError`` that names the argument, shows the value and states the valid range
@@ -255,6 +259,7 @@ class ResidualQuadEnv(gym.Env):
         width: int = 640,
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
+        events: tuple[Event | dict[str, Any], ...] | None = None,  # see envs/events.py
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -304,7 +309,9 @@ class ResidualQuadEnv(gym.Env):
             ground_effect=GroundEffect(self.airframe.rotor_radius) if ground_effect else None,
             physics_hz=physics_hz,
             control_hz=control_hz,
+            events=parse_events(events, episode_s),
         )
+        self.events = self.plant.events  # this episode's events and their state, or None
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
         self.action_mode = action_mode
@@ -408,7 +415,8 @@ class ResidualQuadEnv(gym.Env):
             )
         action = clip_action(action)
         plant = self.plant
-        # physics: one control period of the plant
+        # physics: one control period of the plant, after the events due at its start
+        fire_due((plant,), (self._steps,))
         plant.step(self.action_mapping.rotor_thrusts(action, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
@@ -486,6 +494,7 @@ class ResidualQuadEnv(gym.Env):
         termination: str | None,
     ) -> dict[str, Any]:
         plant = self.plant
+        truth = event_truth((plant.events,), ((plant.payload_kg, self.wind_model.mean_vector),))
         return step_info(
             self._steps * self.control_dt,
             pos_error,
@@ -493,8 +502,11 @@ class ResidualQuadEnv(gym.Env):
             plant.wind,
             plant.drag_force,
             plant.ground_gain,
-            self.payload_kg,
+            plant.payload_kg,
             plant.true_mass,
+            truth["mean_wind"][0],
+            truth["rotor_efficiency"][0],
+            int(truth["events_fired"][0]),
             terms,
             termination,
         )

@@ -59,6 +59,9 @@ _INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
     "ground_gain": ((), float),
     "payload_kg": ((), float),
     "true_mass": ((), float),  # kg
+    "mean_wind": ((3,), float),  # m/s, world, the mean under the gusts (events move it)
+    "rotor_efficiency": ((4,), float),  # per rotor, thrust and reaction-torque factor
+    "events_fired": ((), np.int64),  # how many of the scenario's events (time order) fired
     "reward_terms": None,  # a dict keyed as REWARD_TERMS
     "diverged": ((), bool),
     "termination": ((), object),
@@ -191,11 +194,14 @@ def step_info(
     ground_gain: float,
     payload_kg: float,
     true_mass: float,
+    mean_wind: np.ndarray,
+    rotor_efficiency: np.ndarray,
+    events_fired: int,
     terms: dict[str, float],
     termination: str | None,
 ) -> dict[str, Any]:
-    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind`` and ``drag_force`` are
-    copied. The vector env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    """One environment's ``info`` (keys :data:`INFO_KEYS`); the arrays are copied. The vector
+    env holds the same keys as arrays (:func:`empty_batch_info`)."""
     return {
         "t": t,
         "position_error": pos_error,
@@ -205,6 +211,9 @@ def step_info(
         "ground_gain": ground_gain,
         "payload_kg": payload_kg,
         "true_mass": true_mass,
+        "mean_wind": mean_wind.copy(),
+        "rotor_efficiency": rotor_efficiency.copy(),
+        "events_fired": events_fired,
         "reward_terms": terms,
         "diverged": termination is not None,
         "termination": termination,

@@ -183,8 +183,6 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._sampler_rng = np.random.default_rng()
         self._trajectories: dict[str, Any] = {}  # one shared instance per built-in name
         # per-env facts derived from self.envs[i], kept by set_env
-        self._payload_kg = np.zeros(num_envs)  # kg (info)
-        self._true_mass = np.zeros(num_envs)  # kg (info)
         self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
         self._trajectory_groups: list[tuple[Any, np.ndarray]] | None = None  # see _references
         self._physics: BatchPhysics | None = None
@@ -262,8 +260,6 @@ class ResidualQuadVectorEnv(VectorEnv):
             self.envs.append(env)
         else:
             self.envs[index] = env
-        self._payload_kg[index] = env.payload_kg
-        self._true_mass[index] = env.plant.true_mass
         self._noisy[index] = env.sensors.noisy
         self._trajectory_groups = None
         if self._physics is not None:
@@ -491,7 +487,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             self.airframe.max_rotor_thrust,
         )
         state, qacc = self._state[active], self._qacc[active]
-        period = physics.step(active, f, state, qacc)
+        period = physics.step(active, f, state, qacc, self._steps[active])
         self._state[active], self._qacc[active] = state, qacc
         self._steps[active] += 1
         steps = self._steps[active]
@@ -524,8 +520,8 @@ class ResidualQuadVectorEnv(VectorEnv):
             ("wind", period.wind),
             ("drag_force", period.drag),
             ("ground_gain", period.gain),
-            ("payload_kg", self._payload_kg[active]),
-            ("true_mass", self._true_mass[active]),
+            *period.truth.items(),  # payload_kg, mean_wind, rotor_efficiency, events_fired
+            ("true_mass", period.true_mass),
             ("diverged", out.terminated),
             ("termination", _REASONS[out.code + 1]),
         ):

@@ -8,7 +8,9 @@ are recomputed in numpy before every substep by the single env's functions
 (:func:`~residual_quad.envs.disturbances.drag_world_force`,
 :meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
 (``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``). An env in the contact band is stepped by its own plant
-(:meth:`QuadrotorPlant.step`, contacts included).
+(:meth:`QuadrotorPlant.step`, contacts included). Events (:mod:`residual_quad.envs.events`) fire
+on the envs' plants by the single env's function before the period; a batched env's wind and
+rotor gains take their effects through the same functions the plant calls.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import mujoco.rollout
 import numpy as np
 
 from residual_quad.envs.disturbances import drag_world_force
+from residual_quad.envs.events import event_truth, fire_due, rotor_gains, wind_offsets
 from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, quat_to_rot, specific_force
 from residual_quad.envs.wind_mirror import WindMirror
 
@@ -41,6 +44,8 @@ class PeriodResult(NamedTuple):
     unstable: np.ndarray  # (m,) bool: MuJoCo found the period unstable
     contact_speed: np.ndarray  # m/s, (m,): frame speed while touching the floor, else 0
     sim_time: np.ndarray  # s, (m,): simulated time reached
+    truth: dict[str, np.ndarray]  # the events' ground truth, (m, ...) (events.event_truth)
+    true_mass: np.ndarray  # kg, (m,): the model's total mass now
 
 
 class BatchPhysics:
@@ -74,7 +79,7 @@ class BatchPhysics:
         self.nthread = int(nthread)
         self.wind = WindMirror(num_envs, lambda i: plant_of(i).wind_process)
         self._pool = mujoco.rollout.Rollout(nthread=0 if self.nthread == 1 else self.nthread)
-        self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
+        self._models: dict[tuple[float, int], mujoco.MjModel] = {}  # per (payload kg, nbody)
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
         self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per thread
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
@@ -97,8 +102,9 @@ class BatchPhysics:
     def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
         """The plant's model for ``rollout``: unit actuator gain, no control clamp (the force
         ``gain·f`` arrives in the control), collision detection off (only envs above the contact
-        band are batched). One per distinct payload."""
-        key = plant.payload_kg
+        band are batched). One per distinct payload and model layout (a payload event's model
+        keeps its payload body at 0 kg)."""
+        key = (plant.payload_kg, plant.model.nbody)
         model = self._models.get(key)
         if model is None:
             model = copy.copy(plant.model)
@@ -115,12 +121,20 @@ class BatchPhysics:
 
     # ------------------------------------------------------------------ the period
     def step(
-        self, active: np.ndarray, f: np.ndarray, state: np.ndarray, qacc: np.ndarray
+        self,
+        active: np.ndarray,
+        f: np.ndarray,
+        state: np.ndarray,
+        qacc: np.ndarray,
+        steps: np.ndarray,
     ) -> PeriodResult:
-        """One control period of the envs ``active`` with rotor thrusts ``f`` (N, clipped),
-        updating their ``state`` rows and last-substep accelerations ``qacc`` (warm start) in
-        place (both ``(len(active), ·)``)."""
+        """Control period ``steps[k]`` (0: the first) of the envs ``active`` with rotor thrusts
+        ``f`` (N, clipped), after the events due at its start, updating their ``state`` rows and
+        last-substep accelerations ``qacc`` (warm start) in place (both ``(len(active), ·)``)."""
         m = len(active)
+        plants = [self._plant_of(int(i)) for i in active.tolist()]
+        for k in fire_due(plants, steps):
+            self.forget(int(active[k]))
         qpos, qvel = state[:, self.qpos], state[:, self.qvel]
         reach = self.plant0.contact_height + 2.0 * np.abs(qvel[:, 2]) * self.control_dt
         batched = qpos[:, 2] > reach  # above the contact band: no collision check can matter
@@ -152,7 +166,13 @@ class BatchPhysics:
         if len(rows):
             out = (imu, wind, drag, gain)
             unstable[rows] = self._rollout_period(active, rows, f, state, qacc, out)
-        return PeriodResult(imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy())
+        truth = event_truth(
+            [p.events for p in plants], [(p.payload_kg, p.wind_model.mean_vector) for p in plants]
+        )
+        true_mass = np.array([p.true_mass for p in plants])
+        return PeriodResult(
+            imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy(), truth, true_mass
+        )
 
     def _rollout_period(
         self,
@@ -173,6 +193,13 @@ class BatchPhysics:
         substep that lands exactly on that state, from anywhere but the default pose at rest, was
         unstable."""
         winds = self.wind.take(active[rows], self.substeps)
+        runs = [self._plant_of(int(active[k])).events for k in rows.tolist()]
+        with_events = [j for j, run in enumerate(runs) if run is not None]
+        eff = None
+        if with_events:
+            winds[with_events] += wind_offsets([runs[j] for j in with_events])
+            eff = np.ones((len(rows), 4))
+            eff[with_events] = [runs[j].efficiency for j in with_events]
         models = [self._env_model(int(active[k])) for k in rows.tolist()]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):
@@ -182,7 +209,14 @@ class BatchPhysics:
             g = np.array(js)
             r = rows[g]
             unstable[g] = self._rollout_group(
-                [models[j] for j in js], f[r], state, r, qacc, winds[g], out
+                [models[j] for j in js],
+                f[r],
+                state,
+                r,
+                qacc,
+                winds[g],
+                out,
+                None if eff is None else eff[g],
             )
         return unstable
 
@@ -195,10 +229,12 @@ class BatchPhysics:
         qacc: np.ndarray,
         winds: np.ndarray,
         out: tuple[np.ndarray, ...],
+        eff: np.ndarray | None,
     ) -> np.ndarray:
         """:meth:`_rollout_period` for envs whose models share one size signature: the period's
         substeps, one ``rollout`` call each (checks skipped: every array is built here with the
-        shapes ``rollout`` needs, contiguous float64)."""
+        shapes ``rollout`` needs, contiguous float64); ``eff``: the rotors' efficiencies, ``(n,
+        4)``, or ``None`` (no events)."""
         imu_out, wind_out, drag_out, gain_out = out
         plant0 = self.plant0
         drag_model = plant0.drag
@@ -240,7 +276,10 @@ class BatchPhysics:
             gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:
                 v_before, rot_before = qvel[:, 0:3].copy(), rot
-            control[:, 0, 0:nu] = gain[:, None] * fk
+            if eff is None:
+                control[:, 0, 0:nu] = gain[:, None] * fk
+            else:
+                control[:, 0, 0:nu] = rotor_gains(gain[:, None], eff) * fk
             control[:, 0, x0] = fx
             control[:, 0, x0 + 1] = fy
             control[:, 0, x0 + 2] = fz
