@@ -146,6 +146,12 @@ def parse_events(events: Any, episode_s: float) -> tuple[Event, ...]:
     return tuple(sorted(out, key=lambda e: e.t_s))
 
 
+def fire_step(t_s: float, control_dt: float) -> int:
+    """Index of the control period an event at ``t_s`` (s) fires at the start of: the first
+    period that starts at or after ``t_s`` (within :data:`FIRE_TOLERANCE` of a period)."""
+    return max(0, math.ceil(t_s / control_dt - FIRE_TOLERANCE))
+
+
 class EventRun:
     """One env's events and what they have done so far in the episode.
 
@@ -168,7 +174,7 @@ class EventRun:
         self.events = events
         self.substeps = int(substeps)
         self.fire_step = np.array(
-            [math.ceil(e.t_s / control_dt - FIRE_TOLERANCE) for e in events], dtype=np.int64
+            [fire_step(e.t_s, control_dt) for e in events], dtype=np.int64
         )  # index of the control period each event fires at the start of
         self.base_payload_kg = float(payload_kg)
         self.base_mean_wind = np.array(mean_wind, dtype=float)
