@@ -265,31 +265,16 @@ def rotor_gains(ground_gain: Any, efficiency: np.ndarray) -> np.ndarray:
     return ground_gain * efficiency
 
 
-def event_truth(runs: Sequence[EventRun | None], base: Sequence[tuple[float, np.ndarray]]) -> dict:
-    """Ground truth of the events for ``info``, one row per env: ``payload_kg`` (kg),
+def event_truth(runs: Sequence[EventRun]) -> dict[str, np.ndarray]:
+    """Ground truth of the events for ``info``, one row per run: ``payload_kg`` (kg),
     ``mean_wind`` (m/s, world, last substep), ``rotor_efficiency`` (4 per env) and
-    ``events_fired`` (how many of the env's events, in time order, have fired). ``base``: each
-    env's (payload kg, mean wind) for an env without events."""
-    n = len(runs)
-    payload = np.empty(n)
-    mean = np.empty((n, 3))
-    eff = np.ones((n, NUM_ROTORS))
-    fired = np.zeros(n, dtype=np.int64)
-    for k, (run, (p0, w0)) in enumerate(zip(runs, base, strict=True)):
-        if run is None:
-            payload[k], mean[k] = p0, w0
-        else:
-            payload[k], mean[k], eff[k], fired[k] = (
-                run.payload_kg,
-                run.mean_wind,
-                run.efficiency,
-                run.fired,
-            )
+    ``events_fired`` (how many of the env's events, in time order, have fired). An env without
+    events reports its payload, its wind model's mean, efficiencies 1 and 0 events."""
     return {
-        "payload_kg": payload,
-        "mean_wind": mean,
-        "rotor_efficiency": eff,
-        "events_fired": fired,
+        "payload_kg": np.array([run.payload_kg for run in runs], dtype=float),
+        "mean_wind": np.array([run.mean_wind for run in runs], dtype=float).reshape(-1, 3),
+        "rotor_efficiency": np.array([run.efficiency for run in runs]).reshape(-1, NUM_ROTORS),
+        "events_fired": np.array([run.fired for run in runs], dtype=np.int64),
     }
 
 

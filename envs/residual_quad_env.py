@@ -44,6 +44,8 @@ MAX_EPISODE_S = 3600.0
 MAX_RENDER_SIZE = 8192
 """Largest rendered image side, pixels."""
 
+_FULL_EFFICIENCY = np.ones(4)  # the rotors' efficiencies without events (info; copied)
+
 RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
 """The keys ``reset(options=...)`` accepts."""
 
@@ -312,6 +314,7 @@ class ResidualQuadEnv(gym.Env):
             events=parse_events(events, episode_s),
         )
         self.events = self.plant.events  # this episode's events and their state, or None
+        self._mean_wind = self.wind_model.mean_vector  # m/s, world (info without events)
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
         self.action_mode = action_mode
@@ -494,7 +497,12 @@ class ResidualQuadEnv(gym.Env):
         termination: str | None,
     ) -> dict[str, Any]:
         plant = self.plant
-        truth = event_truth((plant.events,), ((plant.payload_kg, self.wind_model.mean_vector),))
+        if plant.events is None:
+            mean_wind, efficiency, fired = self._mean_wind, _FULL_EFFICIENCY, 0
+        else:
+            truth = event_truth((plant.events,))
+            mean_wind, efficiency = truth["mean_wind"][0], truth["rotor_efficiency"][0]
+            fired = int(truth["events_fired"][0])
         return step_info(
             self._steps * self.control_dt,
             pos_error,
@@ -504,9 +512,9 @@ class ResidualQuadEnv(gym.Env):
             plant.ground_gain,
             plant.payload_kg,
             plant.true_mass,
-            truth["mean_wind"][0],
-            truth["rotor_efficiency"][0],
-            int(truth["events_fired"][0]),
+            mean_wind,
+            efficiency,
+            fired,
             terms,
             termination,
         )

@@ -424,6 +424,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._steps[i] = 0
         self._prev_action[i] = 0.0
         self._physics.wind.mirror(i)
+        self._physics.forget(i)  # a reset may change the model (payload events restore it)
         return obs, info
 
     def _autoreset_envs(self, ids: list[int]) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:

@@ -83,10 +83,27 @@ class BatchPhysics:
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
         self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per thread
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
+        # per-env facts read from its plant when first stepped after (re)placement (see forget)
+        self._known = np.zeros(num_envs, dtype=bool)
+        self._has_events = np.zeros(num_envs, dtype=bool)
+        self._payload = np.zeros(num_envs)  # kg
+        self._true_mass = np.zeros(num_envs)  # kg
+        self._mean_wind = np.zeros((num_envs, 3))  # m/s, world, the wind model's mean
 
     def forget(self, index: int) -> None:
-        """Env ``index`` was replaced: its rollout model is looked up again."""
+        """Env ``index`` was replaced (or its payload changed): its rollout model and facts are
+        looked up again."""
         self._env_models[index] = None
+        self._known[index] = False
+
+    def _refresh(self, active: np.ndarray) -> None:
+        """Read the facts of the envs ``active`` not stepped since they were (re)placed."""
+        for i in active[~self._known[active]].tolist():
+            plant = self._plant_of(i)
+            self._known[i] = True
+            self._has_events[i] = plant.events is not None
+            self._payload[i], self._true_mass[i] = plant.payload_kg, plant.true_mass
+            self._mean_wind[i] = plant.wind_model.mean_vector
 
     def close(self) -> None:
         self._pool.close()
@@ -132,9 +149,11 @@ class BatchPhysics:
         ``f`` (N, clipped), after the events due at its start, updating their ``state`` rows and
         last-substep accelerations ``qacc`` (warm start) in place (both ``(len(active), ·)``)."""
         m = len(active)
-        plants = [self._plant_of(int(i)) for i in active.tolist()]
-        for k in fire_due(plants, steps):
-            self.forget(int(active[k]))
+        self._refresh(active)
+        ev = np.flatnonzero(self._has_events[active])  # rows of the envs with events
+        ev_plants = [self._plant_of(i) for i in active[ev].tolist()]
+        for j in fire_due(ev_plants, steps[ev]):
+            self.forget(int(active[ev[j]]))
         qpos, qvel = state[:, self.qpos], state[:, self.qvel]
         reach = self.plant0.contact_height + 2.0 * np.abs(qvel[:, 2]) * self.control_dt
         batched = qpos[:, 2] > reach  # above the contact band: no collision check can matter
@@ -166,10 +185,17 @@ class BatchPhysics:
         if len(rows):
             out = (imu, wind, drag, gain)
             unstable[rows] = self._rollout_period(active, rows, f, state, qacc, out)
-        truth = event_truth(
-            [p.events for p in plants], [(p.payload_kg, p.wind_model.mean_vector) for p in plants]
-        )
-        true_mass = np.array([p.true_mass for p in plants])
+        truth = {
+            "payload_kg": self._payload[active],
+            "mean_wind": self._mean_wind[active],
+            "rotor_efficiency": np.ones((m, 4)),
+            "events_fired": np.zeros(m, dtype=np.int64),
+        }
+        true_mass = self._true_mass[active]
+        if len(ev):
+            for key, value in event_truth([p.events for p in ev_plants]).items():
+                truth[key][ev] = value
+            true_mass[ev] = [p.true_mass for p in ev_plants]
         return PeriodResult(
             imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy(), truth, true_mass
         )
@@ -193,13 +219,13 @@ class BatchPhysics:
         substep that lands exactly on that state, from anywhere but the default pose at rest, was
         unstable."""
         winds = self.wind.take(active[rows], self.substeps)
-        runs = [self._plant_of(int(active[k])).events for k in rows.tolist()]
-        with_events = [j for j, run in enumerate(runs) if run is not None]
+        with_events = np.flatnonzero(self._has_events[active[rows]])
         eff = None
-        if with_events:
-            winds[with_events] += wind_offsets([runs[j] for j in with_events])
+        if len(with_events):
+            runs = [self._plant_of(i).events for i in active[rows[with_events]].tolist()]
+            winds[with_events] += wind_offsets(runs)
             eff = np.ones((len(rows), 4))
-            eff[with_events] = [runs[j].efficiency for j in with_events]
+            eff[with_events] = [run.efficiency for run in runs]
         models = [self._env_model(int(active[k])) for k in rows.tolist()]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):

@@ -205,10 +205,11 @@ SCENARIOS = [
 
 
 def test_every_event_flies_the_same_in_the_vector_env_as_in_the_single_env():
-    """Rollout envs and an env in the contact band: the events' truth, wind, positions,
-    velocities and rewards exactly; the accelerometer to the vector env's 1e-9."""
-    n, steps = len(SCENARIOS), 45
-    kwargs = {"events": ALL_EVENTS, "episode_s": 1.0}
+    """Rollout envs and an env in the contact band, over an autoreset (the payload restored, the
+    events fired again): the events' truth, wind, positions, velocities and rewards exactly; the
+    accelerometer to the vector env's 1e-9."""
+    n, steps = len(SCENARIOS), 130
+    kwargs = {"events": ALL_EVENTS, "episode_s": 0.8}
     vec = ResidualQuadVectorEnv(n, scenarios=SCENARIOS, nthread=1, **kwargs)
     singles = [
         ResidualQuadEnv(**{k: v for k, v in s.items() if k != "options"}, **kwargs)
@@ -222,17 +223,29 @@ def test_every_event_flies_the_same_in_the_vector_env_as_in_the_single_env():
     np.testing.assert_array_equal(obs, np.array(ref))
     exact = np.r_[L.pos, L.vel, L.rot, L.omega_b, L.thrusts]
     keys = ("payload_kg", "true_mass", "mean_wind", "rotor_efficiency", "events_fired", "wind")
+    done = [False] * n
+    fired, payload = [], []  # env 0 per step
     for k in range(steps):
         actions = np.array([ctrl.policy(o) for o in obs])
         obs, rew, term, trunc, info = vec.step(actions)
         for i, env in enumerate(singles):
-            o, r, te, tr, inf = env.step(actions[i])
+            if done[i]:  # the vector env reset this env (NEXT_STEP autoreset)
+                o, inf = env.reset(options=SCENARIOS[i].get("options"))
+                r, te, tr = 0.0, False, False
+                done[i] = False
+            else:
+                o, r, te, tr, inf = env.step(actions[i])
+                done[i] = te or tr
             assert o[exact].tolist() == obs[i, exact].tolist(), (k, i)
             np.testing.assert_allclose(obs[i], o, rtol=0, atol=1e-9)
             assert (r, te, tr) == (rew[i], term[i], trunc[i])
             for key in keys:
                 assert np.asarray(inf[key]).tolist() == np.asarray(info[key][i]).tolist(), key
-    assert info["events_fired"].tolist() == [5] * n
+        fired.append(int(info["events_fired"][0]))
+        payload.append(float(info["payload_kg"][0]))
+    # 80 steps, the autoreset (payload and events back to the start), 49 steps more
+    assert (fired[79], fired[80], fired[-1]) == (5, 0, 5)
+    assert (payload[79], payload[80], payload[100]) == (0.1, 0.0, 0.5)
 
 
 def test_a_vector_env_without_events_reports_the_same_truth_keys():
