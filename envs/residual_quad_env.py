@@ -419,7 +419,8 @@ class ResidualQuadEnv(gym.Env):
         action = clip_action(action)
         plant = self.plant
         # physics: one control period of the plant, after the events due at its start
-        fire_due((plant,), (self._steps,))
+        if plant.events is not None:
+            fire_due((plant,), (self._steps,))
         plant.step(self.action_mapping.rotor_thrusts(action, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
