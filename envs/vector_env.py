@@ -80,8 +80,8 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     ``scenarios``: ``None`` (every env from the keyword arguments), one scenario broadcast to
     every env, or a list of ``num_envs`` scenarios. A scenario is a dict with keys among
-    :data:`SCENARIO_KEYS` — ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
-    and ``options`` (its reset options) — that overrides the keyword arguments for that env.
+    :data:`SCENARIO_KEYS` — ``payload``, ``wind``, ``trajectory``, ``events`` (as the single env
+    takes them), ``options`` (its reset options) — that overrides the keyword arguments.
     ``sampler``: a callable ``(rng) -> scenario`` drawn for an env at each of its autoresets
     (domain randomization), from a generator seeded by ``reset(seed=s)`` (``s + num_envs``).
 

@@ -248,6 +248,32 @@ def test_every_event_flies_the_same_in_the_vector_env_as_in_the_single_env():
     assert (payload[79], payload[80], payload[100]) == (0.1, 0.0, 0.5)
 
 
+def test_envs_with_and_without_events_mix_in_one_vector_env():
+    """Per-env events through the scenarios: envs without events batched with envs with them
+    fly as their single envs do, bit for bit."""
+    rotor = [RotorEvent(0.05, 3, 0.5)]
+    scenarios = [
+        {"events": ALL_EVENTS},
+        {"wind": "windy"},
+        {"events": rotor, "trajectory": "helix"},
+    ]
+    vec = ResidualQuadVectorEnv(3, scenarios=scenarios, nthread=1, episode_s=1.0)
+    singles = [ResidualQuadEnv(episode_s=1.0, **s) for s in scenarios]
+    ctrl = make_controller("geo", singles[0])
+    obs, _ = vec.reset(seed=2)
+    ref = np.array([e.reset(seed=2 + i)[0] for i, e in enumerate(singles)])
+    assert ref.tolist() == obs.tolist()
+    exact = np.r_[L.pos, L.vel, L.rot, L.omega_b, L.thrusts]
+    for _ in range(40):
+        actions = np.array([ctrl.policy(o) for o in obs])
+        obs, rew, _, _, info = vec.step(actions)
+        for i, env in enumerate(singles):
+            o, r, _, _, inf = env.step(actions[i])
+            assert o[exact].tolist() == obs[i, exact].tolist() and r == rew[i]
+            assert inf["rotor_efficiency"].tolist() == info["rotor_efficiency"][i].tolist()
+    assert info["events_fired"].tolist() == [5, 0, 1]
+
+
 def test_a_vector_env_without_events_reports_the_same_truth_keys():
     vec = ResidualQuadVectorEnv(2, nthread=1)
     vec.reset(seed=0)
