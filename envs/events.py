@@ -286,6 +286,7 @@ def set_payload_mass(model: mujoco.MjModel, mass_kg: float, scratch: mujoco.MjDa
     body = model.body(PAYLOAD_BODY).id
     radius = float(model.geom(PAYLOAD_BODY).size[0])
     model.body_mass[body] = mass_kg
-    model.body_inertia[body] = 0.4 * mass_kg * radius * radius  # kg·m², solid sphere
+    # kg·m², solid sphere, in the order of MuJoCo's compiler: the same bits as a built model
+    model.body_inertia[body] = 2.0 * mass_kg * radius * radius / 5.0
     model.body_ipos[body] = 0.0
     mujoco.mj_setConst(model, scratch)
