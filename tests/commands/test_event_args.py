@@ -10,6 +10,7 @@ import pytest
 
 from residual_quad.cli import main
 from residual_quad.commands.argtypes import event_arg
+from residual_quad.evaluation.sweep import read_rows
 
 
 def test_event_arg_parses_every_kind():
@@ -49,3 +50,12 @@ def test_eval_with_an_event_prints_the_recovery_columns(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["events"] == "payload@1s:mass_kg=0.5" and out["event_t_s"] == 1.0
     assert out["recovered"] and out["recovery_peak_m"] > 0.1 and out["recovery_iae_m_s"] > 0
+
+
+def test_sweep_event_replaces_the_configs_events(tmp_path):
+    out = tmp_path / "run"
+    args = ["sweep", "recovery_payload", "--controllers", "pid", "--seeds", "0", "--no-report"]
+    args += ["--backend", "local", "--workers", "1", "--out", str(out)]
+    assert main([*args, "--event", "rotor:t_s=1,rotor=0,efficiency=0.8"]) == 0
+    (row,) = read_rows(out)
+    assert row["events"] == "rotor@1s:rotor=0,efficiency=0.8" and row["event_t_s"] == 1.0
