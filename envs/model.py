@@ -32,6 +32,7 @@ def build_spec(
     payload_offset: float = 0.10,  # m below the frame centre (extra: inertia ×1.6)
     payload_radius: float = 0.03,  # m, drawn size; the inertia is that of a solid sphere
     rotor_tau_s: float = 0.0,  # s, first-order rotor lag (0: ideal rotors)
+    payload_body: bool = False,  # add the payload body even at 0 kg (payload events set its mass)
 ) -> mujoco.MjSpec:
     """An ``MjSpec`` of the quadrotor with ``airframe`` parameters, an optional payload and
     optional rotor dynamics (:mod:`residual_quad.envs.actuators`)."""
@@ -62,7 +63,7 @@ def build_spec(
         a = frame.arm_length / np.sqrt(2.0)
         geom.fromto = [-a, -sign * a, 0.0, a, sign * a, 0.0]
 
-    if payload_kg > 0.0:
+    if payload_kg > 0.0 or payload_body:
         load = body.add_body(name=PAYLOAD_BODY, pos=[0.0, 0.0, -payload_offset])
         load.add_geom(
             name="payload",
@@ -78,7 +79,7 @@ def build_model(
     airframe: Airframe | None = None,
     payload_kg: float = 0.0,
     physics_hz: float = 500.0,
-    **spec_kwargs: float,
+    **spec_kwargs: float | bool,
 ) -> mujoco.MjModel:
     """Compile :func:`build_spec`."""
     return build_spec(airframe, payload_kg, physics_hz, **spec_kwargs).compile()

@@ -25,6 +25,7 @@ from residual_quad.envs.disturbances import (
     WindProcess,
     drag_world_force,
 )
+from residual_quad.envs.events import Event, EventRun, rotor_gains, set_payload_mass, wind_offsets
 from residual_quad.envs.model import BODY, build_model
 
 DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
@@ -75,6 +76,8 @@ class QuadrotorPlant:
         control_hz: control rate, Hz; must divide ``physics_hz``.
         rotor_tau_s: rotor time constant, s (0: ideal rotors, the thrust follows the command at
             once).
+        events: events during the episode (:mod:`residual_quad.envs.events`, parsed); fired by
+            :func:`~residual_quad.envs.events.fire_due` before a period's :meth:`step`.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class QuadrotorPlant:
         physics_hz: float = 500.0,
         control_hz: float = 100.0,
         rotor_tau_s: float = 0.0,  # s, first-order rotor lag (0: ideal rotors)
+        events: tuple[Event, ...] = (),
     ):
         self.airframe = airframe or Airframe()
         physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
@@ -110,8 +114,22 @@ class QuadrotorPlant:
         self.wind_model = wind or WindModel()
         self.ground_effect = ground_effect
         self.rotor_tau_s = check_rotor_tau(rotor_tau_s)
+        self.events: EventRun | None = None
+        if events:
+            self.events = EventRun(
+                events,
+                self.control_dt,
+                self.substeps,
+                self.payload_kg,
+                self.wind_model.mean_vector,
+            )
+        payload_body = self.events is not None and self.events.has_payload
         self.model = build_model(
-            self.airframe, self.payload_kg, physics_hz, rotor_tau_s=self.rotor_tau_s
+            self.airframe,
+            self.payload_kg,
+            physics_hz,
+            rotor_tau_s=self.rotor_tau_s,
+            payload_body=payload_body,
         )
         self.data = mujoco.MjData(self.model)
         self.body_id = self.model.body(BODY).id
@@ -139,6 +157,10 @@ class QuadrotorPlant:
         vel: np.ndarray | None = None,
     ) -> None:
         """Place the vehicle at rest (unless ``vel``) at ``pos`` (m) with heading ``yaw`` (rad)."""
+        if self.events is not None:
+            self.events.reset()
+            if self.payload_kg != self.events.base_payload_kg:
+                self.set_payload(self.events.base_payload_kg)
         mujoco.mj_resetData(self.model, self.data)
         self.data.qpos[0:3] = pos
         self.data.qpos[3:7] = (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
@@ -165,6 +187,13 @@ class QuadrotorPlant:
         or ``qacc``, ...). On such a warning MuJoCo resets its data to the default pose and goes
         on, so the state stops following the flight; the counters are cheap integers to test."""
         return any(self._warnings.tolist())
+
+    def set_payload(self, mass_kg: float) -> None:
+        """Make the payload ``mass_kg`` (kg) now, mass and inertia consistent
+        (:func:`~residual_quad.envs.events.set_payload_mass`; the model needs its payload body)."""
+        set_payload_mass(self.model, mass_kg, mujoco.MjData(self.model))
+        self.payload_kg = float(mass_kg)
+        self.true_mass = float(self.model.body_subtreemass[self.body_id])
 
     @property
     def wind_process(self) -> WindProcess | None:
@@ -215,6 +244,8 @@ class QuadrotorPlant:
         current height; a command still saturates at ``max_rotor_thrust`` out of ground effect.
         With rotor lag the command is the filter's input and :attr:`thrusts` its output at the
         period's end; without, both are the command.
+        Fired events (:attr:`events`) add their mean-wind change to the wind and scale each
+        rotor's gain by its efficiency.
         """
         fmax = self.airframe.max_rotor_thrust
         f = [min(max(float(x), 0.0), fmax) for x in rotor_thrusts]
@@ -227,7 +258,14 @@ class QuadrotorPlant:
         ge, gain = self.ground_effect, self._gain
         qpos, qvel = d.qpos, d.qvel
         winds = self._wind_proc.take(self.substeps)
+        eff = None
+        if self.events is not None:
+            winds = winds + wind_offsets([self.events])[0]
+            eff = self.events.efficiency
+            if ge is None:
+                gain[:] = rotor_gains(1.0, eff)
         fx = fy = fz = 0.0
+        g = self.ground_gain
         for wx, wy, wz in winds.tolist():
             pz, qw, qx, qy, qz = qpos[2:7].tolist()
             vx, vy, vz = qvel[0:3].tolist()
@@ -236,9 +274,10 @@ class QuadrotorPlant:
             )  # N, world, on the air-relative velocity
             xf[0], xf[1], xf[2] = fx, fy, fz
             if ge is not None:
-                gain[:] = ge.gain(pz)
+                g = ge.gain(pz)
+                gain[:] = g if eff is None else rotor_gains(g, eff)
             mujoco.mj_step(m, d)
-        self.ground_gain = float(gain[0])
+        self.ground_gain = float(g)
         self.thrusts = d.act.copy() if m.na else self.command
         self.wind = winds[-1]
         self.drag_force = np.array((fx, fy, fz))

@@ -22,6 +22,7 @@ from residual_quad.envs.disturbances import (
     WindModel,
     resolve_payload,
 )
+from residual_quad.envs.events import Event, event_truth, fire_due, parse_events
 from residual_quad.envs.imu_bias import ImuBias
 from residual_quad.envs.latency import Latency, hover_action
 from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
@@ -48,6 +49,7 @@ MAX_RENDER_SIZE = 8192
 """Largest rendered image side, pixels."""
 
 _ONE = slice(None)  # the single env's row in its latency lines (a batch of one)
+_FULL_EFFICIENCY = np.ones(4)  # the rotors' efficiencies without events (info; copied)
 
 RESET_OPTIONS: tuple[str, ...] = ("position_offset", "yaw_offset", "velocity")
 """The keys ``reset(options=...)`` accepts."""
@@ -146,8 +148,9 @@ class ResidualQuadEnv(gym.Env):
     period's end before the ground-effect gain: the lagged command with ``rotor_tau_s > 0``, else
     the command), ``payload_kg``, ``true_mass`` (kg), ``gyro_bias`` (rad/s) and ``accel_bias``
     (m/s²) (the IMU bias of this step's sensing, body frame — with ``obs_delay_steps`` the
-    observation returned is an older one; zeros without ``imu_bias``), ``reward_terms``,
-    ``diverged`` and ``termination``.
+    observation returned is an older one; zeros without ``imu_bias``), the events' truth
+    ``mean_wind`` (m/s, world), ``rotor_efficiency`` (4) and ``events_fired`` (how many of the
+    scenario's events have fired), ``reward_terms``, ``diverged`` and ``termination``.
 
     ## Rewards
 
@@ -231,6 +234,8 @@ class ResidualQuadEnv(gym.Env):
     actuators`) |
     | ``action_delay_steps`` / ``obs_delay_steps`` | 0 / 0 | command / sensor latency, control
     periods, integers in [0, 1000] (:mod:`~residual_quad.envs.latency`) |
+    | ``events`` | ``None`` | payload, wind and rotor events in the episode
+    (:mod:`residual_quad.envs.events`; dataclasses or dicts with a ``kind``) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
     range is a ``ValueError`` that names the argument, shows the value and states the valid range
@@ -286,6 +291,7 @@ class ResidualQuadEnv(gym.Env):
         rotor_tau_s: float | None = None,  # s, first-order rotor lag (None: the preset's, or 0)
         action_delay_steps: int | None = None,  # control periods of command latency (None: ...)
         obs_delay_steps: int | None = None,  # control periods of sensor latency (None: ...)
+        events: tuple[Event | dict[str, Any], ...] | None = None,  # see envs/events.py
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -344,7 +350,10 @@ class ResidualQuadEnv(gym.Env):
             physics_hz=physics_hz,
             control_hz=control_hz,
             rotor_tau_s=self.plant_options.rotor_tau_s,
+            events=parse_events(events, episode_s),
         )
+        self.events = self.plant.events  # this episode's events and their state, or None
+        self._mean_wind = self.wind_model.mean_vector  # m/s, world (info without events)
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
         self.action_mode = action_mode
@@ -463,7 +472,9 @@ class ResidualQuadEnv(gym.Env):
         flown = action  # with command latency, the action of action_delay_steps steps ago
         if self.latency.action_delay_steps:
             flown = self.latency.action(_ONE, np.array([action]))[0].tolist()
-        # physics: one control period of the plant
+        # physics: one control period of the plant, after the events due at its start
+        if plant.events is not None:
+            fire_due((plant,), (self._steps,))
         plant.step(self.action_mapping.rotor_thrusts(flown, plant.data))
         self._steps += 1
         t = self._steps * self.control_dt
@@ -544,6 +555,12 @@ class ResidualQuadEnv(gym.Env):
         termination: str | None,
     ) -> dict[str, Any]:
         plant = self.plant
+        if plant.events is None:
+            mean_wind, efficiency, fired = self._mean_wind, _FULL_EFFICIENCY, 0
+        else:
+            truth = event_truth((plant.events,))
+            mean_wind, efficiency = truth["mean_wind"][0], truth["rotor_efficiency"][0]
+            fired = int(truth["events_fired"][0])
         return step_info(
             self._steps * self.control_dt,
             pos_error,
@@ -552,8 +569,11 @@ class ResidualQuadEnv(gym.Env):
             plant.drag_force,
             plant.ground_gain,
             plant.thrusts,
-            self.payload_kg,
+            plant.payload_kg,
             plant.true_mass,
+            mean_wind,
+            efficiency,
+            fired,
             terms,
             termination,
             self.sensors.bias,

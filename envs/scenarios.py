@@ -9,9 +9,9 @@ import numpy as np
 
 from residual_quad.envs.checks import seed_value
 
-SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "options")
-"""The keys of a scenario: ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
-and ``options`` (its reset options)."""
+SCENARIO_KEYS: tuple[str, ...] = ("payload", "wind", "trajectory", "events", "options")
+"""The keys of a scenario: ``payload``, ``wind``, ``trajectory``, ``events`` (as the single env
+takes them) and ``options`` (its reset options)."""
 
 Scenario = Mapping[str, Any]
 Sampler = Callable[[np.random.Generator], Scenario]

@@ -62,6 +62,9 @@ _INFO_FIELDS: dict[str, tuple[tuple[int, ...], Any] | None] = {
     "true_mass": ((), float),  # kg
     "gyro_bias": ((3,), float),  # rad/s, body: the IMU bias in the observed body rates
     "accel_bias": ((3,), float),  # m/s², body: ... in the observed specific force
+    "mean_wind": ((3,), float),  # m/s, world, the mean under the gusts (events move it)
+    "rotor_efficiency": ((4,), float),  # per rotor, thrust and reaction-torque factor
+    "events_fired": ((), np.int64),  # how many of the scenario's events (time order) fired
     "reward_terms": None,  # a dict keyed as REWARD_TERMS
     "diverged": ((), bool),
     "termination": ((), object),
@@ -195,13 +198,16 @@ def step_info(
     rotor_thrusts: np.ndarray,
     payload_kg: float,
     true_mass: float,
+    mean_wind: np.ndarray,
+    rotor_efficiency: np.ndarray,
+    events_fired: int,
     terms: dict[str, float],
     termination: str | None,
     imu_bias: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """One environment's ``info`` (keys :data:`INFO_KEYS`); ``wind``, ``drag_force`` and
-    ``rotor_thrusts`` are copied, as is ``imu_bias`` (gyro then accelerometer, 6 entries;
-    ``None``: zeros). The vector env holds the same keys as arrays (:func:`empty_batch_info`)."""
+    """One environment's ``info`` (keys :data:`INFO_KEYS`); the arrays are copied, ``imu_bias``
+    (gyro then accelerometer, 6 entries; ``None``: zeros) too. The vector env holds the same keys
+    as arrays (:func:`empty_batch_info`)."""
     bias = np.zeros(6) if imu_bias is None else imu_bias
     return {
         "t": t,
@@ -215,6 +221,9 @@ def step_info(
         "true_mass": true_mass,
         "gyro_bias": bias[0:3].copy(),
         "accel_bias": bias[3:6].copy(),
+        "mean_wind": mean_wind.copy(),
+        "rotor_efficiency": rotor_efficiency.copy(),
+        "events_fired": events_fired,
         "reward_terms": terms,
         "diverged": termination is not None,
         "termination": termination,

@@ -84,8 +84,8 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     ``scenarios``: ``None`` (every env from the keyword arguments), one scenario broadcast to
     every env, or a list of ``num_envs`` scenarios. A scenario is a dict with keys among
-    :data:`SCENARIO_KEYS` — ``payload``, ``wind``, ``trajectory`` (as the single env takes them)
-    and ``options`` (its reset options) — that overrides the keyword arguments for that env.
+    :data:`SCENARIO_KEYS` — ``payload``, ``wind``, ``trajectory``, ``events`` (as the single env
+    takes them), ``options`` (its reset options) — that overrides the keyword arguments.
     ``sampler``: a callable ``(rng) -> scenario`` drawn for an env at each of its autoresets
     (domain randomization), from a generator seeded by ``reset(seed=s)`` (``s + num_envs``).
 
@@ -191,8 +191,6 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._sampler_rng = np.random.default_rng()
         self._trajectories: dict[str, Any] = {}  # one shared instance per built-in name
         # per-env facts derived from self.envs[i], kept by set_env
-        self._payload_kg = np.zeros(num_envs)  # kg (info)
-        self._true_mass = np.zeros(num_envs)  # kg (info)
         self._noisy = np.zeros(num_envs, dtype=bool)  # its sensors add noise
         self._references: BatchReferences | None = None  # each env's reference rows
         self._physics: BatchPhysics | None = None
@@ -274,8 +272,6 @@ class ResidualQuadVectorEnv(VectorEnv):
             self.envs.append(env)
         else:
             self.envs[index] = env
-        self._payload_kg[index] = env.payload_kg
-        self._true_mass[index] = env.plant.true_mass
         self._noisy[index] = env.sensors.noisy
         if self._references is not None:
             self._references.set(index, env.trajectory)
@@ -422,6 +418,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._steps[i] = 0
         self._prev_action[i] = 0.0
         self._physics.wind.mirror(i)
+        self._physics.forget(i)  # a reset may change the model (payload events restore it)
         return obs, info
 
     def _autoreset_envs(self, ids: list[int]) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
@@ -487,7 +484,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             self.airframe.max_rotor_thrust,
         )
         state, qacc = self._state[active], self._qacc[active]
-        period = physics.step(active, f, state, qacc)
+        period = physics.step(active, f, state, qacc, self._steps[active])
         self._state[active], self._qacc[active] = state, qacc
         self._steps[active] += 1
         steps = self._steps[active]
@@ -520,8 +517,8 @@ class ResidualQuadVectorEnv(VectorEnv):
             ("drag_force", period.drag),
             ("ground_gain", period.gain),
             ("rotor_thrusts", period.thrusts),
-            ("payload_kg", self._payload_kg[active]),
-            ("true_mass", self._true_mass[active]),
+            *period.truth.items(),  # payload_kg, mean_wind, rotor_efficiency, events_fired
+            ("true_mass", period.true_mass),
             ("diverged", out.terminated),
             ("termination", _REASONS[out.code + 1]),
         ):

@@ -8,13 +8,16 @@ are recomputed in numpy before every substep by the single env's functions
 (:func:`~residual_quad.envs.disturbances.drag_world_force`,
 :meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
 (``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``). An env in the contact band is stepped by its own plant
-(:meth:`QuadrotorPlant.step`, contacts included).
+(:meth:`QuadrotorPlant.step`, contacts included). Events (:mod:`residual_quad.envs.events`) fire
+on the envs' plants by the single env's function before the period; a batched env's wind and
+rotor gains take their effects through the same functions the plant calls.
 
 With rotor lag (:mod:`residual_quad.envs.actuators`) the control is the command ``f`` itself:
 MuJoCo's filter must see the command, not ``gain·f`` (the filtered ``gain·f`` would lag the ground
-effect too). MuJoCo keeps an actuator's gain in the model, so with ground effect each lagged env
-has a rollout model of its own whose gain is written before every substep; the force is then
-MuJoCo's ``gain·a`` in both envs, the same arithmetic on the same numbers.
+effect and a rotor's efficiency too). MuJoCo keeps an actuator's gain in the model, so a lagged env
+with ground effect or events has a rollout model of its own whose gains (ground effect × rotor
+efficiency) are written before every substep; the force is then MuJoCo's ``gain·a`` in both envs,
+the same arithmetic on the same numbers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import mujoco.rollout
 import numpy as np
 
 from residual_quad.envs.disturbances import drag_world_force
+from residual_quad.envs.events import event_truth, fire_due, rotor_gains, wind_offsets
 from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, quat_to_rot, specific_force
 from residual_quad.envs.wind_mirror import WindMirror
 
@@ -54,6 +58,8 @@ class PeriodResult(NamedTuple):
     contact_speed: np.ndarray  # m/s, (m,): frame speed while touching the floor, else 0
     sim_time: np.ndarray  # s, (m,): simulated time reached
     thrusts: np.ndarray  # N, (m, 4): the rotors' thrusts at the period's end (before the gain)
+    truth: dict[str, np.ndarray]  # the events' ground truth, (m, ...) (events.event_truth)
+    true_mass: np.ndarray  # kg, (m,): the model's total mass now
 
 
 class BatchPhysics:
@@ -90,19 +96,37 @@ class BatchPhysics:
         self.qvel = slice(1 + nq, 1 + nq + nv)
         self.act = slice(1 + nq + nv, 1 + nq + nv + plant.model.na)  # lagged rotor thrusts, N
         self.lagged = plant.model.na > 0  # rotor lag: one shared setting of the batch
-        self._own_models = self.lagged and plant.ground_effect is not None  # see the module doc
+        self._gains_in_model = self.lagged and plant.ground_effect is not None  # module doc
+        self._own: set[int] = set()  # ids of the rollout models of one env each (module doc)
         self.nthread = int(nthread)
         self.wind = WindMirror(num_envs, lambda i: plant_of(i).wind_process)
         self._pools = [mujoco.rollout.Rollout(nthread=0) for _ in range(self.nthread)]
         self._lanes = ThreadPoolExecutor(self.nthread - 1) if self.nthread > 1 else None
-        self._models: dict[float, mujoco.MjModel] = {}  # rollout model per payload, kg
+        self._models: dict[tuple[float, int], mujoco.MjModel] = {}  # per (payload kg, nbody)
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
         self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per lane
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
+        # per-env facts read from its plant when first stepped after (re)placement (see forget)
+        self._known = np.zeros(num_envs, dtype=bool)
+        self._has_events = np.zeros(num_envs, dtype=bool)
+        self._payload = np.zeros(num_envs)  # kg
+        self._true_mass = np.zeros(num_envs)  # kg
+        self._mean_wind = np.zeros((num_envs, 3))  # m/s, world, the wind model's mean
 
     def forget(self, index: int) -> None:
-        """Env ``index`` was replaced: its rollout model is looked up again."""
+        """Env ``index`` was replaced (or its payload changed): its rollout model and facts are
+        looked up again."""
         self._env_models[index] = None
+        self._known[index] = False
+
+    def _refresh(self, active: np.ndarray) -> None:
+        """Read the facts of the envs ``active`` not stepped since they were (re)placed."""
+        for i in active[~self._known[active]].tolist():
+            plant = self._plant_of(i)
+            self._known[i] = True
+            self._has_events[i] = plant.events is not None
+            self._payload[i], self._true_mass[i] = plant.payload_kg, plant.true_mass
+            self._mean_wind[i] = plant.wind_model.mean_vector
 
     def close(self) -> None:
         if self._lanes is not None:
@@ -121,16 +145,20 @@ class BatchPhysics:
     def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
         """The plant's model for ``rollout``: unit actuator gain, no control clamp (the force
         ``gain·f`` arrives in the control), collision detection off (only envs above the contact
-        band are batched). One per distinct payload; one per env with lagged rotors and ground
-        effect (its gain is written every substep)."""
-        key = plant.payload_kg
-        model = None if self._own_models else self._models.get(key)
+        band are batched). One per distinct payload and model layout (a payload event's model
+        keeps its payload body at 0 kg); one per env with lagged rotors and ground effect or
+        events (its gains are written every substep)."""
+        own = self.lagged and (self._gains_in_model or plant.events is not None)
+        key = (plant.payload_kg, plant.model.nbody)
+        model = None if own else self._models.get(key)
         if model is None:
             model = copy.copy(plant.model)
             model.actuator_gainprm[:, 0] = 1.0
             model.actuator_ctrllimited[:] = 0
             model.opt.disableflags |= DSBL_CONTACT
-            if not self._own_models:
+            if own:
+                self._own.add(id(model))
+            else:
                 self._models[key] = model
             data = mujoco.MjData(model)
             mujoco.mj_step(model, data)  # what MuJoCo's reset on a warning leaves after a substep
@@ -141,12 +169,22 @@ class BatchPhysics:
 
     # ------------------------------------------------------------------ the period
     def step(
-        self, active: np.ndarray, f: np.ndarray, state: np.ndarray, qacc: np.ndarray
+        self,
+        active: np.ndarray,
+        f: np.ndarray,
+        state: np.ndarray,
+        qacc: np.ndarray,
+        steps: np.ndarray,
     ) -> PeriodResult:
-        """One control period of the envs ``active`` with rotor thrusts ``f`` (N, clipped),
-        updating their ``state`` rows and last-substep accelerations ``qacc`` (warm start) in
-        place (both ``(len(active), ·)``)."""
+        """Control period ``steps[k]`` (0: the first) of the envs ``active`` with rotor thrusts
+        ``f`` (N, clipped), after the events due at its start, updating their ``state`` rows and
+        last-substep accelerations ``qacc`` (warm start) in place (both ``(len(active), ·)``)."""
         m = len(active)
+        self._refresh(active)
+        ev = np.flatnonzero(self._has_events[active])  # rows of the envs with events
+        ev_plants = [self._plant_of(i) for i in active[ev].tolist()]
+        for j in fire_due(ev_plants, steps[ev]):
+            self.forget(int(active[ev[j]]))
         qpos, qvel = state[:, self.qpos], state[:, self.qvel]
         reach = self.plant0.contact_height + 2.0 * np.abs(qvel[:, 2]) * self.control_dt
         batched = qpos[:, 2] > reach  # above the contact band: no collision check can matter
@@ -182,8 +220,28 @@ class BatchPhysics:
             unstable[rows] = self._rollout_period(active, rows, f, state, qacc, out)
             if self.lagged:
                 thrusts[rows] = state[rows, self.act]
+        truth = {
+            "payload_kg": self._payload[active],
+            "mean_wind": self._mean_wind[active],
+            "rotor_efficiency": np.ones((m, 4)),
+            "events_fired": np.zeros(m, dtype=np.int64),
+        }
+        true_mass = self._true_mass[active]
+        if len(ev):
+            for key, value in event_truth([p.events for p in ev_plants]).items():
+                truth[key][ev] = value
+            true_mass[ev] = [p.true_mass for p in ev_plants]
         return PeriodResult(
-            imu, wind, drag, gain, unstable, contact_speed, state[:, 0].copy(), thrusts
+            imu,
+            wind,
+            drag,
+            gain,
+            unstable,
+            contact_speed,
+            state[:, 0].copy(),
+            thrusts,
+            truth,
+            true_mass,
         )
 
     def _rollout_period(
@@ -205,6 +263,13 @@ class BatchPhysics:
         substep that lands exactly on that state, from anywhere but the default pose at rest, was
         unstable."""
         winds = self.wind.take(active[rows], self.substeps)
+        with_events = np.flatnonzero(self._has_events[active[rows]])
+        eff = None
+        if len(with_events):
+            runs = [self._plant_of(i).events for i in active[rows[with_events]].tolist()]
+            winds[with_events] += wind_offsets(runs)
+            eff = np.ones((len(rows), 4))
+            eff[with_events] = [run.efficiency for run in runs]
         models = [self._env_model(int(active[k])) for k in rows.tolist()]
         groups: dict[int, list[int]] = {}
         for j, model in enumerate(models):
@@ -220,7 +285,15 @@ class BatchPhysics:
             def fly(lane: int, g: np.ndarray) -> None:
                 r = rows[g]
                 unstable[g] = self._rollout_group(
-                    [models[j] for j in g.tolist()], f[r], state, r, qacc, winds[g], out, lane
+                    [models[j] for j in g.tolist()],
+                    f[r],
+                    state,
+                    r,
+                    qacc,
+                    winds[g],
+                    out,
+                    None if eff is None else eff[g],
+                    lane,
                 )
 
             pending = [self._lanes.submit(fly, i, g) for i, g in enumerate(parts[1:], 1)]
@@ -238,12 +311,14 @@ class BatchPhysics:
         qacc: np.ndarray,
         winds: np.ndarray,
         out: tuple[np.ndarray, ...],
+        eff: np.ndarray | None,
         lane: int = 0,
     ) -> np.ndarray:
         """:meth:`_rollout_period` for envs whose models share one size signature, on lane
         ``lane`` (its own ``rollout`` pool and ``MjData``; it writes only its own ``rows``): the
         period's substeps, one ``rollout`` call each (checks skipped: every array is built here
-        with the shapes ``rollout`` needs, contiguous float64)."""
+        with the shapes ``rollout`` needs, contiguous float64); ``eff``: the rotors' efficiencies,
+        ``(n, 4)``, or ``None`` (no events)."""
         imu_out, wind_out, drag_out, gain_out = out
         plant0 = self.plant0
         drag_model = plant0.drag
@@ -264,6 +339,7 @@ class BatchPhysics:
         fallen = np.stack([self._fallen[id(model)] for model in models])
         unstable = np.zeros(n, dtype=bool)
         fk = f.copy()
+        own_rows = [j for j, model in enumerate(models) if id(model) in self._own]
         for sub in range(self.substeps):
             qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
             before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose
@@ -282,13 +358,13 @@ class BatchPhysics:
             gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:
                 v_before, rot_before = qvel[:, 0:3].copy(), rot
+            gains = gain[:, None] if eff is None else rotor_gains(gain[:, None], eff)
             if not self.lagged:
-                control[:, 0, 0:nu] = gain[:, None] * fk
-            else:  # MuJoCo's filter takes the command; the gain sits in each env's model
+                control[:, 0, 0:nu] = gains * fk
+            else:  # MuJoCo's filter takes the command; the gains sit in the env's own model
                 control[:, 0, 0:nu] = fk
-                if self._own_models:
-                    for model, g in zip(models, gain.tolist(), strict=True):
-                        model.actuator_gainprm[:, 0] = g
+                for j in own_rows:
+                    models[j].actuator_gainprm[:, 0] = gains[j]
             control[:, 0, x0] = fx
             control[:, 0, x0 + 1] = fy
             control[:, 0, x0 + 2] = fz

@@ -326,6 +326,7 @@ def order_rows(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]
 def report_from_rows(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
     """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone."""
     from residual_quad.evaluation.figures import make_figures
+    from residual_quad.evaluation.recovery_report import recovery_section
     from residual_quad.evaluation.sweep.rows import read_rows
 
     rows = read_rows(run_dir)
@@ -340,7 +341,8 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
         animation=animation,
         progress=True,
     )
-    path = write_report(rows, run_dir, figs)
+    recovery = recovery_section(rows, run_dir, run_dir / "figures")  # runs with events only
+    path = write_report(rows, run_dir, figs, extra_sections=[recovery] if recovery else None)
     print(f"report: {path}")
     return path
 

@@ -252,6 +252,8 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
         for r in rl:
             if r["controller"] == k and r["trajectory"] in TRACKING:
                 by_seed[r.get("training_seed", 0)].append(_rmse(r))
+        if not by_seed:  # no helix or figure-8 run (a hover-only sweep): nothing to pool
+            continue
         runs = [r for r in rl if r["controller"] == k]
         crashes = sum(bool(r["diverged"]) for r in runs)
         point, lo, hi = stratified_iqm(by_seed)

@@ -26,6 +26,7 @@ from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payl
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import RunSpec, build_controller
+from residual_quad.evaluation.recovery import recovery_spec
 
 #: the file a sweep's resolved config is saved as in its output folder
 CONFIG_FILE = "sweep_config.yaml"
@@ -109,6 +110,7 @@ class SweepConfig(ControllerLabels):
         ]
     )
     workers: int = 0  # 0: one per CPU core
+    recovery_band_m: float = 0.05  # m, band of the recovery time of runs with env events
 
     def __post_init__(self) -> None:
         """Check everything a sweep would otherwise only trip over mid-flight.
@@ -141,6 +143,7 @@ class SweepConfig(ControllerLabels):
         if not isinstance(self.workers, int) or self.workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0: every core), got {self.workers}")
         _check_env(self.env, self.episode_s)
+        recovery_spec(self.env, self.episode_s, self.recovery_band_m)
         _check_controller_options(self.controller_options, self.env, self._specs)
         _check_user_controllers(specs, self.controller_options, self.env)
         _check_series(self.series)

@@ -32,6 +32,7 @@ from residual_quad.episode import (
     fly,
     fly_batch,
 )
+from residual_quad.evaluation.recovery import recovery_spec
 from residual_quad.evaluation.sweep.config import CONFIG_FILE, SweepConfig, expand, wants_series
 from residual_quad.evaluation.sweep.rows import (
     ROWS_FILE,
@@ -82,7 +83,8 @@ def run_one(spec: RunSpec, cfg: SweepConfig, series_dir: str | None = None) -> d
     except Exception as exc:  # the controller raised or acted non-finite at step len(estimates)
         return failure_row(spec, exc, len(estimates), cfg.env)
     est = np.vstack([np.full(3, np.nan), *estimates]) if estimates else np.full((1, 3), np.nan)
-    return result_row(spec, res, est, series_dir)
+    recovery = recovery_spec(cfg.env, spec.episode_s, cfg.recovery_band_m)
+    return result_row(spec, res, est, series_dir, recovery)
 
 
 def run_batch(
@@ -101,9 +103,10 @@ def run_batch(
         results = _fly_together(specs, cfg)
     except Exception:
         results = None
+    recovery = recovery_spec(cfg.env, cfg.episode_s, cfg.recovery_band_m)
     if results is not None:
         return [
-            result_row(s, res, res.extras["residual_est"], d)
+            result_row(s, res, res.extras["residual_est"], d, recovery)
             for s, res, d in zip(specs, results, series_dirs, strict=True)
         ]
     rows: list[dict[str, Any] | None] = [None] * len(specs)
@@ -118,7 +121,9 @@ def run_batch(
                 rows[i] = run_one(specs[i], cfg, series_dirs[i])
             continue
         for i, res in zip(idx, part, strict=True):
-            rows[i] = result_row(specs[i], res, res.extras["residual_est"], series_dirs[i])
+            rows[i] = result_row(
+                specs[i], res, res.extras["residual_est"], series_dirs[i], recovery
+            )
     return rows  # type: ignore[return-value]
 
 

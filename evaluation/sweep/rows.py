@@ -25,6 +25,7 @@ import numpy as np
 
 from residual_quad.envs.disturbances import resolve_payload
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, RunSpec, control_dt
+from residual_quad.evaluation.recovery import RecoverySpec, recovery_metrics
 
 try:
     import fcntl
@@ -51,11 +52,16 @@ def series_stem(run_id: str) -> str:
 
 # ---------------------------------------------------------------------------------- row schema
 def result_row(
-    spec: RunSpec, res: EpisodeResult, est: np.ndarray, series_dir: str | None = None
+    spec: RunSpec,
+    res: EpisodeResult,
+    est: np.ndarray,
+    series_dir: str | None = None,
+    recovery: RecoverySpec | None = None,
 ) -> dict[str, Any]:
     """The row of one flown matrix spec (JSON-ready), from its result and the residual estimate
     the controller applied at each step (``est[k]``: at step k, NaN rows where it has none); the
-    time series go to ``series_dir`` when given."""
+    time series go to ``series_dir`` when given. A scenario with events (``recovery``) adds the
+    recovery columns (:mod:`residual_quad.evaluation.recovery`)."""
     bias = bias_z = None
     steady = res.t >= STEADY_STATE_FROM_S - 1e-9
     if not res.diverged and steady.any() and np.isfinite(est[1:]).all():  # est[0]: no step yet
@@ -82,6 +88,8 @@ def result_row(
         "steps": res.steps,
         "wall_time": res.wall_time,
     }
+    if recovery is not None:
+        row.update(recovery_metrics(res.t, res.error, recovery, res.diverged))
     if series_dir is not None:
         path = Path(series_dir) / (series_stem(spec.run_id) + ".npz")
         np.savez_compressed(

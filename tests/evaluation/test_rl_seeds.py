@@ -146,3 +146,15 @@ def test_report_section_lists_seeds_intervals_and_budgets(tmp_path):
     report = write_report(rows, tmp_path).read_text()
     assert "## RL controllers over training seeds" in report
     assert "ppo:training_seed=1" not in report.split("## Tables")[1]  # pooled in the tables
+
+
+def test_a_hover_only_sweep_with_rl_controllers_has_no_pooled_line_and_no_error():
+    """The pooled line is over helix and figure-8 runs: a hover-only sweep (the payload-pickup
+    recovery study) has none to pool, and the section is written without it."""
+    rows = [
+        r
+        for r in _rows({"pid": {c: 0.05 for c in CELLS}, "ppo": {c: 0.06 for c in CELLS}})
+        if r["trajectory"] == "hover"
+    ]
+    section = rl_section(rows)
+    assert section is not None and "| ppo | " not in section.split("Over every run")[1]

@@ -133,3 +133,31 @@ def remote_address(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def event_arg(text: str) -> dict:
+    """One scenario event, ``KIND:FIELD=VALUE,...`` (``payload:t_s=5,mass_kg=0.5``,
+    ``wind:t_s=5,mean_mps=3/0/0,rise_s=1``, ``rotor:t_s=5,rotor=0,efficiency=0.7``; a vector's
+    entries separated by ``/``), checked as the env checks it (:mod:`residual_quad.envs.events`)."""
+    from residual_quad.envs.events import EVENT_KINDS, parse_event
+
+    kind, _, rest = text.partition(":")
+    spec: dict = {"kind": kind}
+    try:
+        for item in filter(None, rest.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise ValueError(f"expected FIELD=VALUE, got {item!r}")
+            if "/" in value:
+                spec[key] = tuple(float(v) for v in value.split("/"))
+            elif key == "rotor":
+                spec[key] = int(value)
+            else:
+                spec[key] = float(value)
+        parse_event(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"bad event {text!r}: {exc} (form KIND:FIELD=VALUE,..., KIND one of "
+            f"{', '.join(EVENT_KINDS)})"
+        ) from None
+    return spec

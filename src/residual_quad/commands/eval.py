@@ -13,6 +13,7 @@ from typing import Any
 from residual_quad.commands.argtypes import (
     ensure_folder,
     episode_seconds,
+    event_arg,
     finite_float,
     nonneg_int,
     remote_address,
@@ -165,6 +166,7 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
                 episode_s=args.episode_s,
                 ground_effect=not args.no_ground_effect,
                 **({"preset": args.preset} if args.preset else {}),
+                **({"events": args.events} if args.events else {}),
                 **_remote_kwargs(args),
             )
         finally:
@@ -190,6 +192,14 @@ def _chain(callbacks: list[Any]) -> Any:
     return chained
 
 
+def _recovery(args: argparse.Namespace, r: EpisodeResult) -> dict[str, Any]:
+    """The recovery columns of a flight with ``--event`` (none without)."""
+    from residual_quad.evaluation.recovery import recovery_metrics, recovery_spec
+
+    spec = recovery_spec({"events": args.events}, args.episode_s) if args.events else None
+    return {} if spec is None else recovery_metrics(r.t, r.error, spec, r.diverged)
+
+
 def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> None:
     if args.json:
         out = []
@@ -199,6 +209,7 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
                 rmse=_finite(r.rmse),
                 max_error=_finite(r.max_error),
                 max_error_episode=_finite(m["max_error_episode"]),
+                **_recovery(args, r),
             )
             out.append(
                 {
@@ -214,6 +225,21 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
     else:
         print(_scenario_line(args))
         print(format_table(rows))
+        for name, r in rows:
+            rec = _recovery(args, r)
+            if rec:
+                back, iae, peak = (
+                    rec["recovery_time_s"],
+                    rec["recovery_iae_m_s"],
+                    rec["recovery_peak_m"],
+                )
+                print(
+                    f"{name}: after the event at {rec['event_t_s']:g} s, peak error "
+                    f"{math.nan if peak is None else peak:.4f} m, back in the "
+                    f"{rec['recovery_band_m'] * 100:g} cm band "
+                    + (f"after {back:.2f} s" if back is not None else "never")
+                    + (f", ∫error over 5 s {iae:.4f} m·s" if iae is not None else "")
+                )
         note = metrics_note(args.episode_s)
         if note:
             print(note)
@@ -275,6 +301,16 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=None,
         help=f"named plant options ({'/'.join(PRESETS)}: rotor lag, latency; "
         "docs/environment.md); default: none, the plant of the committed rows",
+    )
+    p.add_argument(
+        "--event",
+        dest="events",
+        action="append",
+        type=event_arg,
+        default=None,
+        help="an event during the episode, repeatable: payload:t_s=5,mass_kg=0.5, "
+        "wind:t_s=5,mean_mps=3/0/0,rise_s=1 or rotor:t_s=5,rotor=0,efficiency=0.7 "
+        "(docs/environment.md); adds the recovery metrics (docs/recovery.md)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(

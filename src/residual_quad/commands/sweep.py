@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from residual_quad import configs
-from residual_quad.commands.argtypes import positive_int, seed_list
+from residual_quad.commands.argtypes import event_arg, positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.presets import PRESETS
@@ -82,6 +82,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.preset:
         overrides["env"] = {**configs.load(SweepConfig, args.config).env, "preset": args.preset}
     cfg = configs.load(SweepConfig, args.config, **overrides)
+    if args.events:
+        cfg = dataclasses.replace(cfg, env={**cfg.env, "events": args.events})
     t0 = time.perf_counter()
     rows = run_sweep(
         cfg,
@@ -184,6 +186,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="fly every run on this named plant (sets env.preset over the config's env; "
         "docs/environment.md)",
+    )
+    p.add_argument(
+        "--event",
+        dest="events",
+        action="append",
+        type=event_arg,
+        default=None,
+        help="an event in every run, repeatable, replacing the config's env events: "
+        "payload:t_s=5,mass_kg=0.5, wind:t_s=5,mean_mps=3/0/0,rise_s=1, "
+        "rotor:t_s=5,rotor=0,efficiency=0.7 (rows gain the recovery columns, docs/recovery.md)",
     )
     p.add_argument("--no-report", action="store_true", help="skip tables/figures/report.md")
     p.set_defaults(func=_cmd_sweep)

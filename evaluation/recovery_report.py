@@ -1,0 +1,189 @@
+"""The recovery table and figure of runs with events, from the rows and the series a sweep wrote.
+
+Nothing here flies a controller: :func:`recovery_table` reads the recovery columns of the rows
+(:mod:`residual_quad.evaluation.recovery`), :func:`recovery_figure` the position series saved for
+the runs (``series/<run_id>.npz``, kept for every run by the shipped recovery configs). Rows
+without events (the committed sweep) give no table and no figure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from residual_quad.evaluation.sweep.rows import flown_rows, series_stem  # noqa: E402
+from residual_quad.evaluation.tables import Table, controller_order  # noqa: E402
+
+FIGURE_BEFORE_S = 1.0  # s, shown before the event
+FIGURE_AFTER_S = 10.0  # s, shown after the event
+
+
+def _value(row: dict[str, Any], key: str) -> float:
+    """A metric of a row as a float: absent or ``None`` (never, not measurable) is NaN."""
+    v = row.get(key)
+    return float("nan") if v is None else float(v)
+
+
+def event_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The flown rows of runs with events (those that carry the recovery columns)."""
+    return [r for r in flown_rows(rows) if r.get("event_t_s") is not None]
+
+
+def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], list[dict]]:
+    """Rows by scenario: (events, trajectory, payload at reset, wind)."""
+    out: dict[tuple[str, str, str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        out[(r["events"], r["trajectory"], str(r["payload"]), str(r["wind"]))].append(r)
+    return out
+
+
+def _median_iqr(values: list[float]) -> str:
+    """``median [q25, q75]`` of the finite values, ``–`` when there are none."""
+    v = np.array([x for x in values if np.isfinite(x)])
+    if v.size == 0:
+        return "–"
+    q25, q50, q75 = np.percentile(v, [25, 50, 75])
+    return f"{q50:.3f} [{q25:.3f}, {q75:.3f}]"
+
+
+def recovery_table(rows: list[dict[str, Any]]) -> Table | None:
+    """Per scenario and controller: runs, crashes, runs back in the band, and the median [25 %,
+    75 %] over seeds of the recovery time (recovered runs only), the peak error and the error
+    integrated over the 5 s after the event. ``None`` without runs with events."""
+    rows = event_rows(rows)
+    if not rows:
+        return None
+    controllers = controller_order(rows)
+    body: list[list[Any]] = []
+    for (events, trajectory, payload, wind), group in _groups(rows).items():
+        by_ctrl: dict[str, list[dict]] = defaultdict(list)
+        for r in group:
+            by_ctrl[r["controller"]].append(r)
+        for c in controllers:
+            rs = by_ctrl.get(c)
+            if not rs:
+                continue
+            body.append(
+                [
+                    events,
+                    trajectory,
+                    f"{payload}, {wind}",
+                    c,
+                    len(rs),
+                    sum(bool(r["diverged"]) for r in rs),
+                    sum(bool(r["recovered"]) for r in rs),
+                    _median_iqr([_value(r, "recovery_time_s") for r in rs]),
+                    _median_iqr([_value(r, "recovery_peak_m") for r in rs]),
+                    _median_iqr([_value(r, "recovery_iae_m_s") for r in rs]),
+                ]
+            )
+    band = sorted({r["recovery_band_m"] for r in rows})
+    return Table(
+        "recovery",
+        "Recovery after the first event: median [25 %, 75 %] over seeds",
+        [
+            "events",
+            "trajectory",
+            "payload, wind",
+            "controller",
+            "runs",
+            "crashed",
+            "back in band",
+            "recovery time (s)",
+            "peak error (m)",
+            "∫error, 5 s (m·s)",
+        ],
+        body,
+        note=(
+            f"Band {', '.join(f'{b * 100:g} cm' for b in band)}. Recovery time: from the event "
+            "until the error enters the band and stays there to the end (0: never left it), over "
+            "the runs back in the band; a run still outside at the end, or crashed, is counted "
+            "as not back. Definitions: docs/recovery.md."
+        ),
+    )
+
+
+def _error_series(series_dir: Path, run_id: str) -> tuple[np.ndarray, np.ndarray] | None:
+    path = series_dir / (series_stem(run_id) + ".npz")
+    if not path.exists():
+        return None
+    with np.load(path) as z:
+        return z["t"], np.linalg.norm(z["pos"] - z["ref"], axis=1)
+
+
+def recovery_figure(rows: list[dict[str, Any]], series_dir: Path, out: Path) -> Path | None:
+    """Position error around the event, one panel per scenario, every controller: the median
+    over seeds with its 25–75 % band, the recovery band dashed (log scale). ``None`` without
+    runs with events or their series."""
+    from residual_quad.evaluation.figures import color_of
+
+    rows = event_rows(rows)
+    groups = _groups(rows)
+    if not groups:
+        return None
+    controllers = controller_order(rows)
+    fig, axes = plt.subplots(
+        len(groups), 1, figsize=(8.0, 3.2 * len(groups)), squeeze=False, sharex=True
+    )
+    drawn = False
+    panels = zip(axes[:, 0], groups.items(), strict=True)
+    for ax, ((events, trajectory, payload, wind), group) in panels:
+        t0 = group[0]["event_t_s"]
+        for c in controllers:
+            curves = []
+            for r in group:
+                if r["controller"] != c:
+                    continue
+                s = _error_series(series_dir, r["run_id"])
+                if s is not None:
+                    curves.append(s)
+            if not curves:
+                continue
+            n = max(len(t) for t, _ in curves)
+            grid = next(t for t, _ in curves if len(t) == n) - t0
+            block = np.full((len(curves), n), np.nan)  # a crashed run's series ends early
+            for k, (_, e) in enumerate(curves):
+                block[k, : len(e)] = e
+            keep = (grid >= -FIGURE_BEFORE_S) & (grid <= FIGURE_AFTER_S)
+            q25, q50, q75 = np.nanpercentile(block[:, keep], [25, 50, 75], axis=0)
+            color = color_of(c)
+            ax.plot(grid[keep], q50, color=color, lw=1.4, label=c)
+            ax.fill_between(grid[keep], q25, q75, color=color, alpha=0.2, lw=0)
+            drawn = True
+        ax.axhline(group[0]["recovery_band_m"], color="k", ls="--", lw=0.8)
+        ax.axvline(0.0, color="k", lw=0.6)
+        ax.set_yscale("log")
+        ax.set_ylabel("position error (m)")
+        ax.set_title(f"{events} — {trajectory}, {payload}, {wind}", fontsize=9)
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[-1, 0].set_xlabel("time since the event (s)")
+    axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "recovery.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def recovery_section(rows: list[dict[str, Any]], run_dir: Path, out: Path) -> str | None:
+    """The report section of the runs with events (table and figure, the figure written into
+    ``out``), or ``None`` without such runs."""
+    table = recovery_table(rows)
+    if table is None:
+        return None
+    lines = ["## Recovery after events", "", table.markdown(digits=3), ""]
+    fig = recovery_figure(rows, Path(run_dir) / "series", out)
+    if fig is not None:
+        lines += [f"![recovery]({os.path.relpath(fig, run_dir)})", ""]
+    return "\n".join(lines)
