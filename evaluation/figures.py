@@ -6,6 +6,7 @@ that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -64,12 +65,16 @@ def _series_path(series_dir: Path, run_id: str) -> Path:
     return series_dir / (series_stem(run_id) + ".npz")
 
 
+#: the arrays of a saved series the figures plot (the others are not decompressed)
+PLOTTED = ("t", "pos", "ref", "residual_est", "residual_true")
+
+
 def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
     p = _series_path(series_dir, run_id)
     if not p.exists():
         return None
     with np.load(p) as z:
-        return {k: z[k] for k in z.files}
+        return {k: z[k] for k in PLOTTED if k in z.files}
 
 
 def has_estimate(residual_est: np.ndarray) -> bool:
@@ -369,8 +374,6 @@ def flight_animation(
     fps: int = 10,
 ) -> Path | None:
     """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
-    import os
-
     os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         from PIL import Image
@@ -415,6 +418,92 @@ def flight_animation(
     return path
 
 
+def payload_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """RMSE and residual-estimate bias over the payloads (helix, windy)."""
+    return _sweep_plot(
+        rows,
+        "payload",
+        PAYLOAD_ORDER,
+        lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
+        "payload sweep (helix, windy)",
+        "payload",
+        out / "payload_sweep.png",
+        bias=True,
+    )
+
+
+def wind_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """RMSE over the wind levels (heavy payload, helix)."""
+    return _sweep_plot(
+        rows,
+        "wind",
+        WIND_ORDER,
+        lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
+        "wind sweep (heavy, helix)",
+        "wind",
+        out / "wind_sweep.png",
+    )
+
+
+#: every figure by name, in the order the report lists them
+FIGURES: dict[str, Callable[..., Path | None]] = {
+    "disturbance_models": disturbance_models,
+    "residual_learning": residual_learning,
+    "tracking_comparison": tracking_comparison,
+    "payload_sweep": payload_sweep,
+    "wind_sweep": wind_sweep,
+    "rls_adaptation": rls_adaptation,
+    "flight_animation": flight_animation,
+}
+#: the order in which they are handed to the workers: the longest first (measured: the rendered
+#: animation, then the figures that read time series or the training data)
+LONGEST_FIRST = (
+    "flight_animation",
+    "tracking_comparison",
+    "residual_learning",
+    "rls_adaptation",
+    "disturbance_models",
+    "payload_sweep",
+    "wind_sweep",
+)
+
+
+def draw_figure(name: str, args: tuple[Any, ...]) -> tuple[str, Path | None]:
+    """Draw figure ``name`` of :data:`FIGURES` with ``args``: one job of :func:`make_figures`
+    (module level, so a worker process imports and calls it as the parent would)."""
+    return name, FIGURES[name](*args)
+
+
+def figure_jobs(
+    rows: list[dict[str, Any]],
+    run_dir: str | Path,
+    out: Path,
+    training: dict[str, Path] | None = None,
+    animation: bool = True,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(name, args)`` of every figure :func:`make_figures` draws from flown ``rows``, in
+    :data:`FIGURES` order."""
+    series_dir = Path(run_dir) / "series"
+    train = training or {}
+    jobs: dict[str, tuple[Any, ...]] = {
+        "disturbance_models": (out,),
+        "residual_learning": (
+            train.get("logdir"),
+            train.get("dataset"),
+            train.get("weights"),
+            out,
+        ),
+        "tracking_comparison": (rows, series_dir, out),
+        "payload_sweep": (rows, out),
+        "wind_sweep": (rows, out),
+        "rls_adaptation": (series_dir, out),
+    }
+    if animation:
+        ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
+        jobs["flight_animation"] = (out, ctrls or _controllers(rows)[:3])
+    return list(jobs.items())
+
+
 def make_figures(
     rows: list[dict[str, Any]],
     run_dir: str | Path,
@@ -422,53 +511,31 @@ def make_figures(
     training: dict[str, Path] | None = None,
     animation: bool = True,
     progress: bool = False,
+    workers: int | None = 1,
 ) -> dict[str, Path]:
-    """Every figure the rows and series allow; returns name → path (``progress``: a bar).
+    """Every figure the rows and series allow; returns name → path in :data:`FIGURES` order
+    (``progress``: a bar).
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
-    left out.
+    left out. ``workers``: processes drawing the figures at once (``None``: every core; 1: one
+    after the other in this process); each figure is drawn by one process from the same data,
+    so the files do not depend on it.
     """
     from residual_quad.evaluation.sweep.rows import flown_rows
+    from residual_quad.parallel import map_jobs
 
     rows = flown_rows(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    series_dir = Path(run_dir) / "series"
-    train = training or {}
-    makers: dict[str, Callable[[], Path | None]] = {
-        "disturbance_models": lambda: disturbance_models(out),
-        "residual_learning": lambda: residual_learning(
-            train.get("logdir"), train.get("dataset"), train.get("weights"), out
-        ),
-        "tracking_comparison": lambda: tracking_comparison(rows, series_dir, out),
-        "payload_sweep": lambda: _sweep_plot(
-            rows,
-            "payload",
-            PAYLOAD_ORDER,
-            lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
-            "payload sweep (helix, windy)",
-            "payload",
-            out / "payload_sweep.png",
-            bias=True,
-        ),
-        "wind_sweep": lambda: _sweep_plot(
-            rows,
-            "wind",
-            WIND_ORDER,
-            lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
-            "wind sweep (heavy, helix)",
-            "wind",
-            out / "wind_sweep.png",
-        ),
-        "rls_adaptation": lambda: rls_adaptation(series_dir, out),
-    }
-    if animation:
-        ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
-        makers["flight_animation"] = lambda: flight_animation(out, ctrls or _controllers(rows)[:3])
-    figs: dict[str, Path | None] = {}
-    with tqdm(makers.items(), desc="figures", unit="fig", disable=not progress) as bar:
-        for name, make in bar:
+    jobs = dict(figure_jobs(rows, run_dir, out, training, animation))
+    order = [n for n in LONGEST_FIRST if n in jobs]
+    n = min(workers or os.cpu_count() or 1, len(order))
+    drawn: dict[str, Path | None] = {}
+    results = map_jobs([(draw_figure, (name, jobs[name])) for name in order], workers=n)
+    with tqdm(total=len(order), desc="figures", unit="fig", disable=not progress) as bar:
+        for name, path in results:
+            drawn[name] = path
             bar.set_postfix_str(name)
-            figs[name] = make()
-    return {k: v for k, v in figs.items() if v is not None}
+            bar.update()
+    return {k: p for k in FIGURES if (p := drawn.get(k)) is not None}

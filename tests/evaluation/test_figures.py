@@ -57,3 +57,58 @@ def test_panel_d_draws_truth_and_every_estimate(tmp_path: Path, monkeypatch):
     assert labels == {"true", "geo_rls estimate", "geo_rls_dob estimate"}
     est = next(line for line in panel.get_lines() if line.get_label() == "geo_rls estimate")
     np.testing.assert_array_equal(est.get_ydata(), np.full(T - 1, -3.9))
+
+
+def _sweep_folder(root: Path) -> list[dict]:
+    """Hand-made rows of a small matrix and the time series of its showcase runs."""
+    series_dir = root / "series"
+    series_dir.mkdir(parents=True)
+    rows = []
+    for k, ctrl in enumerate(("geo", "geo_res", "geo_rls")):
+        for payload in ("none", "heavy", "extra"):
+            for wind in ("calm", "windy"):
+                run_id = f"{ctrl}|{payload}|{wind}|helix|0"
+                if wind == "windy" and payload != "none":
+                    s = _series(-4.0 + 0.1 * k if ctrl != "geo" else None)
+                    s["pos"] = s["pos"] + 0.01 * (k + 1)
+                    np.savez(figures._series_path(series_dir, run_id), **s)
+                rows.append(
+                    dict(
+                        run_id=run_id,
+                        controller=ctrl,
+                        payload=payload,
+                        wind=wind,
+                        trajectory="helix",
+                        seed=0,
+                        diverged=False,
+                        control_cost=100.0 + k,
+                        rmse=0.01 * (k + 1) * (1 + len(payload)),
+                        residual_bias=0.1 * (k + 1) if ctrl != "geo" else None,
+                    )
+                )
+    return rows
+
+
+def test_figures_drawn_by_worker_processes_equal_the_serial_ones(tmp_path: Path):
+    """Each figure is drawn from the same data whichever process draws it: the same files,
+    byte for byte, listed in the same order."""
+    rows = _sweep_folder(tmp_path)
+    serial = figures.make_figures(rows, tmp_path, tmp_path / "serial", animation=False, workers=1)
+    pooled = figures.make_figures(rows, tmp_path, tmp_path / "pooled", animation=False, workers=2)
+    assert list(serial) == list(pooled) == [
+        "disturbance_models",
+        "tracking_comparison",
+        "payload_sweep",
+        "wind_sweep",
+        "rls_adaptation",
+    ]
+    for name, path in serial.items():
+        assert path.parent == tmp_path / "serial" and pooled[name].parent == tmp_path / "pooled"
+        assert path.read_bytes() == pooled[name].read_bytes(), name
+
+
+def test_every_figure_has_a_job_and_the_longest_go_first(tmp_path: Path):
+    jobs = figures.figure_jobs(_sweep_folder(tmp_path), tmp_path, tmp_path, animation=True)
+    assert [name for name, _ in jobs] == list(figures.FIGURES)
+    assert sorted(figures.LONGEST_FIRST) == sorted(figures.FIGURES)
+    assert figures.LONGEST_FIRST[0] == "flight_animation"
