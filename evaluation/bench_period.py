@@ -73,6 +73,8 @@ class _Variants:
         self.substeps = p0.substeps
         self.physics = BatchPhysics(n, p0, lambda i: plants[i], nthread=1)
         self.active = np.arange(n)
+        for i in range(n):  # as the vector env does after a reset
+            self.physics.wind.mirror(i)
         nstate = mujoco.mj_stateSize(p0.model, FULL_PHYSICS)
         self.state0 = np.empty((n, nstate))
         for i, p in enumerate(plants):

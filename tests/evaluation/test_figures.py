@@ -95,13 +95,17 @@ def test_figures_drawn_by_worker_processes_equal_the_serial_ones(tmp_path: Path)
     rows = _sweep_folder(tmp_path)
     serial = figures.make_figures(rows, tmp_path, tmp_path / "serial", animation=False, workers=1)
     pooled = figures.make_figures(rows, tmp_path, tmp_path / "pooled", animation=False, workers=2)
-    assert list(serial) == list(pooled) == [
-        "disturbance_models",
-        "tracking_comparison",
-        "payload_sweep",
-        "wind_sweep",
-        "rls_adaptation",
-    ]
+    assert (
+        list(serial)
+        == list(pooled)
+        == [
+            "disturbance_models",
+            "tracking_comparison",
+            "payload_sweep",
+            "wind_sweep",
+            "rls_adaptation",
+        ]
+    )
     for name, path in serial.items():
         assert path.parent == tmp_path / "serial" and pooled[name].parent == tmp_path / "pooled"
         assert path.read_bytes() == pooled[name].read_bytes(), name
