@@ -98,7 +98,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{time.perf_counter() - t0:.1f} s wall"
     )
     if not args.no_report and flown:
-        report_from_rows(Path(args.out), animation=False)
+        report_from_rows(Path(args.out), animation=False, workers=args.workers)
     return report_failures("sweep", rows, Path(args.out) / ROWS_FILE)
 
 
@@ -126,7 +126,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         if v
     }
-    report_from_rows(Path(args.run_dir), animation=not args.no_animation, training=training)
+    report_from_rows(
+        Path(args.run_dir),
+        animation=not args.no_animation,
+        training=training,
+        workers=args.workers,
+    )
     return 0
 
 
@@ -181,6 +186,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None, help="collected dataset (prediction scatter)")
     p.add_argument("--weights", default=None, help="trained residual weights (scatter)")
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes drawing the figures (default: all cores)",
+    )
     p.add_argument(
         "--focus",
         default=None,
