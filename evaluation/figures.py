@@ -29,6 +29,7 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindModel,
     WindProcess,
 )
+from residual_quad.evaluation.animation import frames_or_reason, write_animation
 from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
 from residual_quad.evaluation.tables import (  # noqa: E402
     PAYLOAD_ORDER,
@@ -364,60 +365,6 @@ def residual_learning(
     return path
 
 
-def flight_animation(
-    out: Path,
-    controllers: list[str],
-    payload: str = "heavy",
-    wind: str = "windy",
-    trajectory: str = "helix",
-    seconds: float = 8.0,
-    fps: int = 10,
-) -> Path | None:
-    """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    try:
-        from PIL import Image
-
-        from residual_quad.episode import run_episode
-
-        frames_per: dict[str, list[np.ndarray]] = {}
-        for name in controllers:
-            result = run_episode(
-                name,
-                payload=payload,
-                wind=wind,
-                trajectory=trajectory,
-                seed=0,
-                episode_s=seconds,
-                frame_every=max(1, round(100.0 / fps)),  # control steps per frame at 100 Hz
-                render_mode="rgb_array",
-                width=320,
-                height=240,
-            )
-            frames_per[name] = result.extras["frames"]
-    except Exception as exc:  # no OpenGL context on this machine
-        print(f"flight animation skipped: rendering is not available here ({exc})")
-        return None
-    from PIL import ImageDraw
-
-    n = min(len(f) for f in frames_per.values())
-    images = []
-    for i in range(n):
-        img = Image.fromarray(np.concatenate([frames_per[c][i] for c in controllers], axis=1))
-        draw = ImageDraw.Draw(img)
-        for j, name in enumerate(controllers):
-            draw.text((8 + 320 * j, 6), name, fill=(255, 255, 255))
-        draw.text(
-            (8, 224),
-            f"{payload} payload, {wind}, {trajectory}  t = {i / fps:4.1f} s",
-            fill=(255, 255, 255),
-        )
-        images.append(img)
-    path = out / "flight.gif"
-    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
-    return path
-
-
 def payload_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
     """RMSE and residual-estimate bias over the payloads (helix, windy)."""
     return _sweep_plot(
@@ -445,7 +392,8 @@ def wind_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
     )
 
 
-#: every figure by name, in the order the report lists them
+#: every figure drawn by one job, by name, in the order the report lists them (the flight
+#: animation, listed last, is one job per controller and is put together here)
 FIGURES: dict[str, Callable[..., Path | None]] = {
     "disturbance_models": disturbance_models,
     "residual_learning": residual_learning,
@@ -453,12 +401,15 @@ FIGURES: dict[str, Callable[..., Path | None]] = {
     "payload_sweep": payload_sweep,
     "wind_sweep": wind_sweep,
     "rls_adaptation": rls_adaptation,
-    "flight_animation": flight_animation,
 }
-#: the order in which they are handed to the workers: the longest first (measured: the rendered
-#: animation, then the figures that read time series or the training data)
+ANIMATION = "flight_animation"
+#: the animation's scenario and frame rate
+ANIMATION_SCENARIO = ("heavy", "windy", "helix")
+ANIMATION_SECONDS, ANIMATION_FPS = 8.0, 10
+#: the order in which the jobs go to the workers, longest first (measured: a controller's
+#: rendered flight, then the figures that read time series or the training data)
 LONGEST_FIRST = (
-    "flight_animation",
+    ANIMATION,
     "tracking_comparison",
     "residual_learning",
     "rls_adaptation",
@@ -468,9 +419,12 @@ LONGEST_FIRST = (
 )
 
 
-def draw_figure(name: str, args: tuple[Any, ...]) -> tuple[str, Path | None]:
-    """Draw figure ``name`` of :data:`FIGURES` with ``args``: one job of :func:`make_figures`
-    (module level, so a worker process imports and calls it as the parent would)."""
+def draw_figure(name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """One job of :func:`make_figures` (module level, so a worker process imports and calls it
+    as the parent would): figure ``name`` of :data:`FIGURES`, or ``flight_animation:<label>``,
+    that controller's rendered frames (or why nothing renders here)."""
+    if name.startswith(ANIMATION + ":"):
+        return name, frames_or_reason(*args)
     return name, FIGURES[name](*args)
 
 
@@ -481,27 +435,27 @@ def figure_jobs(
     training: dict[str, Path] | None = None,
     animation: bool = True,
 ) -> list[tuple[str, tuple[Any, ...]]]:
-    """``(name, args)`` of every figure :func:`make_figures` draws from flown ``rows``, in
-    :data:`FIGURES` order."""
+    """``(name, args)`` of every job :func:`make_figures` runs for flown ``rows``: the figures
+    in :data:`FIGURES` order, then one rendered flight per animated controller."""
     series_dir = Path(run_dir) / "series"
     train = training or {}
-    jobs: dict[str, tuple[Any, ...]] = {
-        "disturbance_models": (out,),
-        "residual_learning": (
-            train.get("logdir"),
-            train.get("dataset"),
-            train.get("weights"),
-            out,
+    jobs: list[tuple[str, tuple[Any, ...]]] = [
+        ("disturbance_models", (out,)),
+        (
+            "residual_learning",
+            (train.get("logdir"), train.get("dataset"), train.get("weights"), out),
         ),
-        "tracking_comparison": (rows, series_dir, out),
-        "payload_sweep": (rows, out),
-        "wind_sweep": (rows, out),
-        "rls_adaptation": (series_dir, out),
-    }
+        ("tracking_comparison", (rows, series_dir, out)),
+        ("payload_sweep", (rows, out)),
+        ("wind_sweep", (rows, out)),
+        ("rls_adaptation", (series_dir, out)),
+    ]
     if animation:
         ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
-        jobs["flight_animation"] = (out, ctrls or _controllers(rows)[:3])
-    return list(jobs.items())
+        for c in ctrls or _controllers(rows)[:3]:
+            args = (c, *ANIMATION_SCENARIO, ANIMATION_SECONDS, ANIMATION_FPS)
+            jobs.append((f"{ANIMATION}:{c}", args))
+    return jobs
 
 
 def make_figures(
@@ -513,14 +467,14 @@ def make_figures(
     progress: bool = False,
     workers: int | None = 1,
 ) -> dict[str, Path]:
-    """Every figure the rows and series allow; returns name → path in :data:`FIGURES` order
-    (``progress``: a bar).
+    """Every figure the rows and series allow; returns name → path in :data:`FIGURES` order,
+    the flight animation last (``progress``: a bar).
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
-    left out. ``workers``: processes drawing the figures at once (``None``: every core; 1: one
-    after the other in this process); each figure is drawn by one process from the same data,
-    so the files do not depend on it.
+    left out. ``workers``: processes drawing at once (``None``: every core; 1: one job after
+    the other in this process); each figure and each animated flight is drawn by one process
+    from the same data, so the files do not depend on it.
     """
     from residual_quad.evaluation.sweep.rows import flown_rows
     from residual_quad.parallel import map_jobs
@@ -528,14 +482,24 @@ def make_figures(
     rows = flown_rows(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    jobs = dict(figure_jobs(rows, run_dir, out, training, animation))
-    order = [n for n in LONGEST_FIRST if n in jobs]
-    n = min(workers or os.cpu_count() or 1, len(order))
-    drawn: dict[str, Path | None] = {}
-    results = map_jobs([(draw_figure, (name, jobs[name])) for name in order], workers=n)
-    with tqdm(total=len(order), desc="figures", unit="fig", disable=not progress) as bar:
-        for name, path in results:
-            drawn[name] = path
+    jobs = figure_jobs(rows, run_dir, out, training, animation)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    jobs.sort(key=lambda job: rank[job[0].partition(":")[0]])  # stable: flights keep their order
+    n = min(workers or os.cpu_count() or 1, len(jobs))
+    drawn: dict[str, Any] = {}
+    results = map_jobs([(draw_figure, job) for job in jobs], workers=n)
+    with tqdm(total=len(jobs), desc="figures", unit="job", disable=not progress) as bar:
+        for name, result in results:
+            drawn[name] = result
             bar.set_postfix_str(name)
             bar.update()
-    return {k: p for k in FIGURES if (p := drawn.get(k)) is not None}
+    figs = {k: p for k in FIGURES if (p := drawn.get(k)) is not None}
+    flights = {n.partition(":")[2]: drawn[n] for n, _ in jobs if n.startswith(ANIMATION + ":")}
+    if flights:
+        reason = next((f for f in flights.values() if isinstance(f, str)), None)
+        if reason is not None:
+            print(reason)
+        else:
+            caption = "{} payload, {}, {}".format(*ANIMATION_SCENARIO)
+            figs[ANIMATION] = write_animation(out, flights, caption, ANIMATION_FPS)
+    return figs

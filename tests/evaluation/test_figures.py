@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from matplotlib.figure import Figure
 
 from residual_quad.evaluation import figures
@@ -113,6 +115,64 @@ def test_figures_drawn_by_worker_processes_equal_the_serial_ones(tmp_path: Path)
 
 def test_every_figure_has_a_job_and_the_longest_go_first(tmp_path: Path):
     jobs = figures.figure_jobs(_sweep_folder(tmp_path), tmp_path, tmp_path, animation=True)
-    assert [name for name, _ in jobs] == list(figures.FIGURES)
-    assert sorted(figures.LONGEST_FIRST) == sorted(figures.FIGURES)
-    assert figures.LONGEST_FIRST[0] == "flight_animation"
+    names = [name for name, _ in jobs]
+    assert names == [
+        *figures.FIGURES,
+        *(f"flight_animation:{c}" for c in ("geo", "geo_res", "geo_rls")),
+    ]
+    assert sorted(figures.LONGEST_FIRST) == sorted([*figures.FIGURES, figures.ANIMATION])
+    assert figures.LONGEST_FIRST[0] == figures.ANIMATION
+
+
+def test_the_animation_flies_each_controller_once_and_puts_the_frames_together(
+    tmp_path: Path, monkeypatch
+):
+    """One job per animated controller (in any process), the GIF written from their frames in
+    the controllers' order; a machine without rendering skips it with one line."""
+    flown = []
+
+    def fake_frames(name, payload, wind, trajectory, seconds, fps):
+        flown.append((name, payload, wind, trajectory))
+        return [np.full((240, 320, 3), 40 * len(flown), dtype=np.uint8)] * 3
+
+    monkeypatch.setattr(figures, "frames_or_reason", fake_frames)
+    rows = _sweep_folder(tmp_path)
+    figs = figures.make_figures(rows, tmp_path, tmp_path / "out", animation=True, workers=1)
+    assert list(figs)[-1] == "flight_animation" and figs["flight_animation"].name == "flight.gif"
+    assert [f[0] for f in flown] == ["geo", "geo_res", "geo_rls"]
+    assert {f[1:] for f in flown} == {("heavy", "windy", "helix")}
+    from PIL import Image
+
+    with Image.open(figs["flight_animation"]) as gif:
+        assert gif.n_frames == 3 and gif.size == (960, 240)
+    monkeypatch.setattr(figures, "frames_or_reason", lambda *a: "flight animation skipped: x")
+    figs = figures.make_figures(rows, tmp_path, tmp_path / "out2", animation=True, workers=1)
+    assert "flight_animation" not in figs
+
+
+def test_gif_frames_show_the_same_flight_as_the_default_renderer():
+    """The lighter render settings of the animation (smaller shadow map, no multisampling) draw
+    the same scene: frames within a few levels of the default renderer's, on average."""
+    from residual_quad.episode import run_episode
+    from residual_quad.evaluation import animation
+
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    got = animation.frames_or_reason("geo", "heavy", "windy", "helix", 0.3, 10)
+    if isinstance(got, str):
+        pytest.skip(got)
+    default = run_episode(
+        "geo",
+        payload="heavy",
+        wind="windy",
+        trajectory="helix",
+        episode_s=0.3,
+        frame_every=10,
+        render_mode="rgb_array",
+        width=320,
+        height=240,
+    ).extras["frames"]
+    assert len(got) == len(default) == 3
+    for a, b in zip(got, default, strict=True):
+        diff = np.abs(a.astype(float) - b.astype(float))
+        assert diff.mean() < 1.0  # of 255: edges differ, the scene does not
+        assert (diff > 60).mean() < 0.01
