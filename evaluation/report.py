@@ -310,7 +310,7 @@ def report_from_rows(
     run_dir: Path,
     animation: bool = True,
     training: dict | None = None,
-    workers: int | None = None,
+    workers: int | None = 1,
 ) -> Path:
     """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone
     (``workers``: processes drawing the figures; ``None``: every core)."""

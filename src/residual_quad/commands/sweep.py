@@ -98,7 +98,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         f"{time.perf_counter() - t0:.1f} s wall"
     )
     if not args.no_report and flown:
-        report_from_rows(Path(args.out), animation=False, workers=args.workers)
+        report_from_rows(Path(args.out), animation=False)
     return report_failures("sweep", rows, Path(args.out) / ROWS_FILE)
 
 
@@ -189,8 +189,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers",
         type=positive_int,
-        default=None,
-        help="processes drawing the figures (default: all cores)",
+        default=1,
+        help="processes drawing the figures (default 1: on 2 cores more are slower, the GIF's "
+        "software renderer already uses every core)",
     )
     p.add_argument(
         "--focus",
