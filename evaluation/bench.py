@@ -22,6 +22,8 @@ SECTIONS: dict[str, str] = {
     "remote": "residual_quad.remote.bench:run",
     "sweep": "residual_quad.evaluation.bench_sweep:run",
     "rl": "residual_quad.evaluation.bench_rl:run",
+    "period": "residual_quad.evaluation.bench_period:run",
+    "pipeline": "residual_quad.evaluation.bench_pipeline:run",
 }
 
 

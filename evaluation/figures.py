@@ -6,6 +6,7 @@ that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindModel,
     WindProcess,
 )
+from residual_quad.evaluation.animation import frames_or_reason, write_animation
 from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
 from residual_quad.evaluation.tables import (  # noqa: E402
     PAYLOAD_ORDER,
@@ -64,12 +66,16 @@ def _series_path(series_dir: Path, run_id: str) -> Path:
     return series_dir / (series_stem(run_id) + ".npz")
 
 
+#: the arrays of a saved series the figures plot (the others are not decompressed)
+PLOTTED = ("t", "pos", "ref", "residual_est", "residual_true")
+
+
 def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
     p = _series_path(series_dir, run_id)
     if not p.exists():
         return None
     with np.load(p) as z:
-        return {k: z[k] for k in z.files}
+        return {k: z[k] for k in PLOTTED if k in z.files}
 
 
 def has_estimate(residual_est: np.ndarray) -> bool:
@@ -359,60 +365,97 @@ def residual_learning(
     return path
 
 
-def flight_animation(
+def payload_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """RMSE and residual-estimate bias over the payloads (helix, windy)."""
+    return _sweep_plot(
+        rows,
+        "payload",
+        PAYLOAD_ORDER,
+        lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
+        "payload sweep (helix, windy)",
+        "payload",
+        out / "payload_sweep.png",
+        bias=True,
+    )
+
+
+def wind_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:
+    """RMSE over the wind levels (heavy payload, helix)."""
+    return _sweep_plot(
+        rows,
+        "wind",
+        WIND_ORDER,
+        lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
+        "wind sweep (heavy, helix)",
+        "wind",
+        out / "wind_sweep.png",
+    )
+
+
+#: every figure drawn by one job, by name, in the order the report lists them (the flight
+#: animation, listed last, is one job per controller and is put together here)
+FIGURES: dict[str, Callable[..., Path | None]] = {
+    "disturbance_models": disturbance_models,
+    "residual_learning": residual_learning,
+    "tracking_comparison": tracking_comparison,
+    "payload_sweep": payload_sweep,
+    "wind_sweep": wind_sweep,
+    "rls_adaptation": rls_adaptation,
+}
+ANIMATION = "flight_animation"
+#: the animation's scenario and frame rate
+ANIMATION_SCENARIO = ("heavy", "windy", "helix")
+ANIMATION_SECONDS, ANIMATION_FPS = 8.0, 10
+#: the order in which the jobs go to the workers, longest first (measured: a controller's
+#: rendered flight, then the figures that read time series or the training data)
+LONGEST_FIRST = (
+    ANIMATION,
+    "tracking_comparison",
+    "residual_learning",
+    "rls_adaptation",
+    "disturbance_models",
+    "payload_sweep",
+    "wind_sweep",
+)
+
+
+def draw_figure(name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """One job of :func:`make_figures` (module level, so a worker process imports and calls it
+    as the parent would): figure ``name`` of :data:`FIGURES`, or ``flight_animation:<label>``,
+    that controller's rendered frames (or why nothing renders here)."""
+    if name.startswith(ANIMATION + ":"):
+        return name, frames_or_reason(*args)
+    return name, FIGURES[name](*args)
+
+
+def figure_jobs(
+    rows: list[dict[str, Any]],
+    run_dir: str | Path,
     out: Path,
-    controllers: list[str],
-    payload: str = "heavy",
-    wind: str = "windy",
-    trajectory: str = "helix",
-    seconds: float = 8.0,
-    fps: int = 10,
-) -> Path | None:
-    """GIF of the controllers flying side by side (MuJoCo render); None without OpenGL."""
-    import os
-
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    try:
-        from PIL import Image
-
-        from residual_quad.episode import run_episode
-
-        frames_per: dict[str, list[np.ndarray]] = {}
-        for name in controllers:
-            result = run_episode(
-                name,
-                payload=payload,
-                wind=wind,
-                trajectory=trajectory,
-                seed=0,
-                episode_s=seconds,
-                frame_every=max(1, round(100.0 / fps)),  # control steps per frame at 100 Hz
-                render_mode="rgb_array",
-                width=320,
-                height=240,
-            )
-            frames_per[name] = result.extras["frames"]
-    except Exception as exc:  # no OpenGL context on this machine
-        print(f"flight animation skipped: rendering is not available here ({exc})")
-        return None
-    from PIL import ImageDraw
-
-    n = min(len(f) for f in frames_per.values())
-    images = []
-    for i in range(n):
-        img = Image.fromarray(np.concatenate([frames_per[c][i] for c in controllers], axis=1))
-        draw = ImageDraw.Draw(img)
-        for j, name in enumerate(controllers):
-            draw.text((8 + 320 * j, 6), name, fill=(255, 255, 255))
-        draw.text(
-            (8, 224),
-            f"{payload} payload, {wind}, {trajectory}  t = {i / fps:4.1f} s",
-            fill=(255, 255, 255),
-        )
-        images.append(img)
-    path = out / "flight.gif"
-    images[0].save(path, save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
-    return path
+    training: dict[str, Path] | None = None,
+    animation: bool = True,
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """``(name, args)`` of every job :func:`make_figures` runs for flown ``rows``: the figures
+    in :data:`FIGURES` order, then one rendered flight per animated controller."""
+    series_dir = Path(run_dir) / "series"
+    train = training or {}
+    jobs: list[tuple[str, tuple[Any, ...]]] = [
+        ("disturbance_models", (out,)),
+        (
+            "residual_learning",
+            (train.get("logdir"), train.get("dataset"), train.get("weights"), out),
+        ),
+        ("tracking_comparison", (rows, series_dir, out)),
+        ("payload_sweep", (rows, out)),
+        ("wind_sweep", (rows, out)),
+        ("rls_adaptation", (series_dir, out)),
+    ]
+    if animation:
+        ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
+        for c in ctrls or _controllers(rows)[:3]:
+            args = (c, *ANIMATION_SCENARIO, ANIMATION_SECONDS, ANIMATION_FPS)
+            jobs.append((f"{ANIMATION}:{c}", args))
+    return jobs
 
 
 def make_figures(
@@ -422,53 +465,41 @@ def make_figures(
     training: dict[str, Path] | None = None,
     animation: bool = True,
     progress: bool = False,
+    workers: int | None = 1,
 ) -> dict[str, Path]:
-    """Every figure the rows and series allow; returns name → path (``progress``: a bar).
+    """Every figure the rows and series allow; returns name → path in :data:`FIGURES` order,
+    the flight animation last (``progress``: a bar).
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
-    left out.
+    left out. ``workers``: processes drawing at once (``None``: every core; 1: one job after
+    the other in this process); each figure and each animated flight is drawn by one process
+    from the same data, so the files do not depend on it.
     """
     from residual_quad.evaluation.sweep.rows import flown_rows
+    from residual_quad.parallel import map_jobs
 
     rows = flown_rows(rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    series_dir = Path(run_dir) / "series"
-    train = training or {}
-    makers: dict[str, Callable[[], Path | None]] = {
-        "disturbance_models": lambda: disturbance_models(out),
-        "residual_learning": lambda: residual_learning(
-            train.get("logdir"), train.get("dataset"), train.get("weights"), out
-        ),
-        "tracking_comparison": lambda: tracking_comparison(rows, series_dir, out),
-        "payload_sweep": lambda: _sweep_plot(
-            rows,
-            "payload",
-            PAYLOAD_ORDER,
-            lambda r: r["trajectory"] == "helix" and r["wind"] == "windy",
-            "payload sweep (helix, windy)",
-            "payload",
-            out / "payload_sweep.png",
-            bias=True,
-        ),
-        "wind_sweep": lambda: _sweep_plot(
-            rows,
-            "wind",
-            WIND_ORDER,
-            lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
-            "wind sweep (heavy, helix)",
-            "wind",
-            out / "wind_sweep.png",
-        ),
-        "rls_adaptation": lambda: rls_adaptation(series_dir, out),
-    }
-    if animation:
-        ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
-        makers["flight_animation"] = lambda: flight_animation(out, ctrls or _controllers(rows)[:3])
-    figs: dict[str, Path | None] = {}
-    with tqdm(makers.items(), desc="figures", unit="fig", disable=not progress) as bar:
-        for name, make in bar:
+    jobs = figure_jobs(rows, run_dir, out, training, animation)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    jobs.sort(key=lambda job: rank[job[0].partition(":")[0]])  # stable: flights keep their order
+    n = min(workers or os.cpu_count() or 1, len(jobs))
+    drawn: dict[str, Any] = {}
+    results = map_jobs([(draw_figure, job) for job in jobs], workers=n)
+    with tqdm(total=len(jobs), desc="figures", unit="job", disable=not progress) as bar:
+        for name, result in results:
+            drawn[name] = result
             bar.set_postfix_str(name)
-            figs[name] = make()
-    return {k: v for k, v in figs.items() if v is not None}
+            bar.update()
+    figs = {k: p for k in FIGURES if (p := drawn.get(k)) is not None}
+    flights = {n.partition(":")[2]: drawn[n] for n, _ in jobs if n.startswith(ANIMATION + ":")}
+    if flights:
+        reason = next((f for f in flights.values() if isinstance(f, str)), None)
+        if reason is not None:
+            print(reason)
+        else:
+            caption = "{} payload, {}, {}".format(*ANIMATION_SCENARIO)
+            figs[ANIMATION] = write_animation(out, flights, caption, ANIMATION_FPS)
+    return figs

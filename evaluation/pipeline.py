@@ -24,6 +24,9 @@ RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
 #: ``rquad pipeline`` should reproduce, and what its closing lines compare with
 COMMITTED_OUTCOME = Path(__file__).with_name("committed_outcome.json")
 COMMITTED_REPORT = "docs/results/report.md in the repository"
+#: each stage's wall seconds (collect, train, evaluate, report) and the env-steps the evaluation
+#: flew, next to ``report.md`` (``rquad bench --sections pipeline`` reads it)
+TIMINGS_FILE = "pipeline_timings.json"
 
 
 @dataclass
@@ -43,6 +46,9 @@ class PipelineConfig:
     # makes a default worth committing.
     beyond: str = ""
     beyond_overrides: dict[str, Any] = field(default_factory=dict)
+    # processes drawing the figures (0: every core); 1 measured fastest on 2 cores, where the
+    # software renderer of the GIF already keeps every core busy (docs/results/benchmarks.md)
+    figure_workers: int = 1
 
 
 QUICK = PipelineConfig(
@@ -139,20 +145,22 @@ def run_pipeline(
         training,
         animation=cfg.animation,
         progress=True,
+        workers=cfg.figure_workers or None,
     )
-    timings["report"] = time.perf_counter() - t0
+
+    def pipeline_section() -> str:  # called by write_report once its tables are computed
+        timings["report"] = time.perf_counter() - t0
+        section = stages_section(timings)
+        if notes:
+            section += "\n\n" + "\n".join(f"- {n}" for n in notes)
+        return section
+
+    report = write_report(
+        rows, out, figs, extra_sections=[pipeline_section], beyond_sections=beyond
+    )
     total = sum(timings.values())
-    stage_lines = "\n".join(f"| {k} | {v:.1f} |" for k, v in timings.items())
-    section = (
-        "## Pipeline\n\n"
-        f"Stages of this run (wall seconds; total {total:.0f} s):\n\n"
-        "| stage | s |\n|---|---|\n" + stage_lines + "\n\n"
-        "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
-        "`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`."
-    )
-    if notes:
-        section += "\n\n" + "\n".join(f"- {n}" for n in notes)
-    report = write_report(rows, out, figs, extra_sections=[section], beyond_sections=beyond)
+    record = {**timings, "evaluate_env_steps": sum(int(r.get("steps", 0)) for r in rows)}
+    (out / TIMINGS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     outcome = json.loads((out / OUTCOME_FILE).read_text())
     for line in closing_lines(outcome, committed):
         print(line)
@@ -222,9 +230,23 @@ def beyond_stage(
     )
 
 
+def stages_section(timings: dict[str, float]) -> str:
+    """The report's "Pipeline" section: each stage's wall seconds and share of the run."""
+    total = sum(timings.values())
+    lines = "\n".join(f"| {k} | {v:.1f} | {v / total:.0%} |" for k, v in timings.items())
+    return (
+        "## Pipeline\n\n"
+        f"Stages of this run (wall seconds; total {total:.0f} s):\n\n"
+        "| stage | s | share |\n|---|---|---|\n" + lines + "\n\n"
+        "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
+        f"`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`, stage times "
+        f"`{TIMINGS_FILE}`."
+    )
+
+
 def is_committed_run(cfg: PipelineConfig) -> bool:
-    """Whether ``cfg`` runs the committed experiment (worker count and GIF aside)."""
-    return dataclasses.replace(cfg, workers=0, animation=True) == PipelineConfig()
+    """Whether ``cfg`` runs the committed experiment (worker counts and GIF aside)."""
+    return dataclasses.replace(cfg, workers=0, animation=True, figure_workers=1) == PipelineConfig()
 
 
 def committed_outcome() -> dict[str, Any]:

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,14 +231,17 @@ def write_report(
     rows: list[dict[str, Any]],
     out_dir: str | Path,
     figures: dict[str, Path] | None = None,
-    extra_sections: list[str] | None = None,
+    extra_sections: list[str | Callable[[], str]] | None = None,
     title: str = "residual-quad evaluation report",
     beyond_sections: list[str] | None = None,
 ) -> Path:
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
     runs (controller errors) are counted and listed (the ``failures`` table), never averaged.
     ``extra_sections`` go before the tables, ``beyond_sections``
-    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them."""
+    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them.
+
+    An extra section may be a callable: it is called once every table and check is computed,
+    so a section that times the report stage (the pipeline's) sees all of it."""
     out = Path(out_dir)
     rl = rl_section(rows)
     rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
@@ -276,7 +280,7 @@ def write_report(
     if rl is not None:
         lines += [rl, ""]
     for section in extra_sections or []:
-        lines += [section.strip(), ""]
+        lines += [(section if isinstance(section, str) else section()).strip(), ""]
     lines += ["## Tables", ""]
     for name, t in tables.items():
         lines += [t.markdown(), ""]
@@ -323,8 +327,14 @@ def order_rows(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]
     return sorted(rows, key=lambda r: rank.get(r.get("controller"), len(rank)))
 
 
-def report_from_rows(run_dir: Path, animation: bool = True, training: dict | None = None) -> Path:
-    """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone."""
+def report_from_rows(
+    run_dir: Path,
+    animation: bool = True,
+    training: dict | None = None,
+    workers: int | None = 1,
+) -> Path:
+    """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone
+    (``workers``: processes drawing the figures; ``None``: every core)."""
     from residual_quad.evaluation.figures import make_figures
     from residual_quad.evaluation.recovery_report import recovery_section
     from residual_quad.evaluation.sweep.rows import read_rows
@@ -340,6 +350,7 @@ def report_from_rows(run_dir: Path, animation: bool = True, training: dict | Non
         training,
         animation=animation,
         progress=True,
+        workers=workers,
     )
     recovery = recovery_section(rows, run_dir, run_dir / "figures")  # runs with events only
     path = write_report(rows, run_dir, figs, extra_sections=[recovery] if recovery else None)

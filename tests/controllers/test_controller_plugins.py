@@ -99,3 +99,29 @@ def test_a_worker_process_sees_the_plugin(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert sorted(r["controller"] for r in rows) == ["geo", "softgeo"]
+
+
+def test_a_plugin_installed_into_a_folder_already_on_the_path_appears(tmp_path, monkeypatch):
+    """The discovery is reused while the search path is unchanged: installing into a folder that
+    is already on ``sys.path`` (as ``pip install`` does into site-packages) is still seen, and
+    removing the distribution again is too."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "softgeo" not in available_controllers()  # discovery of this path, cached
+    install_plugin(tmp_path, {"softgeo": "rq_test_plugin:SoftGeo"})
+    assert "softgeo" in available_controllers()
+    shutil.rmtree(tmp_path / "rq_test_plugin-0.1.dist-info")
+    assert "softgeo" not in available_controllers()
+
+
+def test_discovery_is_reused_while_the_path_is_unchanged(monkeypatch):
+    from importlib import metadata
+
+    available_controllers()
+    calls = []
+    real = metadata.entry_points
+    monkeypatch.setattr(metadata, "entry_points", lambda **kw: calls.append(kw) or real(**kw))
+    for _ in range(3):
+        available_controllers()
+    assert calls == []

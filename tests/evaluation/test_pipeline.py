@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from residual_quad.cli import main
+from residual_quad.evaluation.sweep import read_rows
 
 
 @pytest.mark.slow
@@ -27,8 +30,12 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
         "figures/wind_sweep.png",
         "figures/rls_adaptation.png",
         "report.md",
+        "pipeline_timings.json",
     ):
         assert (out / rel).exists(), rel
+    timings = json.loads((out / "pipeline_timings.json").read_text())
+    assert list(timings) == ["collect", "train", "evaluate", "report", "evaluate_env_steps"]
+    assert timings["evaluate_env_steps"] == sum(r["steps"] for r in read_rows(out / "sweep"))
     assert any((out / "tensorboard" / "residual_train").iterdir())
     report = (out / "report.md").read_text()
     assert "## Targets from the source [RES §9]" in report

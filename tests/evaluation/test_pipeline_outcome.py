@@ -95,3 +95,27 @@ def test_the_committed_report_is_its_rows_rendered(tmp_path):
             assert len(a) == len(b)
             for x, y in zip(a, b, strict=True):
                 assert x == y or float(x) == pytest.approx(float(y), rel=1e-12), (x, y)
+
+
+def test_the_stage_table_gives_each_stage_its_share():
+    from residual_quad.evaluation.pipeline import TIMINGS_FILE, stages_section
+
+    text = stages_section({"collect": 10.0, "train": 5.0, "evaluate": 170.0, "report": 15.0})
+    assert "total 200 s" in text
+    assert "| evaluate | 170.0 | 85% |" in text and "| report | 15.0 | 8% |" in text
+    assert TIMINGS_FILE in text
+
+
+def test_a_callable_section_is_called_after_the_tables_are_computed(tmp_path, monkeypatch):
+    """The pipeline times its report stage in such a section: it must see the tables done."""
+    from residual_quad.evaluation import report
+
+    events = []
+    real = report.make_tables
+    monkeypatch.setattr(report, "make_tables", lambda rows: events.append("tables") or real(rows))
+    rows = read_rows(ROWS)[:40]
+    text = report.write_report(
+        rows, tmp_path, extra_sections=[lambda: events.append("section") or "## Timed\n\nok"]
+    ).read_text()
+    assert events == ["tables", "section"]
+    assert "## Timed\n\nok" in text

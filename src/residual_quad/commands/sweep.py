@@ -134,7 +134,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         if v
     }
-    report_from_rows(Path(args.run_dir), animation=not args.no_animation, training=training)
+    report_from_rows(
+        Path(args.run_dir),
+        animation=not args.no_animation,
+        training=training,
+        workers=args.workers,
+    )
     return 0
 
 
@@ -206,6 +211,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default=None, help="collected dataset (prediction scatter)")
     p.add_argument("--weights", default=None, help="trained residual weights (scatter)")
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="processes drawing the figures (default 1: on 2 cores more are slower, the GIF's "
+        "software renderer already uses every core)",
+    )
     p.add_argument(
         "--focus",
         default=None,
