@@ -48,3 +48,32 @@ class RotorModel:
         out = np.array(obs, dtype=float)
         out[L.thrusts] = self.thrusts
         return out
+
+
+class BatchedRotorModel:
+    """:class:`RotorModel` for N envs: the same first-order update on each env's row, so every
+    row's estimate has the single model's bits."""
+
+    def __init__(self, tau_s: float, dt: float, n_envs: int):
+        self.single = RotorModel(tau_s, dt)  # checks ``tau_s``; holds the decay
+        self.thrusts = np.zeros((n_envs, 4))  # N, each env's estimate at its last period's end
+        self.known = np.zeros(n_envs, dtype=bool)  # whether the env has an estimate yet
+
+    def reset(self, index: int | slice | np.ndarray) -> None:
+        """No estimate yet for the envs ``index`` (see :meth:`RotorModel.reset`)."""
+        self.known[index] = False
+
+    def observe(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` (N, 36) with each row's thrusts replaced by its env's estimate (a new array);
+        a row whose thrusts are not finite is left as it is and its env's model unchanged."""
+        u = obs[:, L.thrusts]
+        ok = np.isfinite(u).all(axis=1)
+        step = ok & self.known
+        a = self.thrusts
+        a[step] = u[step] + (a[step] - u[step]) * self.single.decay
+        first = ok & ~self.known
+        a[first] = u[first]
+        self.known |= ok
+        out = np.array(obs, dtype=float)
+        out[ok, L.thrusts] = a[ok]
+        return out

@@ -37,7 +37,7 @@ from residual_quad.controllers.batch import (
     check_obs_batch,
 )
 from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
-from residual_quad.controllers.rotor_model import RotorModel
+from residual_quad.controllers.rotor_model import BatchedRotorModel, RotorModel
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
@@ -234,14 +234,15 @@ class BatchedTracker(RowBatch):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s; only 0: a rotor model is flown by the single trackers
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
     ):
-        if rotor_tau_s:
-            raise ValueError("rotor_tau_s > 0 is flown by the single trackers (vectorizes: no)")
         self.n_envs = check_n_envs(n_envs)
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
         self.dt = self.context.control_dt
+        self.rotor_model = (
+            BatchedRotorModel(float(rotor_tau_s), self.dt, self.n_envs) if rotor_tau_s else None
+        )
         self.kp, self.kd = float(kp), float(kd)
         self.inner = BatchedInnerLoop(self.airframe, self.n_envs, attitude)
         self.excitation = np.zeros((self.n_envs, 3))  # m/s², added to a_cmd per env
@@ -253,9 +254,9 @@ class BatchedTracker(RowBatch):
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
         """Whether this class implements the single controller's ``options`` (else the factory
-        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`);
-        a rotor model (``rotor_tau_s > 0``) is the single trackers'."""
-        return not options.get("rotor_tau_s")
+        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`):
+        every option of the single tracker, the rotor model included (override to narrow)."""
+        return True
 
     # -- state ---------------------------------------------------------------------------------
     def _reset_rows(self, index: int | slice) -> None:
@@ -265,6 +266,8 @@ class BatchedTracker(RowBatch):
         self.inner.saturated[index] = False
         self.inner.last_thrust[index] = self.airframe.hover_thrust
         self.guard.reset(index)
+        if self.rotor_model is not None:
+            self.rotor_model.reset(index)
 
     def _row_state(self) -> list[tuple[Any, str]]:
         """``(object, attribute)`` of every per-env state array (row = env), which a bad
@@ -292,6 +295,8 @@ class BatchedTracker(RowBatch):
         """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36); a row with a
         non-finite entry gets its env's last action and leaves its state as it was."""
         obs, bad = check_obs_batch(obs, self.n_envs)
+        if self.rotor_model is not None:  # as the single tracker: before the guard, own rule
+            obs = self.rotor_model.observe(obs)
         if not bad.any():
             return self.guard.finish(self._act_batch(obs), bad)
         # the batch is computed with a finite stand-in in the bad rows (every operation is row

@@ -287,7 +287,7 @@ class BatchedHNewtonTracker(BatchedTracker):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s; only 0: a rotor model is flown by the single trackers
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **params: Any,
     ):
         n = check_n_envs(n_envs)
@@ -304,10 +304,7 @@ class BatchedHNewtonTracker(BatchedTracker):
 
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        """Whether the batch implements ``options`` (bad ones raise the single's error here); a
-        rotor model (``rotor_tau_s > 0``) is the single trackers'."""
-        if not super().vectorizes(options):
-            return False
+        """Whether the batch implements ``options`` (bad ones raise the single's error here)."""
         params = {k: v for k, v in options.items() if k in HNewtonQuadParams.__dataclass_fields__}
         if HNewtonQuadParams(**params).switch == "always":
             log.warning(

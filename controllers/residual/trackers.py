@@ -242,7 +242,7 @@ class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):
         config: str | Path | ResidualConfig | None = None,
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s; only 0 (see :meth:`vectorizes`)
+        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -258,10 +258,7 @@ class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):
     @classmethod
     def vectorizes(cls, options: Mapping[str, Any]) -> bool:
         """Every residual setting is vectorized (OOD guard, output filter, both covariance
-        schemes); bad settings raise the single tracker's error here. A rotor model
-        (``rotor_tau_s > 0``) is the single trackers'."""
-        if options.get("rotor_tau_s"):
-            return False
+        schemes, the rotor model); bad settings raise the single tracker's error here."""
         rest = {k: v for k, v in options.items() if k not in cls.not_settings}
         cls.single.settings(options.get("config"), **rest)
         return True
