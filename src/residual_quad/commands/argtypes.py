@@ -161,3 +161,23 @@ def event_arg(text: str) -> dict:
             f"{', '.join(EVENT_KINDS)})"
         ) from None
     return spec
+
+
+EVENT_FORMS = (
+    "payload:t_s=5,mass_kg=0.5, wind:t_s=5,mean_mps=3/0/0,rise_s=1, "
+    "rotor:t_s=5,rotor=0,efficiency=0.7"
+)
+"""One example of each event kind, as ``--event`` takes them (the help texts name them)."""
+
+
+def add_event_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """The repeatable ``--event KIND:FIELD=VALUE,...`` flag (:func:`event_arg`) into
+    ``args.events``; ``what`` says what the events apply to (the start of the help text)."""
+    p.add_argument(
+        "--event",
+        dest="events",
+        action="append",
+        type=event_arg,
+        default=None,
+        help=f"{what}, repeatable: {EVENT_FORMS}",
+    )

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad.commands.argtypes import (
+    add_event_flag,
     ensure_folder,
     episode_seconds,
-    event_arg,
     finite_float,
     nonneg_int,
     remote_address,
@@ -302,15 +302,10 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         help=f"named plant options ({'/'.join(PRESETS)}: rotor lag, latency; "
         "docs/environment.md); default: none, the plant of the committed rows",
     )
-    p.add_argument(
-        "--event",
-        dest="events",
-        action="append",
-        type=event_arg,
-        default=None,
-        help="an event during the episode, repeatable: payload:t_s=5,mass_kg=0.5, "
-        "wind:t_s=5,mean_mps=3/0/0,rise_s=1 or rotor:t_s=5,rotor=0,efficiency=0.7 "
-        "(docs/environment.md); adds the recovery metrics (docs/recovery.md)",
+    add_event_flag(
+        p,
+        "an event during the episode (docs/environment.md); adds the recovery metrics "
+        "(docs/recovery.md)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument(

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from residual_quad import configs
-from residual_quad.commands.argtypes import event_arg, positive_int, seed_list
+from residual_quad.commands.argtypes import add_event_flag, positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.presets import PRESETS
@@ -192,15 +192,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fly every run on this named plant (sets env.preset over the config's env; "
         "docs/environment.md)",
     )
-    p.add_argument(
-        "--event",
-        dest="events",
-        action="append",
-        type=event_arg,
-        default=None,
-        help="an event in every run, repeatable, replacing the config's env events: "
-        "payload:t_s=5,mass_kg=0.5, wind:t_s=5,mean_mps=3/0/0,rise_s=1, "
-        "rotor:t_s=5,rotor=0,efficiency=0.7 (rows gain the recovery columns, docs/recovery.md)",
+    add_event_flag(
+        p,
+        "an event in every run, replacing the config's env events; rows gain the recovery "
+        "columns (docs/recovery.md)",
     )
     p.add_argument("--no-report", action="store_true", help="skip tables/figures/report.md")
     p.set_defaults(func=_cmd_sweep)
