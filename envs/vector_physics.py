@@ -339,7 +339,9 @@ class BatchPhysics:
         fallen = np.stack([self._fallen[id(model)] for model in models])
         unstable = np.zeros(n, dtype=bool)
         fk = f.copy()
-        own_rows = [j for j, model in enumerate(models) if id(model) in self._own]
+        own_rows = (
+            [j for j, model in enumerate(models) if id(model) in self._own] if self._own else []
+        )
         for sub in range(self.substeps):
             qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
             before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose

@@ -82,6 +82,7 @@ from residual_quad.controllers.residual.estimator import (
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import (
     RESIDUAL_TRACKER_OPTIONS,
+    EstimatorHooks,
     EstimatorRows,
     EstimatorState,
 )
@@ -219,7 +220,7 @@ class HNewtonTracker(Tracker):
         return self.alloc(thrust, torque)
 
 
-class HNewtonRLSTracker(HNewtonTracker):
+class HNewtonRLSTracker(EstimatorHooks, HNewtonTracker):
     """``hnewton_rls``: ``hnewton`` fed with the online RLS residual estimate of ``geo_rls``.
 
     The estimate comes from a :class:`~residual_quad.controllers.residual.estimator
@@ -253,18 +254,6 @@ class HNewtonRLSTracker(HNewtonTracker):
         cfg, network, kw = residual_settings(residual, kw)
         self.estimator = ResidualEstimator(context, cfg, network, learn=True)
         super().__init__(context, **kw)
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.estimator.reset(seed)
-
-    def forget_previous_sample(self) -> None:
-        self.estimator.forget_previous_sample()
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        # the estimator keeps its own memories (previous observation, regressor, effective
-        # command a_cmd − Δâ) exactly as inside geo_rls
-        return self.estimator.estimate(obs, R, a_cmd)
 
 
 # --------------------------------------------------------------------------- N envs

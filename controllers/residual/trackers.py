@@ -119,7 +119,27 @@ class EstimatorState:
         return self.estimator.warmup_end_step
 
 
-class ResidualGeoTracker(EstimatorState, GeoTracker):
+class EstimatorHooks:
+    """The estimator's part of a single residual tracker (``geo_res``, ``geo_rls``,
+    ``hnewton_rls``): reset with the tracker, told of a bad sample, and its estimate as the
+    tracker's residual (the estimator keeps its own memories: previous observation, regressor,
+    effective command a_cmd − Δâ). Put before the :class:`Tracker` base; the batched twin is
+    :class:`EstimatorRows`."""
+
+    estimator: ResidualEstimator
+
+    def reset(self, seed: int | None = None) -> None:
+        super().reset(seed)  # type: ignore[misc]
+        self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        self.estimator.forget_previous_sample()
+
+    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        return self.estimator.estimate(obs, R, a_cmd)
+
+
+class ResidualGeoTracker(EstimatorState, EstimatorHooks, GeoTracker):
     """``geo_res``: geometric tracking + offline residual network feed-forward.
 
     Args:
@@ -170,16 +190,6 @@ class ResidualGeoTracker(EstimatorState, GeoTracker):
         if config is None:
             overrides = {**cls.default_settings, **overrides}
         return residual_config(config, **overrides)
-
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.estimator.reset(seed)
-
-    def forget_previous_sample(self) -> None:
-        self.estimator.forget_previous_sample()
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return self.estimator.estimate(obs, R, a_cmd)
 
 
 class RLSGeoTracker(ResidualGeoTracker):
