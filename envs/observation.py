@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from residual_quad.envs.checks import integer, real
 from residual_quad.envs.plant import quat_to_rot
 
 
@@ -63,9 +67,22 @@ class ObsLayout:
         return obs[ObsLayout.rot].reshape(3, 3)
 
     @staticmethod
-    def bounds() -> tuple[np.ndarray, np.ndarray]:
-        """Generous finite limits of every field (a state beyond them ends the episode first)."""
-        high = np.empty(OBS_DIM)
+    def preview_pos(k: int) -> slice:
+        """The future reference positions of a preview of ``k`` points (world, m, point-major:
+        ``p1x p1y p1z p2x …``), right after the :data:`OBS_DIM` base entries."""
+        return slice(OBS_DIM, OBS_DIM + 3 * k)
+
+    @staticmethod
+    def preview_vel(k: int) -> slice:
+        """The future reference velocities of a preview of ``k`` points (world, m/s, the same
+        order), after :meth:`preview_pos`."""
+        return slice(OBS_DIM + 3 * k, OBS_DIM + 6 * k)
+
+    @staticmethod
+    def bounds(preview: PreviewSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Generous finite limits of every field (a state beyond them ends the episode first);
+        with a ``preview``, of its fields too (the reference's limits, ±1e4 m and m/s)."""
+        high = np.empty(observation_dim(preview))
         L = ObsLayout
         for name, limit in (
             ("pos", 1e4),  # m
@@ -81,6 +98,9 @@ class ObsLayout:
             ("imu", 1e6),  # m/s²
         ):
             high[getattr(L, name)] = limit
+        if preview is not None:
+            high[L.preview_pos(preview.k)] = 1e4  # m, as ref_pos
+            high[L.preview_vel(preview.k)] = 1e4  # m/s, as ref_vel
         return -high, high
 
     @staticmethod
@@ -107,6 +127,79 @@ FIELDS: tuple[str, ...] = (
 
 
 OBS_DIM = 36
+"""Entries of the observation without a reference preview (the base fields of :data:`FIELDS`)."""
+
+MAX_PREVIEW_POINTS = 1000
+"""Most reference-preview points accepted (6 036 observation entries): more is a typo."""
+
+
+@dataclass(frozen=True)
+class PreviewSpec:
+    """A reference preview: ``k`` future reference points ``dt_s`` apart [DATT] [SIMPLEFLIGHT].
+
+    The observation gains ``6k`` entries after the base ones: the reference positions
+    (:meth:`ObsLayout.preview_pos`) then velocities (:meth:`ObsLayout.preview_vel`) at
+    ``t + dt_s, t + 2·dt_s, …, t + k·dt_s``, ``t`` the time of the observation's ``ref_pos``.
+    """
+
+    k: int  # points, in [0, MAX_PREVIEW_POINTS]
+    dt_s: float  # s, > 0 and finite
+
+    def __post_init__(self) -> None:
+        integer("preview K (points)", self.k, low=0, high=MAX_PREVIEW_POINTS)
+        real("preview dt (s)", self.dt_s, low=0.0, low_open=True, unit="s")
+
+    @property
+    def dim(self) -> int:
+        """Observation entries the preview adds (3 position + 3 velocity per point)."""
+        return 6 * self.k
+
+
+def check_preview(preview: Any) -> PreviewSpec | None:
+    """The ``preview`` argument ``(K, dt)`` as a :class:`PreviewSpec`, or ``None`` for no
+    preview (``None`` or ``K = 0``); a :class:`PreviewSpec` passes as is (``None`` if its
+    ``k`` is 0).
+
+    ``K``: an integer in ``[0, MAX_PREVIEW_POINTS]`` (a float, even ``10.0``, and a bool are
+    refused); ``dt``: a finite real number of seconds ``> 0``. Anything else — another shape, a
+    string, a negative, fractional or huge ``K``, ``dt <= 0``, NaN or inf — is a ``ValueError``
+    naming ``preview`` and saying what is valid.
+    """
+    if preview is None:
+        return None
+    if isinstance(preview, PreviewSpec):
+        return preview if preview.k else None
+    valid = (
+        f"preview must be None or (K, dt): K an integer in [0, {MAX_PREVIEW_POINTS}] points, "
+        "dt a finite number of seconds > 0"
+    )
+    if isinstance(preview, str | bytes) or not isinstance(preview, Sequence | np.ndarray):
+        raise ValueError(f"{valid}; got {preview!r}")
+    items = list(preview) if not isinstance(preview, np.ndarray) else preview.tolist()
+    if len(items) != 2:
+        raise ValueError(f"{valid}; got {preview!r} ({len(items)} entries)")
+    k, dt_s = items
+    is_int = isinstance(k, numbers.Integral) and not isinstance(k, bool | np.bool_)
+    if not is_int or not 0 <= int(k) <= MAX_PREVIEW_POINTS:
+        raise ValueError(f"{valid}; got K = {k!r}")
+    is_real = isinstance(dt_s, numbers.Real) and not isinstance(dt_s, bool | np.bool_)
+    if not is_real or not (math.isfinite(float(dt_s)) and float(dt_s) > 0.0):
+        raise ValueError(f"{valid}; got dt = {dt_s!r}")
+    return PreviewSpec(int(k), float(dt_s)) if int(k) else None
+
+
+def observation_dim(preview: PreviewSpec | None) -> int:
+    """Entries of the observation: :data:`OBS_DIM` plus ``6K`` with a preview of ``K`` points."""
+    return OBS_DIM + (0 if preview is None else preview.dim)
+
+
+def layout_name(preview: PreviewSpec | None) -> str:
+    """A short name of the observation layout for messages: ``"base (36)"`` or
+    ``"base + preview 10 × 0.06 s (96)"`` (``preview`` as :func:`check_preview` takes it)."""
+    spec = check_preview(preview)
+    if spec is None:
+        return f"base ({OBS_DIM})"
+    return f"base + preview {spec.k} × {spec.dt_s:g} s ({observation_dim(spec)})"
 
 
 def true_observation(qpos: Any, qvel: Any, reference: Any, thrusts: Any, imu: Any) -> Any:

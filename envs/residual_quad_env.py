@@ -25,9 +25,16 @@ from residual_quad.envs.disturbances import (
 from residual_quad.envs.events import Event, event_truth, fire_due, parse_events
 from residual_quad.envs.imu_bias import ImuBias
 from residual_quad.envs.latency import Latency, hover_action
-from residual_quad.envs.observation import OBS_DIM, ObsLayout, true_observation
+from residual_quad.envs.observation import (
+    ObsLayout,
+    PreviewSpec,
+    check_preview,
+    observation_dim,
+    true_observation,
+)
 from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.presets import plant_options
+from residual_quad.envs.preview import Preview
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights
@@ -292,6 +299,7 @@ class ResidualQuadEnv(gym.Env):
         action_delay_steps: int | None = None,  # control periods of command latency (None: ...)
         obs_delay_steps: int | None = None,  # control periods of sensor latency (None: ...)
         events: tuple[Event | dict[str, Any], ...] | None = None,  # see envs/events.py
+        preview: tuple[int, float] | None = None,  # (K points, dt s): future reference window
     ):
         if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
             raise ValueError(
@@ -335,6 +343,7 @@ class ResidualQuadEnv(gym.Env):
             action_delay_steps=action_delay_steps,
             obs_delay_steps=obs_delay_steps,
         )
+        self.preview_spec: PreviewSpec | None = check_preview(preview)  # None: no preview
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(
             wind, tau=wind_tau, direction=wind_direction, turbulence=turbulence
@@ -356,6 +365,11 @@ class ResidualQuadEnv(gym.Env):
         self._mean_wind = self.wind_model.mean_vector  # m/s, world (info without events)
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
+        self.preview = (
+            None
+            if self.preview_spec is None
+            else Preview(self.preview_spec, self.control_dt, self.max_steps)
+        )
         self.action_mode = action_mode
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
@@ -393,8 +407,9 @@ class ResidualQuadEnv(gym.Env):
         self._renderer: mujoco.Renderer | None = None
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
-        low, high = ObsLayout.bounds()
-        self.observation_space = spaces.Box(low, high, shape=(OBS_DIM,), dtype=np.float64)
+        low, high = ObsLayout.bounds(self.preview_spec)
+        self.obs_dim = observation_dim(self.preview_spec)  # OBS_DIM + 6K
+        self.observation_space = spaces.Box(low, high, shape=(self.obs_dim,), dtype=np.float64)
         self._prev_action = [0.0, 0.0, 0.0, 0.0]  # clipped action of the last step
         self._steps = 0
         self._last_true_obs: list[float] = []  # true observation at the start of the period
@@ -414,7 +429,8 @@ class ResidualQuadEnv(gym.Env):
 
     @property
     def last_true_observation(self) -> np.ndarray:
-        """The true (noise-free) observation of the last ``reset`` or ``step`` (a new array)."""
+        """The true (noise-free) observation of the last ``reset`` or ``step`` (a new array;
+        the :data:`OBS_DIM` base entries, without a preview's)."""
         return np.array(self._last_true_obs, dtype=float)
 
     def set_state(self, physics_state: np.ndarray, steps: int) -> None:
@@ -459,6 +475,8 @@ class ResidualQuadEnv(gym.Env):
         info = self._info(pos_error, np.zeros(3), {}, None)
         if self.latency.delays:
             self.latency.reset(_ONE, obs[None])
+        if self.preview is not None:
+            obs = np.concatenate((obs, self.preview.single(self.trajectory, 0)))
         return obs, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -481,6 +499,9 @@ class ResidualQuadEnv(gym.Env):
         try:
             true_obs = self._observe(t)
             true_obs_array = np.array(true_obs, dtype=float)
+            ahead = (
+                None if self.preview is None else self.preview.single(self.trajectory, self._steps)
+            )
         except (AttributeError, TypeError, ValueError):
             self._needs_reset = True
             check_reference(self.trajectory, self.trajectory(t), t)  # raises the clear error
@@ -505,6 +526,8 @@ class ResidualQuadEnv(gym.Env):
         info = self._info(out.pos_error, out.residual, out.terms, reason(out.code))
         if self.latency.obs_delay_steps:
             obs = self.latency.observation(_ONE, obs[None])[0]
+        if ahead is not None:
+            obs = np.concatenate((obs, ahead))
         return obs, out.reward, out.terminated, out.truncated, info
 
     def render(self) -> np.ndarray | None:

@@ -221,7 +221,11 @@ class ResidualQuadVectorEnv(VectorEnv):
                 gym.logger.warn(message)
             self.max_steps = min(self.max_steps, max_episode_steps)
         self.task = dataclasses.replace(first.task, max_steps=self.max_steps)
-        self._references = BatchReferences(num_envs, first.control_dt, self.max_steps, budget)
+        self._preview = first.preview  # shared by every env (not a scenario key), or None
+        self.obs_dim = first.obs_dim  # OBS_DIM + 6K
+        # a preview reads up to the env's own last step (episode_s), past a shorter limit
+        table_steps = self.max_steps if self._preview is None else first.max_steps
+        self._references = BatchReferences(num_envs, first.control_dt, table_steps, budget)
         for i, env in enumerate(self.envs):
             self._references.set(i, env.trajectory)
         self._latency = first.latency.batch(num_envs)  # command and sensor delay lines
@@ -301,7 +305,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         seeds = env_seeds(seed, n)
         if seed is not None and not isinstance(seed, Sequence | np.ndarray):
             self._sampler_rng = np.random.default_rng(int(seed) + n)
-        obs = np.zeros((n, OBS_DIM))
+        obs = np.zeros((n, self.obs_dim))
         info = empty_batch_info(n)
         for i in range(n):
             obs[i], env_info = self._reset_env(i, seeds[i], options)
@@ -343,7 +347,7 @@ class ResidualQuadVectorEnv(VectorEnv):
                 "before stepping them"
             )
         action = self.check_actions(actions, n=len(ids))
-        obs = np.zeros((self.num_envs, OBS_DIM))
+        obs = np.zeros((self.num_envs, self.obs_dim))
         obs, reward, terminated, truncated, info = self._step_envs(ids, action, obs)
         self._autoreset[ids] = terminated[ids] | truncated[ids]
         return obs, reward, terminated, truncated, info
@@ -431,7 +435,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         env object and scenario restored and the envs still pending autoreset, so a retry of
         ``step`` redoes the same autoresets with the same draws (no env is reset twice, no draw
         is lost)."""
-        obs = np.zeros((self.num_envs, OBS_DIM))
+        obs = np.zeros((self.num_envs, self.obs_dim))
         infos: dict[int, dict[str, Any]] = {}
         if not ids:
             return obs, infos
@@ -490,6 +494,8 @@ class ResidualQuadVectorEnv(VectorEnv):
         steps = self._steps[active]
         qpos, qvel = state[:, physics.qpos], state[:, physics.qvel]
         reference = self._references.rows(active, steps, self._autoreset)
+        if self._preview is not None:  # a reference that cannot be read raises, as above
+            ahead = self._preview.batch(self._references, active, steps, self._autoreset)
         obs = true_observation(qpos[:, 0:7], qvel[:, 0:6], reference, f, period.imu)
         out = task_step(
             self.task,
@@ -504,8 +510,11 @@ class ResidualQuadVectorEnv(VectorEnv):
         )
         self._true_obs[active] = obs
         self._prev_action[active] = action
-        sense_batch(obs_out, info, obs, active, self._noisy[active], self.envs)
-        obs_out[active] = self._latency.observation(active, obs_out[active])
+        base = obs_out[:, :OBS_DIM]  # a view: the preview's entries follow
+        sense_batch(base, info, obs, active, self._noisy[active], self.envs)
+        base[active] = self._latency.observation(active, base[active])
+        if self._preview is not None:
+            obs_out[active, OBS_DIM:] = ahead
         reward_out[active] = out.reward
         terminated_out[active] = out.terminated
         truncated_out[active] = out.truncated

@@ -1,0 +1,125 @@
+"""Reference preview: the future reference points an observation carries [DATT] [SIMPLEFLIGHT].
+
+With ``preview=(K, dt)`` the observation at step ``n`` (time ``t = n·control_dt``, the time of its
+``ref_pos``) ends with the reference positions, then velocities, at ``t + dt, …, t + K·dt``
+(:meth:`~residual_quad.envs.observation.ObsLayout.preview_pos` / ``preview_vel``). One
+:class:`Preview` serves both environments, so the single env (a batch of one) and the vector env
+read the same times and get the same bits:
+
+* ``dt`` a whole number ``m`` of control periods (to 1e-9 relative): point ``i`` is the reference
+  at step ``n + i·m``, time ``(n + i·m)·control_dt`` — the control-time grid the vector env's
+  reference tables (:class:`~residual_quad.envs.reference_table.BatchReferences`) hold, so a
+  batch is ``K`` table lookups;
+* any other ``dt``: point ``i`` is the reference at ``t + i·dt`` (one trajectory call per distinct
+  trajectory object and time).
+
+Padding: a time past the episode's end — its last step, ``max_steps·control_dt`` (``episode_s``
+in whole control periods) — reads the reference at the end (the last point repeats), so a preview
+never reads a reference the episode never flies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from residual_quad.envs.observation import PreviewSpec
+from residual_quad.envs.reference_table import BatchReferences
+from residual_quad.envs.trajectories import reference_fields
+
+_GRID_RTOL = 1e-9  # relative tolerance of "dt is a whole number of control periods"
+
+
+def grid_steps(spec: PreviewSpec, control_dt: float) -> int:
+    """Control periods per preview interval ``m`` if ``spec.dt_s`` is a whole number of them
+    (to 1e-9 relative), else 0 (the preview evaluates the trajectory at ``t + i·dt``)."""
+    m = round(spec.dt_s / control_dt)
+    return m if m >= 1 and abs(m * control_dt - spec.dt_s) <= _GRID_RTOL * spec.dt_s else 0
+
+
+class Preview:
+    """The reference preview of a batch of envs sharing ``spec``, ``control_dt`` and the episode
+    length (see the module doc).
+
+    Args:
+        spec: the preview's points and spacing.
+        control_dt: control period, s.
+        max_steps: the episode's last step (control steps): previewed times are clamped there.
+    """
+
+    def __init__(self, spec: PreviewSpec, control_dt: float, max_steps: int):
+        self.spec = spec
+        self.control_dt = control_dt  # s
+        self.max_steps = int(max_steps)
+        self.grid = grid_steps(spec, control_dt)  # control periods per point, 0: off the grid
+        self._offsets = np.arange(1, spec.k + 1, dtype=np.int64)  # i = 1 … K
+
+    @property
+    def end_s(self) -> float:
+        """The episode's end, s: the last step's time (previewed times are clamped to it)."""
+        return self.max_steps * self.control_dt
+
+    def steps(self, steps: np.ndarray) -> np.ndarray:
+        """Grid previews: the step of each point, ``min(n + i·m, max_steps)``, ``(n, K)``."""
+        return np.minimum(steps[:, None] + self.grid * self._offsets, self.max_steps)
+
+    def times(self, steps: np.ndarray) -> np.ndarray:
+        """Off-grid previews: the time of each point, ``min(n·control_dt + i·dt, end_s)`` s,
+        ``(n, K)``."""
+        t = steps * self.control_dt
+        return np.minimum(t[:, None] + self._offsets * self.spec.dt_s, self.end_s)
+
+    def single(self, trajectory: Any, step: int) -> np.ndarray:
+        """The preview entries (``6K``: positions then velocities) of one env at ``step``."""
+        rows = np.empty((self.spec.k, 6))
+        if self.grid:
+            for i, k in enumerate(self.steps(np.array([step]))[0].tolist()):
+                rows[i] = reference_fields(trajectory, k * self.control_dt)[0:6]
+        else:
+            for i, tk in enumerate(self.times(np.array([step]))[0].tolist()):
+                rows[i] = reference_fields(trajectory, tk)[0:6]
+        return _entries(rows[None])[0]
+
+    def batch(
+        self,
+        references: BatchReferences,
+        active: np.ndarray,
+        steps: np.ndarray,
+        failed: np.ndarray,
+    ) -> np.ndarray:
+        """The preview entries ``(len(active), 6K)`` of the envs ``active`` at their ``steps``,
+        each env's trajectory as ``references`` holds it (the same bits as :meth:`single`).
+
+        On the grid: ``K`` lookups of ``references`` (its tables, or its per-env calls for a
+        user trajectory; a reference that cannot be read marks its envs in ``failed`` and
+        raises, as for the current reference). Off the grid: one trajectory call per distinct
+        (trajectory object, time)."""
+        k = self.spec.k
+        rows = np.empty((len(active), k, 6))
+        if self.grid:
+            ahead = self.steps(steps)
+            for i in range(k):
+                rows[:, i] = references.rows(active, ahead[:, i], failed)[:, 0:6]
+        else:
+            times = self.times(steps)
+            calls: dict[tuple[int, float], list[float]] = {}
+            for row, env in enumerate(active.tolist()):
+                trajectory = references.trajectories[env]
+                for i, tk in enumerate(times[row].tolist()):
+                    key = (id(trajectory), tk)
+                    if key not in calls:
+                        try:
+                            calls[key] = reference_fields(trajectory, tk)[0:6]
+                        except (ArithmeticError, AttributeError, TypeError, ValueError) as err:
+                            failed[env] = True
+                            raise type(err)(f"env {env}: {err}") from None
+                    rows[row, i] = calls[key]
+        return _entries(rows)
+
+
+def _entries(rows: np.ndarray) -> np.ndarray:
+    """``(n, K, 6)`` reference rows (pos, vel) → ``(n, 6K)`` observation entries: the positions
+    point-major (``p1x p1y p1z p2x …``), then the velocities in the same order."""
+    n = len(rows)
+    return np.concatenate((rows[:, :, 0:3].reshape(n, -1), rows[:, :, 3:6].reshape(n, -1)), axis=1)
