@@ -79,6 +79,21 @@ def ppo_features(obs: np.ndarray) -> np.ndarray:
     ).astype(np.float32)
 
 
+def _heading_of(o: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The heading frame of raw observations ``(n, ≥ OBS_DIM)``: the rotations ``R`` (n, 3, 3),
+    the yaw ``ψ`` of each and its cosine and sine (n,)."""
+    R = o[:, L.rot].reshape(-1, 3, 3)
+    psi = np.arctan2(R[:, 1, 0], R[:, 0, 0])
+    return R, psi, np.cos(psi), np.sin(psi)
+
+
+def _to_heading(c: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``R_z(ψ)ᵀ·v`` for world vectors ``v`` (..., 3) of ``cos ψ`` ``c`` and ``sin ψ`` ``s``
+    shaped as ``v[..., 0]``: the vectors in the heading frame."""
+    x, y = v[..., 0], v[..., 1]
+    return np.stack((c * x + s * y, -s * x + c * y, v[..., 2]), axis=-1)
+
+
 def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
     """:func:`ppo_features` of a batch of observations ``(n, OBS_DIM)`` → ``(n, FEATURE_DIM)``.
 
@@ -89,12 +104,10 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
     o = np.asarray(obs, dtype=np.float64)
     if o.ndim != 2 or o.shape[1] != OBS_DIM:
         raise ValueError(f"observations must have shape (n, {OBS_DIM}), got {o.shape}")
-    R = o[:, L.rot].reshape(-1, 3, 3)
-    psi = np.arctan2(R[:, 1, 0], R[:, 0, 0])
-    c, s = np.cos(psi), np.sin(psi)
+    R, psi, c, s = _heading_of(o)
 
     def heading(v: np.ndarray) -> np.ndarray:  # R_z(ψ)ᵀ·v, row by row
-        return np.stack((c * v[:, 0] + s * v[:, 1], -s * v[:, 0] + c * v[:, 1], v[:, 2]), axis=1)
+        return _to_heading(c, s, v)
 
     e_p = np.clip(heading(o[:, L.pos] - o[:, L.ref_pos]), -_POS_CLIP, _POS_CLIP)
     e_v = heading(o[:, L.vel] - o[:, L.ref_vel])
@@ -116,3 +129,32 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
         ),
         axis=1,
     ).astype(np.float32)
+
+
+def preview_features(obs: np.ndarray, k: int) -> np.ndarray:
+    """Policy features of the reference preview of raw observations ``(n, OBS_DIM + 6k)``
+    (``ResidualQuad-v0`` with ``preview=(k, dt)``) → ``(n, 6k)`` float32.
+
+    Each previewed position relative to the vehicle's current position, ``p_ref(t + i·dt) − p``,
+    then each previewed velocity, both rotated into the heading frame as
+    :func:`ppo_features_batch` rotates its vectors and scaled as its ``e_p`` (clipped to ±3 m)
+    and ``ref_v``; the order of the observation (positions point-major, then velocities). A
+    future point reads as a position error to come, in the frame the policy already acts in.
+    Shapes other than ``(n, OBS_DIM + 6k)`` or a ``k`` that is not an integer ``>= 0`` are a
+    ``ValueError``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 0:
+        raise ValueError(f"k must be an integer >= 0 (preview points), got {k!r}")
+    o = np.asarray(obs, dtype=np.float64)
+    width = OBS_DIM + 6 * int(k)
+    if o.ndim != 2 or o.shape[1] != width:
+        raise ValueError(
+            f"observations must have shape (n, {width}) (OBS_DIM + 6k with k = {k}), got {o.shape}"
+        )
+    n = len(o)
+    _, _, c, s = _heading_of(o)
+    c, s = c[:, None], s[:, None]  # one heading per row, for each of its k points
+    ahead = o[:, L.preview_pos(k)].reshape(n, k, 3) - o[:, None, L.pos]
+    pos = np.clip(_to_heading(c, s, ahead), -_POS_CLIP, _POS_CLIP) / _SCALES["e_p"]
+    vel = _to_heading(c, s, o[:, L.preview_vel(k)].reshape(n, k, 3)) / _SCALES["ref_v"]
+    return np.concatenate((pos.reshape(n, -1), vel.reshape(n, -1)), axis=1).astype(np.float32)
