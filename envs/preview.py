@@ -118,6 +118,12 @@ class Preview:
         return _entries(rows)
 
 
+def make_preview(spec: PreviewSpec | None, control_dt: float, max_steps: int) -> Preview | None:
+    """The :class:`Preview` of ``spec`` for an env of ``control_dt`` (s) and ``max_steps`` steps,
+    or ``None`` without a preview (``spec`` ``None``)."""
+    return None if spec is None else Preview(spec, control_dt, max_steps)
+
+
 def _entries(rows: np.ndarray) -> np.ndarray:
     """``(n, K, 6)`` reference rows (pos, vel) → ``(n, 6K)`` observation entries: the positions
     point-major (``p1x p1y p1z p2x …``), then the velocities in the same order."""

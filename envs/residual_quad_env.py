@@ -25,16 +25,10 @@ from residual_quad.envs.disturbances import (
 from residual_quad.envs.events import Event, event_truth, fire_due, parse_events
 from residual_quad.envs.imu_bias import ImuBias
 from residual_quad.envs.latency import Latency, hover_action
-from residual_quad.envs.observation import (
-    ObsLayout,
-    PreviewSpec,
-    check_preview,
-    observation_dim,
-    true_observation,
-)
+from residual_quad.envs.observation import ObsLayout, check_preview, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.presets import plant_options
-from residual_quad.envs.preview import Preview
+from residual_quad.envs.preview import make_preview
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights
@@ -124,8 +118,8 @@ class ResidualQuadEnv(gym.Env):
 
     ## Observation space
 
-    ``Box(low, high, (36,), float64)`` with generous finite limits (``ObsLayout.bounds()``),
-    named slices in :class:`ObsLayout`:
+    ``Box(low, high, (36 + 6K,), float64)`` with generous finite limits (``ObsLayout.bounds``),
+    named slices in :class:`ObsLayout` (``K = 0``, 36 entries, without a ``preview``):
 
     | slice | size | quantity | unit |
     |---|---|---|---|
@@ -137,6 +131,8 @@ class ResidualQuadEnv(gym.Env):
     | ``ref_yaw`` / ``ref_yaw_rate`` | 1 each | reference heading (wrapped), rate | rad, rad/s |
     | ``thrusts`` | 4 | rotor thrusts applied over the last period | N |
     | ``imu`` | 3 | accelerometer specific force, body frame | m/s² |
+    | ``preview_pos(K)`` / ``preview_vel(K)`` | 3K each | reference at ``t + dt … t + K·dt``, ``t``
+    the time of ``ref_pos``; past the episode's end, the end's (:mod:`.preview`) | m, m/s |
 
     Nothing in the observation reveals the payload, the wind or the true residual; those are in
     ``info`` for analysis only. Single entries have names too (``ObsLayout.z``, ``ObsLayout.R22``,
@@ -243,6 +239,8 @@ class ResidualQuadEnv(gym.Env):
     periods, integers in [0, 1000] (:mod:`~residual_quad.envs.latency`) |
     | ``events`` | ``None`` | payload, wind and rotor events in the episode
     (:mod:`residual_quad.envs.events`; dataclasses or dicts with a ``kind``) |
+    | ``preview`` | ``None`` | ``(K, dt)``: K future reference points dt s apart [DATT] (K an
+    integer in [0, 1000], dt > 0 finite, s; ``None`` or K = 0: no preview) |
 
     Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
     range is a ``ValueError`` that names the argument, shows the value and states the valid range
@@ -259,6 +257,7 @@ class ResidualQuadEnv(gym.Env):
       Third stage: off-by-default plant options ``rotor_tau_s``, ``action_delay_steps``,
       ``obs_delay_steps`` and the ``preset`` that sets them; ``turbulence`` (Dryden gusts) and
       ``imu_bias``; ``info`` gains ``rotor_thrusts``, ``gyro_bias`` and ``accel_bias``.
+      Fourth stage: the off-by-default reference ``preview`` (``PreviewSpec``, ``preview_pos``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
@@ -343,7 +342,7 @@ class ResidualQuadEnv(gym.Env):
             action_delay_steps=action_delay_steps,
             obs_delay_steps=obs_delay_steps,
         )
-        self.preview_spec: PreviewSpec | None = check_preview(preview)  # None: no preview
+        self.preview_spec = check_preview(preview)  # a PreviewSpec, None: no preview
         self.payload_kg = resolve_payload(payload)
         self.wind_model = WindModel.from_spec(
             wind, tau=wind_tau, direction=wind_direction, turbulence=turbulence
@@ -365,11 +364,7 @@ class ResidualQuadEnv(gym.Env):
         self._mean_wind = self.wind_model.mean_vector  # m/s, world (info without events)
         self.control_dt = self.plant.control_dt  # s
         self.max_steps = max(1, int(round(episode_s / self.control_dt)))
-        self.preview = (
-            None
-            if self.preview_spec is None
-            else Preview(self.preview_spec, self.control_dt, self.max_steps)
-        )
+        self.preview = make_preview(self.preview_spec, self.control_dt, self.max_steps)  # or None
         self.action_mode = action_mode
         self.render_mode = render_mode
         self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
@@ -408,7 +403,7 @@ class ResidualQuadEnv(gym.Env):
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
         low, high = ObsLayout.bounds(self.preview_spec)
-        self.obs_dim = observation_dim(self.preview_spec)  # OBS_DIM + 6K
+        self.obs_dim = len(low)  # OBS_DIM + 6K
         self.observation_space = spaces.Box(low, high, shape=(self.obs_dim,), dtype=np.float64)
         self._prev_action = [0.0, 0.0, 0.0, 0.0]  # clipped action of the last step
         self._steps = 0
@@ -499,9 +494,7 @@ class ResidualQuadEnv(gym.Env):
         try:
             true_obs = self._observe(t)
             true_obs_array = np.array(true_obs, dtype=float)
-            ahead = (
-                None if self.preview is None else self.preview.single(self.trajectory, self._steps)
-            )
+            ahead = self.preview and self.preview.single(self.trajectory, self._steps)
         except (AttributeError, TypeError, ValueError):
             self._needs_reset = True
             check_reference(self.trajectory, self.trajectory(t), t)  # raises the clear error
