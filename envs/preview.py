@@ -29,6 +29,7 @@ from residual_quad.envs.reference_table import BatchReferences
 from residual_quad.envs.trajectories import reference_fields
 
 _GRID_RTOL = 1e-9  # relative tolerance of "dt is a whole number of control periods"
+_MAX_RING = 1024  # rows of the single env's ring of grid references (48 B each)
 
 
 def grid_steps(spec: PreviewSpec, control_dt: float) -> int:
@@ -54,6 +55,13 @@ class Preview:
         self.max_steps = int(max_steps)
         self.grid = grid_steps(spec, control_dt)  # control periods per point, 0: off the grid
         self._offsets = np.arange(1, spec.k + 1, dtype=np.int64)  # i = 1 … K
+        # the single env's grid rows of the window ahead, by step mod span (each step's
+        # reference is computed once, not once per point that reads it; a window longer than
+        # the ring only recomputes)
+        span = min(spec.k * self.grid, self.max_steps, _MAX_RING - 1) + 1
+        self._ring = np.empty((span, 6))
+        self._tag = np.full(span, -1, dtype=np.int64)  # the step each ring row holds
+        self._owner: Any = None  # the trajectory the ring holds rows of
 
     @property
     def end_s(self) -> float:
@@ -74,8 +82,15 @@ class Preview:
         """The preview entries (``6K``: positions then velocities) of one env at ``step``."""
         rows = np.empty((self.spec.k, 6))
         if self.grid:
+            if trajectory is not self._owner:
+                self._tag[:], self._owner = -1, trajectory
+            span, ring, tag = len(self._tag), self._ring, self._tag
             for i, k in enumerate(self.steps(np.array([step]))[0].tolist()):
-                rows[i] = reference_fields(trajectory, k * self.control_dt)[0:6]
+                j = k % span
+                if tag[j] != k:
+                    ring[j] = reference_fields(trajectory, k * self.control_dt)[0:6]
+                    tag[j] = k
+                rows[i] = ring[j]
         else:
             for i, tk in enumerate(self.times(np.array([step]))[0].tolist()):
                 rows[i] = reference_fields(trajectory, tk)[0:6]

@@ -251,3 +251,16 @@ def test_the_envs_refuse_a_bad_preview(preview):
 def test_preview_spec_checks_its_fields(k, dt):
     with pytest.raises(ValueError, match="preview"):
         PreviewSpec(k, dt)
+
+
+def test_a_window_longer_than_the_single_envs_ring_is_still_exact():
+    k, dt = 300, 0.05  # 1 500 steps ahead: more than the ring keeps
+    env = ResidualQuadEnv(trajectory="figure8", preview=(k, dt))
+    traj = make_trajectory("figure8")
+    obs, _ = env.reset(seed=0)
+    for step in range(1, 3):
+        obs, *_ = env.step(_hover(env))
+        t = step * env.control_dt
+        pos, _ = _points(obs, k)
+        want = [traj(min(t + i * dt, 20.0)).pos for i in range(1, k + 1)]
+        np.testing.assert_allclose(pos, want, rtol=0, atol=1e-12)
