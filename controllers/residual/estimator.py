@@ -183,7 +183,7 @@ class ResidualEstimator:
                 self.warmup_end_step = self.steps
         est = R @ self.net.output(phi, self.rls.applied)
         self._prev_phi[...] = phi
-        self._prev_obs[...] = obs
+        self._prev_obs[...] = obs[..., :OBS_DIM]  # the base fields (a preview follows)
         self._prev_R[...] = R
         self._have_prev = True
         est = self._post(est)  # sets this step's ood_weight
@@ -443,7 +443,7 @@ class BatchedResidualEstimator:
             self.warmup_end_step[reached] = self.steps[reached]
         est = np.einsum("nij,nj->ni", R, self.net.output_batch(phi, self.rls.applied))
         self._prev_phi[...] = phi
-        self._prev_obs[...] = obs
+        self._prev_obs[...] = obs[..., :OBS_DIM]  # the base fields (a preview follows)
         self._prev_R[...] = R
         self._have_prev[...] = True
         est = self._post(est, x, heading_err)  # sets this step's ood_weight

@@ -264,3 +264,35 @@ def test_a_window_longer_than_the_single_envs_ring_is_still_exact():
         pos, _ = _points(obs, k)
         want = [traj(min(t + i * dt, 20.0)).pos for i in range(1, k + 1)]
         np.testing.assert_allclose(pos, want, rtol=0, atol=1e-12)
+
+
+def test_a_sweep_config_takes_the_preview_as_an_env_argument(tmp_path):
+    """YAML ``env:`` goes through the env's own keyword arguments: a list is a good preview,
+    a bad one is refused at load, naming it."""
+    from residual_quad import configs
+    from residual_quad.evaluation.sweep import SweepConfig
+
+    good = tmp_path / "good.yaml"
+    good.write_text("controllers: [pid]\nepisode_s: 1.0\nenv: {preview: [10, 0.06]}\n")
+    assert configs.load(SweepConfig, good).env == {"preview": [10, 0.06]}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("controllers: [pid]\nepisode_s: 1.0\nenv: {preview: [10, -0.06]}\n")
+    with pytest.raises(ValueError, match="preview"):
+        configs.load(SweepConfig, bad)
+
+
+@pytest.mark.parametrize("name", ["pid", "geo_rls"])
+def test_single_env_controllers_fly_the_same_with_a_preview(name):
+    """Model-based controllers read the base fields: a preview changes nothing they do."""
+    from residual_quad.controllers import make_controller
+
+    errors = []
+    for preview in (None, (10, 0.06)):
+        env = ResidualQuadEnv(trajectory="helix", payload="heavy", preview=preview)
+        ctrl = make_controller(name, env)
+        obs, _ = env.reset(seed=0)
+        ctrl.reset(0)
+        for _ in range(20):
+            obs, *_, info = env.step(ctrl.policy(obs))
+        errors.append(info["position_error"])
+    assert errors[0] == errors[1]
