@@ -53,7 +53,8 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     The same task as :class:`~residual_quad.envs.residual_quad_env.ResidualQuadEnv` (spaces,
     reward, termination and truncation, ``info`` keys, sensor noise), batched: ``step`` takes
-    actions of shape ``(num_envs, 4)`` and returns observations ``(num_envs, 36)``, rewards,
+    actions of shape ``(num_envs, 4)`` and returns observations ``(num_envs, 36)`` (``36 + 6K`` with
+    ``preview=(K, dt)``), rewards,
     terminations and truncations ``(num_envs,)`` and an ``info`` dict of arrays, each key ``k``
     paired with a boolean mask ``_k`` (Gymnasium's vector convention; ``reward_terms`` is a nested
     dict of the same form, ``termination`` an object array of reasons or ``None``). It is the
@@ -79,6 +80,11 @@ class ResidualQuadVectorEnv(VectorEnv):
     tabulated on the control-time grid with the single env's own code (its bits on any CPU), so
     envs whose episodes are out of step cost one array index, not a call each. A user
     :class:`~residual_quad.envs.trajectories.Trajectory` is called per distinct (object, step).
+
+    A reference preview (``preview=(K, dt)``, off by default; :mod:`~residual_quad.envs.preview`)
+    is ``K`` more lookups when ``dt`` is a whole number of control periods (the tables then run
+    to the env's own ``episode_s``, where the preview is clamped), else one trajectory call per
+    distinct (object, time); the same bits as the single env's preview.
 
     ## Scenarios
 
