@@ -49,7 +49,12 @@ class Preview:
         max_steps: the episode's last step (control steps): previewed times are clamped there.
     """
 
-    def __init__(self, spec: PreviewSpec, control_dt: float, max_steps: int):
+    def __init__(
+        self,
+        spec: PreviewSpec,
+        control_dt: float,  # s
+        max_steps: int,  # control steps
+    ):
         self.spec = spec
         self.control_dt = control_dt  # s
         self.max_steps = int(max_steps)

@@ -203,9 +203,16 @@ def test_vector_env_preview_equals_single_envs_through_autoresets(preview):
 def test_make_vec_takes_the_preview():
     import gymnasium as gym
 
-    vec = gym.make_vec("ResidualQuad-v0", num_envs=2, preview=(10, 0.06), nthread=1)
+    vec = gym.make_vec(
+        "ResidualQuad-v0", num_envs=2, trajectory="helix", preview=(10, 0.06), nthread=1
+    )
     obs, _ = vec.reset(seed=0)
     assert obs.shape == (2, 96) and vec.observation_space.contains(obs)
+    obs = vec.step_subset([1], np.zeros((1, 4)))[0]  # the subset path fills the preview too
+    assert obs.shape == (2, 96) and not obs[0].any()
+    traj = make_trajectory("helix")
+    want = [traj(0.01 + 0.06 * i).pos for i in range(1, 11)]
+    np.testing.assert_allclose(obs[1, L.preview_pos(10)].reshape(10, 3), want, atol=1e-12)
     vec.close()
 
 
