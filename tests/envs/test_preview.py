@@ -303,3 +303,22 @@ def test_single_env_controllers_fly_the_same_with_a_preview(name):
             obs, *_, info = env.step(ctrl.policy(obs))
         errors.append(info["position_error"])
     assert errors[0] == errors[1]
+
+
+def test_a_shorter_vector_limit_does_not_move_the_preview_end():
+    """``max_episode_steps`` cuts the episode like Gymnasium's ``TimeLimit``; the preview is
+    clamped at the env's own ``episode_s`` in both envs, so they agree."""
+    kw = {"trajectory": "helix", "preview": (5, 0.03), "episode_s": 0.3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vec = ResidualQuadVectorEnv(1, max_episode_steps=10, nthread=1, **kw)
+    single = ResidualQuadEnv(**kw)
+    vobs, sobs = vec.reset(seed=4)[0][0], single.reset(seed=4)[0]
+    for _ in range(10):
+        np.testing.assert_array_equal(vobs[OBS_DIM:], sobs[OBS_DIM:])
+        vobs = vec.step(_hover(single)[None])[0][0]
+        sobs = single.step(_hover(single))[0]
+    np.testing.assert_array_equal(vobs[OBS_DIM:], sobs[OBS_DIM:])
+    traj = make_trajectory("helix")
+    np.testing.assert_allclose(vobs[L.preview_pos(5)][-3:], traj(0.25).pos, atol=1e-12)
+    vec.close()
