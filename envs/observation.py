@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.envs.checks import integer, real
+from residual_quad.envs.checks import integer, is_real, real
 from residual_quad.envs.plant import quat_to_rot
 
 
@@ -182,8 +182,7 @@ def check_preview(preview: Any) -> PreviewSpec | None:
     is_int = isinstance(k, numbers.Integral) and not isinstance(k, bool | np.bool_)
     if not is_int or not 0 <= int(k) <= MAX_PREVIEW_POINTS:
         raise ValueError(f"{valid}; got K = {k!r}")
-    is_real = isinstance(dt_s, numbers.Real) and not isinstance(dt_s, bool | np.bool_)
-    if not is_real or not (math.isfinite(float(dt_s)) and float(dt_s) > 0.0):
+    if not is_real(dt_s) or not (math.isfinite(float(dt_s)) and float(dt_s) > 0.0):
         raise ValueError(f"{valid}; got dt = {dt_s!r}")
     return PreviewSpec(int(k), float(dt_s)) if int(k) else None
 
