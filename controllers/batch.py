@@ -54,7 +54,7 @@ from residual_quad.controllers.base import (
     resolve_factory,
 )
 from residual_quad.controllers.specs import check_spec_options, make_controller
-from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import OBS_DIM, is_observation_width
 from residual_quad.envs.observation import ObsLayout as L
 
 Seeds = Sequence[int | None] | None
@@ -85,13 +85,14 @@ def check_n_envs(n_envs: Any) -> int:
 
 
 def check_obs_batch(obs: Any, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
-    """``obs`` as a float64 array (n_envs, 36) and the (n_envs,) mask of its rows with a NaN or
-    ±inf entry; a ``ValueError`` for another shape."""
+    """``obs`` as a float64 array (n_envs, 36 + 6K) — the base fields, then a reference preview
+    of K points when the env has one — and the (n_envs,) mask of its rows with a NaN or ±inf
+    entry; a ``ValueError`` for another shape."""
     arr = np.asarray(obs, dtype=np.float64)
-    if arr.shape != (n_envs, OBS_DIM):
+    if arr.ndim != 2 or arr.shape[0] != n_envs or not is_observation_width(arr.shape[1]):
         raise ValueError(
-            f"observation batch must have shape ({n_envs}, {OBS_DIM}) (n_envs, obs), "
-            f"got {arr.shape}"
+            f"observation batch must have shape ({n_envs}, {OBS_DIM} + 6K) (n_envs, obs; K "
+            f"preview points, 0 without a preview), got {arr.shape}"
         )
     return arr, ~np.isfinite(arr).all(axis=1)
 

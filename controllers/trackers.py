@@ -38,6 +38,7 @@ from residual_quad.controllers.batch import (
 )
 from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
 from residual_quad.controllers.rotor_model import BatchedRotorModel, RotorModel
+from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
 _ZERO3 = np.zeros(3)
@@ -295,6 +296,7 @@ class BatchedTracker(RowBatch):
         """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36); a row with a
         non-finite entry gets its env's last action and leaves its state as it was."""
         obs, bad = check_obs_batch(obs, self.n_envs)
+        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
         if self.rotor_model is not None:  # as the single tracker: before the guard, own rule
             obs = self.rotor_model.observe(obs)
         if not bad.any():

@@ -192,6 +192,13 @@ def observation_dim(preview: PreviewSpec | None) -> int:
     return OBS_DIM + (0 if preview is None else preview.dim)
 
 
+def is_observation_width(width: int) -> bool:
+    """Whether ``width`` entries can be an observation: :data:`OBS_DIM` plus ``6K`` for a
+    preview of ``K`` points (``K`` from 0 to :data:`MAX_PREVIEW_POINTS`)."""
+    extra = int(width) - OBS_DIM
+    return extra >= 0 and extra % 6 == 0 and extra // 6 <= MAX_PREVIEW_POINTS
+
+
 def layout_name(preview: PreviewSpec | None) -> str:
     """A short name of the observation layout for messages: ``"base (36)"`` or
     ``"base + preview 10 × 0.06 s (96)"`` (``preview`` as :func:`check_preview` takes it)."""

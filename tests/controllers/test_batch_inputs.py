@@ -44,7 +44,7 @@ def test_bad_batches_name_the_env_index(name):
     ctrl = make_batch_controller(name, N)
     obs = hover_obs()
     for shape in ((N - 1, 36), (N, 35), (36,), (N, 36, 1)):
-        with pytest.raises(ValueError, match=rf"shape \({N}, 36\)"):
+        with pytest.raises(ValueError, match=rf"shape \({N}, 36 \+ 6K\)"):
             ctrl.policy_batch(np.zeros(shape))
     with pytest.raises(ValueError, match="4 seeds"):
         ctrl.reset_batch([0, 1])
@@ -57,6 +57,24 @@ def test_bad_batches_name_the_env_index(name):
     bad[2, L.vel.start] = np.nan  # a bad sample of one env is held, not refused
     out = ctrl.policy_batch(bad)
     assert out.shape == (N, 4) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    "name", ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls"]
+)
+def test_a_preview_after_the_base_fields_leaves_the_trackers_actions_alone(name):
+    """A batch with a reference preview (36 + 6K entries) gives the actions of its base fields:
+    the model-based trackers read no preview, and a width that is no layout is refused."""
+    base, wide = make_batch_controller(name, N), make_batch_controller(name, N)
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        obs = hover_obs(seed=step)
+        preview = rng.normal(size=(N, 6 * 10))
+        np.testing.assert_array_equal(
+            wide.policy_batch(np.hstack((obs, preview))), base.policy_batch(obs)
+        )
+    with pytest.raises(ValueError, match=r"36 \+ 6K"):
+        wide.policy_batch(np.zeros((N, 36 + 5)))
 
 
 def test_bad_names_and_sizes_list_valid_choices():
