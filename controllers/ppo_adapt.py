@@ -34,7 +34,12 @@ import numpy as np
 
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import NEUTRAL_OBS, check_n_envs, check_obs_batch
-from residual_quad.controllers.policy_file import ObsNormalizer, PolicyFileError
+from residual_quad.controllers.policy_file import (
+    ObsNormalizer,
+    PolicyFileError,
+    import_sb3,
+    rl_purpose,
+)
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.controllers.ppo import (
     POLICY_OPTIONS,
@@ -151,6 +156,7 @@ class PPOAdaptController(PPOController):
         device: str = "cpu",
         training_seed: int | None = None,
     ):
+        import_sb3(rl_purpose(self.kind))  # first: without SB3 the install hint is the answer
         if path is None:
             raise FileNotFoundError(
                 "no ppo_adapt policy is shipped: give ppo_adapt:path=<policy .zip> (train one "

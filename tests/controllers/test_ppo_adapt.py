@@ -179,3 +179,25 @@ def test_ppo_res_with_a_history_batched_equals_single(tmp_path):
     for a, b in zip(got, want, strict=True):
         assert np.allclose(a, b, rtol=0.0, atol=1e-12)
     assert math.isfinite(float(np.abs(np.array(got)).max()))
+
+
+def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+    env = make_env(payload="light", wind="breezy")
+    o0, _ = env.reset(seed=2)
+    o1, *_ = env.step(np.zeros(4))
+    bad = np.full_like(o0, np.nan)
+    single, clean = make_controller("ppo_adapt", path=path), make_controller("ppo_adapt", path=path)
+    single.reset(), clean.reset()
+    a0 = single.policy(o0)
+    clean.policy(o0)
+    steps = single.estimator.steps
+    assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == steps
+    single.policy(o1), clean.policy(o1)
+    batch = batch_from_spec(parse_spec(f"ppo_adapt:path={path}"), 2)
+    batch.reset_batch()
+    first = batch.policy_batch(np.stack((o0, o0)))
+    second = batch.policy_batch(np.stack((bad, o1)))
+    assert np.array_equal(second[0], first[0]) and batch.adapt.estimator.steps.tolist() == [1, 2]
+    assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
+    assert np.isfinite(batch.last_estimate).all()
