@@ -5,7 +5,9 @@ live in one :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` (physi
 ``mujoco.rollout``), so SB3's side of the hot path holds no per-env Python env objects. It emits
 :func:`~residual_quad.controllers.features.ppo_features` of the observations (batched:
 :func:`~residual_quad.controllers.features.ppo_features_batch`), so policies trained on it have the
-same input and the same file format as before.
+same input and the same file format as before; with a feature spec, the
+:class:`~residual_quad.controllers.policy_inputs.PolicyInputs` the deployed controllers use too
+(``ppo_adapt``: its estimator run every control period).
 
 Conventions translated from the vector env's to SB3's:
 
