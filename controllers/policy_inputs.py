@@ -43,6 +43,10 @@ MAX_ACTION_HISTORY = 64  # actions a spec may remember
 RECORD_KEYS = ("preview_k", "action_history", "error_integral", "estimate")
 
 
+class LayoutError(ValueError):
+    """Observations of another layout than the one a policy was trained on (names both)."""
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
@@ -202,9 +206,11 @@ class PolicyInputs:
         parts = [base.astype(np.float64)]
         if spec.preview_k:
             if o.shape[1] != self.obs_dim:
-                raise ValueError(
-                    f"the policy's layout {spec.layout_name(self.action_dim)} needs observations "
-                    f"of {self.obs_dim} values (preview {spec.preview_k}), got {o.shape[1]}"
+                flown = "base" if o.shape[1] == OBS_DIM else "another layout"
+                raise LayoutError(
+                    f"trained on {spec.layout_name(self.action_dim)} (observations of "
+                    f"{self.obs_dim} values: preview {spec.preview_k}) but flown on observations "
+                    f"of {o.shape[1]} values ({flown}): make the env with the policy's env_kwargs"
                 )
             from residual_quad.controllers.features import preview_features
 

@@ -18,6 +18,7 @@ from residual_quad.controllers.policy_inputs import (
     MAX_ACTION_HISTORY,
     MAX_PREVIEW_K,
     FeatureSpec,
+    LayoutError,
     PolicyInputs,
 )
 from residual_quad.envs.observation import OBS_DIM
@@ -138,7 +139,10 @@ def test_a_batch_equals_its_rows_with_subsets_and_resets():
 
 def test_observations_of_another_width_name_both_layouts():
     inputs = PolicyInputs(FeatureSpec(preview_k=2), 1)
-    with pytest.raises(ValueError, match=r"base \+ preview 2 \(\d+\).*48 values.*got 36"):
+    with pytest.raises(
+        LayoutError,
+        match=r"trained on base \+ preview 2 \(47\).*48 values.*flown on .*36 values \(base\)",
+    ):
         inputs.features(np.zeros((1, OBS_DIM)))
 
 
