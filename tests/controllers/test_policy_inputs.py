@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from residual_quad import configs
 from residual_quad.controllers.features import FEATURE_DIM, ppo_features, ppo_features_batch
 from residual_quad.controllers.policy_inputs import (
     INTEGRAL_CLIP_M,
@@ -193,5 +194,10 @@ def test_bad_records_and_configs_are_value_errors():
         )
     with pytest.raises(ValueError, match="0 preview points but features.preview_k is 2"):
         PPOTrainConfig(features=FeatureConfig(preview_k=2))
+    with pytest.raises(ValueError, match=r"features: unknown key\(s\) \['history'\]"):
+        configs.load(PPOTrainConfig, {"features": {"history": 2}})
+    assert configs.load(PPOTrainConfig, "ppo_adapt").features.spec() == FeatureSpec(
+        0, 4, True, True
+    )
     with pytest.raises(ValueError, match="period_s"):
         PolicyInputs(FeatureSpec(), 1, period_s=0.0)
