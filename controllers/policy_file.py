@@ -1,8 +1,11 @@
 """The residual-quad PPO policy file: one module to read, check and write it.
 
 A saved policy is one SB3 ``.zip`` with one extra archive entry, ``residual_quad.json``
-(:data:`META_ENTRY`): the controller kind (``ppo`` or ``ppo_res``, with its ``accel_scale``), the
-env ``action_mode`` it acts in, the feature version, the observation normalization statistics
+(:data:`META_ENTRY`): the controller kind (``ppo``, ``ppo_res`` with its ``accel_scale``, or
+``ppo_adapt``), the env ``action_mode`` it acts in, the feature version, the input features
+(``features``: a :class:`~residual_quad.controllers.policy_inputs.FeatureSpec` record, absent =
+the base features) and the observation layout they make (``observation_layout``, e.g.
+``base + history 4 (51)``), the observation normalization statistics
 (``VecNormalize`` mean/var/clip, or ``null``) and a record of how it was trained. SB3 ignores
 archive entries that are not ``.pth`` files, so ``PPO.load`` reads the file unchanged, and one
 file is all a user has to carry.
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.features import FEATURE_DIM
+from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
 
 INSTALL_HINT = "pip install 'residual-quad[rl]'"
@@ -48,9 +52,9 @@ META_FORMAT = 1
 FEATURE_VERSION = 1
 MAX_ACTION_REPEAT = 1000  # control periods an action may be held
 MAX_META_BYTES = 16 * 2**20  # the record is a few kB
-#: action size of each policy kind: ``ppo`` acts on the env (4), ``ppo_res`` on geo's desired
-#: acceleration (3, heading frame; :mod:`residual_quad.controllers.ppo_res`)
-ACTION_DIMS = {"ppo": 4, "ppo_res": 3}
+#: action size of each policy kind: ``ppo`` and ``ppo_adapt`` act on the env (4), ``ppo_res`` on
+#: geo's desired acceleration (3, heading frame; :mod:`residual_quad.controllers.ppo_res`)
+ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4}
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
 RESERVED_ENV_KWARGS = frozenset(
@@ -217,9 +221,49 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     if unknown:
         raise fail(f"env_kwargs keys {unknown} are not allowed; valid: {sorted(valid)}")
     try:
-        ObsNormalizer.from_meta(meta.get("obs_norm"))
+        spec = FeatureSpec.from_record(meta.get("features"))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if kind == "ppo_adapt":
+        if mode != "rotor" or not spec.estimate:
+            raise fail("a ppo_adapt policy acts in action_mode 'rotor' and sees the estimate")
+    elif spec.estimate:
+        raise fail(f"the estimate feature comes from ppo_adapt's estimator, not {kind!r}'s")
+    layout = spec.layout_name(ACTION_DIMS[kind])
+    recorded = meta.get("observation_layout", layout)
+    if recorded != layout:
+        raise fail(f"observation_layout {recorded!r} disagrees with its features: {layout}")
+    preview = preview_points(env_kwargs)
+    if preview != spec.preview_k:
+        raise fail(
+            f"trained on {layout} but its env_kwargs give a preview of {preview} points: "
+            "env_kwargs.preview must agree with features.preview_k"
+        )
+    try:
+        ObsNormalizer.from_meta(meta.get("obs_norm"), spec.dim(ACTION_DIMS[kind]))
     except ValueError as exc:
         raise fail(f"obs_norm: {exc}") from None
+
+
+def preview_points(env_kwargs: dict[str, Any]) -> int:
+    """Reference preview points an env made with ``env_kwargs`` supplies (its ``preview=(K, dt)``
+    option; 0 without one)."""
+    preview = env_kwargs.get("preview")
+    if preview is None:
+        return 0
+    if isinstance(preview, list | tuple) and preview:
+        return preview[0] if isinstance(preview[0], int) else -1
+    return -1
+
+
+def policy_spec(meta: dict[str, Any]) -> FeatureSpec:
+    """The :class:`FeatureSpec` of a checked policy record (the empty spec without one)."""
+    return FeatureSpec.from_record(meta.get("features"))
+
+
+def policy_layout(meta: dict[str, Any]) -> str:
+    """The observation layout a checked policy record was trained on (e.g. ``base (35)``)."""
+    return policy_spec(meta).layout_name(ACTION_DIMS[meta.get("controller", "ppo")])
 
 
 def write_meta(path: str | Path, meta: dict[str, Any]) -> None:
@@ -282,9 +326,12 @@ class ObsNormalizer:
         return np.clip((x - self.mean) / self.std, -self.clip, self.clip).astype(np.float32)
 
     @classmethod
-    def from_meta(cls, stats: dict[str, Any] | None) -> ObsNormalizer | None:
+    def from_meta(
+        cls, stats: dict[str, Any] | None, dim: int = FEATURE_DIM
+    ) -> ObsNormalizer | None:
         """The normalizer of a policy record's ``obs_norm`` (``None`` for ``None``); a
-        ``ValueError`` unless ``mean`` and ``var`` are :data:`FEATURE_DIM` finite numbers with
+        ``ValueError`` unless ``mean`` and ``var`` are ``dim`` finite numbers (the policy's
+        input size; :data:`FEATURE_DIM` for the base features) with
         ``var ≥ 0``, ``epsilon`` a finite number ≥ 0 with ``var + epsilon > 0`` and ``clip`` a
         finite number > 0."""
         if stats is None:
@@ -299,10 +346,10 @@ class ObsNormalizer:
             v = stats[key]
             if not (
                 isinstance(v, list)
-                and len(v) == FEATURE_DIM
+                and len(v) == dim
                 and all(_is_number(x) and math.isfinite(x) for x in v)
             ):
-                raise ValueError(f"{key} must be a list of {FEATURE_DIM} finite numbers")
+                raise ValueError(f"{key} must be a list of {dim} finite numbers")
             vectors[key] = np.array(v, dtype=np.float64)
         eps, clip = stats["epsilon"], stats["clip"]
         if not (_is_number(eps) and math.isfinite(eps) and eps >= 0):
@@ -400,8 +447,12 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
             f"cannot load PPO policy {path}: {type(exc).__name__}: {exc}"
         ) from None
     shape = getattr(model.observation_space, "shape", None)
-    if shape != (FEATURE_DIM,):
-        raise PolicyFileError(f"{path}: policy expects {shape} inputs, features have {FEATURE_DIM}")
+    spec = policy_spec(meta)
+    if shape != (spec.dim(ACTION_DIMS[kind]),):
+        raise PolicyFileError(
+            f"{path}: its record says trained on {spec.layout_name(ACTION_DIMS[kind])} but the "
+            f"network takes inputs of shape {shape}"
+        )
     shape = getattr(model.action_space, "shape", None)
     if shape != (ACTION_DIMS[kind],):
         raise PolicyFileError(
@@ -409,7 +460,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
         )
     if not all(bool(p.isfinite().all()) for p in model.policy.parameters()):
         raise PolicyFileError(f"{path}: the policy network has non-finite parameters")
-    normalizer = ObsNormalizer.from_meta(meta.get("obs_norm"))
+    normalizer = ObsNormalizer.from_meta(meta.get("obs_norm"), spec.dim(ACTION_DIMS[kind]))
     return meta, model, normalizer, NumpyPolicy.from_sb3(model.policy)
 
 

@@ -25,6 +25,7 @@ from residual_quad.controllers.features import (
 )
 from residual_quad.controllers.options import Domain, Integer, Optional, Text
 from residual_quad.controllers.policy_file import (
+    ACTION_DIMS,
     INSTALL_HINT,
     NumpyPolicy,
     ObsNormalizer,
@@ -33,9 +34,11 @@ from residual_quad.controllers.policy_file import (
     load_policy,
     policy_actions,
     policy_path,
+    policy_spec,
     read_meta,
     shipped_policy_path,
 )
+from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 
 __all__ = [
     "BatchedPPOController",
@@ -49,6 +52,7 @@ __all__ = [
     "default_policy_path",
     "in_memory",
     "observation_actions",
+    "policy_inputs",
     "ppo_features",
     "ppo_features_batch",
     "read_meta",
@@ -74,6 +78,11 @@ class PPOController(ObservationGuard):
         training_seed: fly the shipped policy of this training seed instead (0: the default;
             ``ppo:training_seed=1`` in a sweep); not together with ``path``.
 
+    The policy's input is :class:`~residual_quad.controllers.policy_inputs.PolicyInputs` of the
+    file's feature spec (:attr:`spec`; the base features for a file without one), whose memory
+    (the history holds the actions this controller emitted — the held one with action repeat —
+    and the error integral) :meth:`reset` clears.
+
     ``action_mode`` is the mode the policy was trained in: fly it in an env made with the same
     ``action_mode`` (:func:`residual_quad.episode.run_episode` does this by itself) and
     the other ``env_kwargs`` it was trained with (``{}`` for the shipped policy). The policy acts
@@ -82,6 +91,7 @@ class PPOController(ObservationGuard):
     """
 
     OPTIONS: dict[str, Domain] = POLICY_OPTIONS
+    kind = "ppo"  # the policy file's controller kind
 
     def __init__(
         self,
@@ -91,12 +101,14 @@ class PPOController(ObservationGuard):
         training_seed: int | None = None,
     ):
         self.path = policy_path("ppo", path, training_seed)
-        policy = load_policy(self.path, "ppo", device)
+        policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy
         self.action_mode: str = self.meta["action_mode"]
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.context = context or ControlContext()
+        self.spec = policy_spec(self.meta)
+        self.inputs = policy_inputs(self, 1)
         self._k, self._held = 0, np.zeros(4)
 
     @classmethod
@@ -106,18 +118,22 @@ class PPOController(ObservationGuard):
         action_mode: str,
         normalizer: ObsNormalizer | None = None,
         action_repeat: int = 1,
+        spec: FeatureSpec | None = None,
     ) -> PPOController:
         """Wrap an in-memory SB3 model (used by the training's evaluation callback)."""
-        self = in_memory(cls, model, normalizer, action_repeat)
+        self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.action_mode = action_mode
         self.context = ControlContext()
+        self.inputs = policy_inputs(self, 1)
         self._k, self._held = 0, np.zeros(4)
         return self
 
     def reset(self, seed: int | None = None) -> None:
-        """Restart the action-hold cycle (the network itself is stateless)."""
+        """Restart the action-hold cycle and clear the inputs' memory (the network itself is
+        stateless)."""
         self.reset_guard()
         self._k, self._held = 0, np.zeros(4)
+        self.inputs.reset_rows()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Deterministic (mean) action in [-1, 1] for one raw observation.
@@ -128,32 +144,69 @@ class PPOController(ObservationGuard):
         (:class:`~residual_quad.controllers.base.ObservationGuard`).
         """
         if self._k % self.action_repeat == 0:
-            self._held = observation_actions(self, obs[None, :])[0]
+            self._held = self.decide(obs[None, :])[0]
         self._k += 1
         return self._held.copy()
+
+    def decide(self, obs: np.ndarray, estimate: np.ndarray | None = None) -> np.ndarray:
+        """New actions (1, a) for the raw observation ``obs`` (1, obs_dim) (and Δâ (1, 3) where
+        the spec has the estimate), the last emitted action entering the history."""
+        return observation_actions(self, obs, self.inputs, self._held[None, :], estimate)
 
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 4) in [-1, 1] of normalized feature rows ``x`` (n, d)."""
         return policy_actions(self.network, self.model, x)
 
 
-def observation_actions(controller: Any, obs: np.ndarray) -> np.ndarray:
-    """Deterministic actions (n, a) in [-1, 1] of a loaded ``ppo``/``ppo_res`` controller for raw
-    observations (n, OBS_DIM): :func:`ppo_features` of each, the controller's normalizer, one
-    forward — the one path of the single and the batched controllers."""
-    x = np.stack([ppo_features(o) for o in obs])
+def observation_actions(
+    controller: Any,
+    obs: np.ndarray,
+    inputs: PolicyInputs | None = None,
+    last_actions: np.ndarray | None = None,
+    estimate: np.ndarray | None = None,
+    rows: Any = slice(None),
+) -> np.ndarray:
+    """Deterministic actions (n, a) in [-1, 1] of a loaded ``ppo``/``ppo_res``/``ppo_adapt``
+    controller for raw observations (n, obs_dim): the inputs (``inputs``' features of the envs
+    ``rows``, with their last actions and Δâ; default: :func:`ppo_features` of each row), the
+    controller's normalizer, one forward — the one path of the single and the batched
+    controllers."""
+    if inputs is None:
+        x = np.stack([ppo_features(o) for o in obs])
+    else:
+        x = inputs.features(obs, last_actions, estimate, rows)
     if controller.normalizer is not None:
         x = controller.normalizer(x)
     return controller.actions(x)
 
 
-def in_memory(cls: type, model: Any, normalizer: ObsNormalizer | None, action_repeat: int) -> Any:
-    """A ``ppo``/``ppo_res`` controller of class ``cls`` around an in-memory SB3 model (the
-    training's evaluation callback), before its kind's own fields are set: no file, no record,
-    no numpy forward (the model is still training: its own ``predict``)."""
+def policy_inputs(controller: Any, n_envs: int) -> PolicyInputs:
+    """The :class:`PolicyInputs` of a loaded controller for ``n_envs`` envs: its spec, its
+    kind's action size, one decision every ``action_repeat`` control periods, the base features
+    row by row (:func:`ppo_features`, as the shipped rows were flown)."""
+    return PolicyInputs(
+        controller.spec,
+        n_envs,
+        ACTION_DIMS[controller.kind],
+        controller.context.control_dt * controller.action_repeat,
+        rowwise=True,
+    )
+
+
+def in_memory(
+    cls: type,
+    model: Any,
+    normalizer: ObsNormalizer | None,
+    action_repeat: int,
+    spec: FeatureSpec | None = None,
+) -> Any:
+    """A ``ppo``/``ppo_res``/``ppo_adapt`` controller of class ``cls`` around an in-memory SB3
+    model (the training's evaluation callback), before its kind's own fields are set: no file,
+    no record, no numpy forward (the model is still training: its own ``predict``)."""
     self = cls.__new__(cls)
     self.path, self.meta, self.model, self.normalizer = None, {}, model, normalizer
     self.network, self.env_kwargs, self.action_repeat = None, {}, int(action_repeat)
+    self.spec = spec or FeatureSpec()
     return self
 
 
@@ -173,18 +226,27 @@ class BatchedPPOController(RowBatch):
         self.action_repeat = controller.action_repeat
         self._k = np.zeros(self.n_envs, dtype=np.int64)
         self._held = np.zeros((self.n_envs, 4))
+        self.inputs = policy_inputs(controller, self.n_envs)
         hover = hover_action(self.action_mode, controller.context.airframe)
         self.guard = RowGuard(self.n_envs, hover)
 
     def _reset_rows(self, index: int | slice) -> None:
         self._k[index], self._held[index] = 0, 0.0
+        self.inputs.reset_rows(index)
         self.guard.reset(index)
+
+    def decide(
+        self, obs: np.ndarray, estimate: np.ndarray | None = None, rows: Any = slice(None)
+    ) -> np.ndarray:
+        """New actions of the envs ``rows`` for their raw observations ``obs`` (and Δâ)."""
+        held = self._held[rows]
+        return observation_actions(self.single, obs, self.inputs, held, estimate, rows)
 
     def policy_batch(self, obs: np.ndarray) -> np.ndarray:
         obs, bad = check_obs_batch(obs, self.n_envs)
         due = (self._k % self.action_repeat == 0) & ~bad  # a bad sample is no call
         if due.any():
-            self._held[due] = observation_actions(self.single, obs[due])
+            self._held[due] = self.decide(obs[due], None, np.flatnonzero(due))
         self._k += ~bad
         return self.guard.finish(self._held.copy(), bad)
 

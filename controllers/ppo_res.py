@@ -37,8 +37,15 @@ from residual_quad.controllers.policy_file import (
     load_policy,
     policy_actions,
     policy_path,
+    policy_spec,
 )
-from residual_quad.controllers.ppo import POLICY_OPTIONS, in_memory, observation_actions
+from residual_quad.controllers.policy_inputs import FeatureSpec
+from residual_quad.controllers.ppo import (
+    POLICY_OPTIONS,
+    in_memory,
+    observation_actions,
+    policy_inputs,
+)
 from residual_quad.controllers.trackers import BatchedTracker, Tracker
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -74,6 +81,7 @@ class ResidualPPOController(Tracker):
     """
 
     name = "ppo_res"
+    kind = "ppo_res"  # the policy file's controller kind
     OPTIONS = POLICY_OPTIONS
 
     def __init__(
@@ -90,6 +98,7 @@ class ResidualPPOController(Tracker):
         self.accel_scale = float(self.meta["accel_scale"])  # m/s²
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
+        self.spec = policy_spec(self.meta)
         super().__init__(context)
 
     @classmethod
@@ -99,9 +108,10 @@ class ResidualPPOController(Tracker):
         accel_scale: float,
         normalizer: ObsNormalizer | None = None,
         action_repeat: int = 1,
+        spec: FeatureSpec | None = None,
     ) -> ResidualPPOController:
         """Wrap an in-memory SB3 model (the training's evaluation callback)."""
-        self = in_memory(cls, model, normalizer, action_repeat)
+        self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
         Tracker.__init__(self, None)
         return self
@@ -110,14 +120,20 @@ class ResidualPPOController(Tracker):
         super().reset(seed)
         self._k = 0
         self._held = np.zeros(3)  # m/s², heading frame: the correction being held
+        self._u = np.zeros(3)  # the action being held, [-1, 1]
+        if getattr(self, "inputs", None) is None:
+            self.inputs = policy_inputs(self, 1)
+        self.inputs.reset_rows()
 
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
         return policy_actions(self.network, self.model, x)
 
     def correction(self, obs: np.ndarray) -> np.ndarray:
-        """The policy's correction δa_h (m/s², heading frame) for one raw observation."""
-        return observation_actions(self, obs[None, :])[0] * self.accel_scale
+        """The policy's correction δa_h (m/s², heading frame) for one raw observation (its
+        inputs advance one decision: the held action enters the history)."""
+        self._u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :])[0]
+        return self._u * self.accel_scale
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         if self._k % self.action_repeat == 0:
@@ -147,20 +163,28 @@ class BatchedResidualPPOController(BatchedTracker):
         self.action_repeat = controller.action_repeat
         self._k = np.zeros(n_envs, dtype=np.int64)
         self._held = np.zeros((n_envs, 3))
+        self._u = np.zeros((n_envs, 3))  # the actions being held, [-1, 1]
+        self.inputs = policy_inputs(controller, n_envs)
         super().__init__(controller.context, n_envs, kp=controller.kp, kd=controller.kd)
 
     def _reset_rows(self, index: int | slice) -> None:
         super()._reset_rows(index)
         self._k[index] = 0
         self._held[index] = 0.0
+        self._u[index] = 0.0
+        self.inputs.reset_rows(index)
 
     def _row_state(self) -> list[tuple[Any, str]]:
-        return [*super()._row_state(), (self, "_k"), (self, "_held")]
+        state = [(self, "_k"), (self, "_held"), (self, "_u")]
+        state += [(self.inputs, "history"), (self.inputs, "integral")]
+        return [*super()._row_state(), *state]
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         due = np.flatnonzero(self._k % self.action_repeat == 0)
         if len(due):
-            self._held[due] = observation_actions(self.single, obs[due]) * self.accel_scale
+            u = observation_actions(self.single, obs[due], self.inputs, self._u[due], None, due)
+            self._u[due] = u
+            self._held[due] = u * self.accel_scale
         self._k += 1
         return -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from residual_quad.controllers.policy_file import ObsNormalizer, obs_norm_stats
+from residual_quad.controllers.policy_file import ACTION_DIMS, ObsNormalizer, obs_norm_stats
 from residual_quad.controllers.ppo import PPOController
 from residual_quad.episode import RunSpec, fly
 from residual_quad.training.checkpoints import RunState, save_checkpoint
@@ -32,16 +32,24 @@ from residual_quad.training.ppo_config import PPOTrainConfig
 
 
 def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
-    """The deployed controller of the in-memory ``model`` (``ppo`` or ``ppo_res``), with the
-    normalization statistics of ``vec_env`` as they are now."""
-    normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env))
+    """The deployed controller of the in-memory ``model`` (``ppo``, ``ppo_res`` or
+    ``ppo_adapt``), with the normalization statistics of ``vec_env`` as they are now."""
+    spec = cfg.features.spec()
+    dim = spec.dim(ACTION_DIMS[cfg.controller])
+    normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env), dim)
     if cfg.controller == "ppo_res":
         from residual_quad.controllers.ppo_res import ResidualPPOController
 
         return ResidualPPOController.from_model(
-            model, cfg.accel_scale, normalizer, cfg.action_repeat
+            model, cfg.accel_scale, normalizer, cfg.action_repeat, spec
         )
-    return PPOController.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat)
+    if cfg.controller == "ppo_adapt":
+        from residual_quad.controllers.ppo_adapt import PPOAdaptController
+
+        return PPOAdaptController.from_model(
+            model, cfg.action_mode, normalizer, cfg.action_repeat, spec
+        )
+    return PPOController.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat, spec)
 
 
 def evaluate_tracking(

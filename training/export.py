@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.policy_file import obs_norm_stats, read_meta, save_model, write_meta
+from residual_quad.controllers.policy_file import (
+    ACTION_DIMS,
+    obs_norm_stats,
+    read_meta,
+    save_model,
+    write_meta,
+)
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
@@ -28,6 +34,10 @@ def save_policy(
     kind: dict[str, Any] = {"controller": cfg.controller}
     if cfg.controller == "ppo_res":
         kind["accel_scale"] = cfg.accel_scale
+    spec = cfg.features.spec()
+    if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
+        kind["features"] = spec.to_record()
+        kind["observation_layout"] = spec.layout_name(ACTION_DIMS[cfg.controller])
     return save_model(
         model,
         path,

@@ -17,7 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from residual_quad.controllers.policy_file import MAX_ACCEL_SCALE
+from residual_quad.controllers.policy_file import MAX_ACCEL_SCALE, preview_points
+from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
@@ -52,11 +53,30 @@ class PPOHyperparams:
 
 
 @dataclass
+class FeatureConfig:
+    """The ``features`` section: what the policy sees beyond the base features
+    (:class:`~residual_quad.controllers.policy_inputs.FeatureSpec`; checked there)."""
+
+    preview_k: int = 0  # reference points ahead (needs env_kwargs.preview = [K, dt])
+    action_history: int = 0  # last actions, newest first
+    error_integral: bool = False  # leaky integral of the heading-frame position error
+    estimate: bool = False  # geo_rls's residual estimate Δâ (ppo_adapt)
+
+    def __post_init__(self) -> None:
+        self.spec()
+
+    def spec(self) -> FeatureSpec:
+        """The :class:`FeatureSpec` of this section."""
+        return FeatureSpec(self.preview_k, self.action_history, self.error_integral, self.estimate)
+
+
+@dataclass
 class PPOTrainConfig:
     """``rquad train ppo`` settings (``configs/ppo.yaml``)."""
 
     seed: int = 0
-    controller: str = "ppo"  # ppo: actions are the env's; ppo_res: a correction to geo (m/s²)
+    # ppo: actions are the env's; ppo_res: a correction to geo (m/s²); ppo_adapt: ppo seeing Δâ
+    controller: str = "ppo"
     accel_scale: float = 8.0  # m/s², ppo_res: bound of the correction per heading-frame axis
     total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
@@ -91,6 +111,7 @@ class PPOTrainConfig:
     checkpoint_freq: int = 1_000_000  # policy steps between checkpoints (0: none)
     torch_threads: int = 1  # intra-op threads of the learner (1: reproducible, leaves cores)
     ppo: PPOHyperparams = field(default_factory=PPOHyperparams)
+    features: FeatureConfig = field(default_factory=FeatureConfig)  # policy inputs beyond base
 
     def __post_init__(self) -> None:
         if self.controller not in POLICY_CONTROLLERS:
@@ -108,6 +129,25 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
                     f"{self.backend!r})"
                 )
+        spec = self.features.spec()
+        if self.controller == "ppo_adapt":
+            if self.action_mode != "rotor" or not spec.estimate:
+                raise ValueError(
+                    "ppo_adapt acts on rotor thrusts and sees the residual estimate: it needs "
+                    f"action_mode 'rotor' and features.estimate true (got {self.action_mode!r}, "
+                    f"{spec.estimate})"
+                )
+        elif spec.estimate:
+            raise ValueError(
+                f"features.estimate needs controller 'ppo_adapt' (its estimator), got "
+                f"{self.controller!r}"
+            )
+        preview = preview_points(self.env_kwargs)
+        if preview != spec.preview_k:
+            raise ValueError(
+                f"env_kwargs.preview gives {preview} preview points but features.preview_k is "
+                f"{spec.preview_k}: they must agree"
+            )
         if self.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
         for kind, values, valid in (
@@ -183,5 +223,5 @@ SUBPROC_RETIRED = (
     "end (an order separate processes cannot follow); use backend 'vector' (every shipped "
     "policy was trained on it)"
 )
-POLICY_CONTROLLERS = ("ppo", "ppo_res")  # what a training run's policy file flies as
+POLICY_CONTROLLERS = ("ppo", "ppo_res", "ppo_adapt")  # what a training run's policy file flies as
 MAX_VECTOR_ENVS = 4096  # vector backend: envs in one ResidualQuadVectorEnv

@@ -32,6 +32,11 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         from residual_quad.controllers.ppo_res import ResidualPilot
 
         pilot = ResidualPilot(n_envs, cfg.accel_scale)
+    estimator = None
+    if cfg.controller == "ppo_adapt":
+        from residual_quad.controllers.ppo_adapt import AdaptEstimator
+
+        estimator = AdaptEstimator(n_envs)
     venv = QuadVecEnv(
         n_envs,
         sampler,
@@ -39,6 +44,8 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         nthread=cfg.env_threads,
         scenario_seed=cfg.seed,
         pilot=pilot,
+        features=cfg.features.spec(),
+        estimator=estimator,
         action_mode=cfg.action_mode,
         episode_s=cfg.episode_s,
         reward_weights=cfg.reward_weights or None,

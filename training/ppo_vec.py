@@ -5,7 +5,9 @@ live in one :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv` (physi
 ``mujoco.rollout``), so SB3's side of the hot path holds no per-env Python env objects. It emits
 :func:`~residual_quad.controllers.features.ppo_features` of the observations (batched:
 :func:`~residual_quad.controllers.features.ppo_features_batch`), so policies trained on it have the
-same input and the same file format as before.
+same input and the same file format as before; with a feature spec, the
+:class:`~residual_quad.controllers.policy_inputs.PolicyInputs` the deployed controllers use too
+(``ppo_adapt``: its estimator run every control period).
 
 Conventions translated from the vector env's to SB3's:
 
@@ -43,8 +45,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
-from residual_quad.controllers.features import FEATURE_DIM, ppo_features_batch
-from residual_quad.envs.observation import OBS_DIM
+from residual_quad.controllers.features import FEATURE_DIM
+from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
 
@@ -142,6 +144,14 @@ class QuadVecEnv(VecEnv):
             :class:`~residual_quad.controllers.ppo_res.ResidualPilot`, actions of
             ``pilot.action_dim`` values → rotor actions, every control period from that
             period's raw observations).
+        features: the policy's inputs beyond the base features
+            (:class:`~residual_quad.controllers.policy_inputs.FeatureSpec`; ``None``: none),
+            built by one :class:`~residual_quad.controllers.policy_inputs.PolicyInputs`
+            (history: the actions as given, clipped; reset with each env's episode).
+        estimator: ``ppo_adapt``'s
+            :class:`~residual_quad.controllers.ppo_adapt.AdaptEstimator` (needed by a spec
+            with ``estimate``): every control period it sees each running env's new
+            observation and is told the rotor action applied, as the deployed controller.
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
             ``episode_s``, ``reward_weights``, ``max_position_error``, …).
 
@@ -158,6 +168,8 @@ class QuadVecEnv(VecEnv):
         scenarios: Sequence[Mapping[str, Any]] | None = None,
         scenario_seed: int = 0,
         pilot: Any = None,
+        features: FeatureSpec | None = None,
+        estimator: Any = None,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -176,11 +188,23 @@ class QuadVecEnv(VecEnv):
         self.action_repeat = int(action_repeat)
         self.pilot = pilot
         self.action_dim = 4 if pilot is None else int(pilot.action_dim)
-        observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
+        self.feature_spec = features or FeatureSpec()
+        if self.feature_spec.estimate and estimator is None:
+            raise ValueError("features.estimate needs the estimator (ppo_adapt's AdaptEstimator)")
+        if estimator is not None and pilot is not None:
+            raise ValueError("the estimator reads rotor actions: it takes no pilot")
+        self.estimator = estimator
+        period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
+        self.inputs = PolicyInputs(self.feature_spec, int(num_envs), self.action_dim, period_s)
+        dim = self.inputs.dim
+        observation_space = spaces.Box(-1e6, 1e6, shape=(dim,), dtype=np.float32)
         action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
         super().__init__(int(num_envs), observation_space, action_space)
         self._actions: np.ndarray | None = None
-        self._raw = np.zeros((int(num_envs), OBS_DIM))  # each env's last raw observation
+        obs_dim = self.vector_env.single_observation_space.shape[0]
+        self._raw = np.zeros((int(num_envs), obs_dim))  # each env's last raw observation
+        self._last = np.zeros((int(num_envs), self.action_dim))  # each env's last action
+        self._estimate = np.zeros((int(num_envs), 3))  # Δâ of each env's last observation
         self._scenario_info = [_scenario_info(sc) for sc in self.vector_env.scenarios]
 
     # ------------------------------------------------------------------ reset / step
@@ -191,7 +215,12 @@ class QuadVecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self._raw[:] = obs
-        return ppo_features_batch(obs)
+        self._last[:] = 0.0
+        self.inputs.reset_rows()
+        if self.estimator is not None:
+            self.estimator.reset()
+            self._estimate = self.estimator.observe(obs)
+        return self.inputs.features(obs, self._last, self._estimate)
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = actions
@@ -204,15 +233,20 @@ class QuadVecEnv(VecEnv):
         action = venv.check_actions(self._actions, self.action_dim)
         self._actions = None
         reward = np.zeros(n)
-        last = np.zeros((n, OBS_DIM))
+        last = np.zeros_like(self._raw)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
         pos_err = np.zeros(n)
         steps = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
-        for _ in range(self.action_repeat):
+        est = self.estimator
+        for k in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw, action)
+            if est is not None:  # as ppo_adapt: Δâ of the new observation, then the command
+                if k:
+                    self._estimate = est.observe(self._raw, running)
+                est.command(self._raw, action, running)
             obs, rew, term, trunc, info = venv.step_subset(active, act[active])
             self._raw[active] = obs[active]
             reward[active] += rew[active]
@@ -225,7 +259,10 @@ class QuadVecEnv(VecEnv):
             if not running.any():
                 break
         dones = terminated | truncated
-        features = ppo_features_batch(last)
+        if est is not None:
+            self._estimate = est.observe(last)
+        features = self.inputs.features(last, action, self._estimate)
+        self._last[:] = action
         infos = [
             {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
             for e, d, c, sc in zip(
@@ -240,7 +277,16 @@ class QuadVecEnv(VecEnv):
         if len(ended):
             raw_first = venv.reset_subset(ended)[0][ended]
             self._raw[ended] = raw_first
-            first = ppo_features_batch(raw_first)
+            self._last[ended] = 0.0
+            self.inputs.reset_rows(ended)
+            if est is not None:
+                est.reset(ended)
+                start = np.zeros(n, dtype=bool)
+                start[ended] = True
+                self._estimate = est.observe(self._raw, start)
+            first = self.inputs.features(
+                raw_first, self._last[ended], self._estimate[ended], rows=ended
+            )
             cut = (truncated & ~terminated)[ended].tolist()
             for k, i in enumerate(ended.tolist()):
                 infos[i]["terminal_observation"] = features[i].copy()

@@ -161,6 +161,15 @@ class ResidualEstimator:
             if self.rls.warmup_done:  # warmup_steps = 0
                 self.warmup_end_step = 0
 
+    def set_command(self, a_eff: np.ndarray) -> None:
+        """Replace the effective command recorded at the last :meth:`estimate` call (the next
+        call's ``a_cmd`` feature) by ``a_eff`` (world, m/s²): for a controller that decides its
+        command after asking for the estimate (``ppo_adapt``), ``a_eff`` is the acceleration the
+        nominal model expects from the thrust it actually commands — what ``a_cmd − Δâ`` is for
+        a tracker. A non-finite ``a_eff`` is stored as zero (as :meth:`estimate` does)."""
+        a = np.array(a_eff, dtype=float)
+        self.last_a_eff = a if np.all(np.isfinite(a)) else np.zeros(3)
+
     def forget_previous_sample(self) -> None:
         """The next observation does not follow the last one (a bad sample came between, which
         the controller's guard kept from the estimator): the next call learns nothing, since no
@@ -418,6 +427,11 @@ class BatchedResidualEstimator:
         if self.rls is None:
             return np.zeros(self.n_envs, dtype=np.int64)
         return self._rejected + self.rls.rejected
+
+    def set_command(self, a_eff: np.ndarray) -> None:
+        """As :meth:`ResidualEstimator.set_command`, per env: ``a_eff`` (N, 3), world, m/s²."""
+        a = np.array(a_eff, dtype=float)
+        self.last_a_eff = np.where(np.all(np.isfinite(a), axis=1)[:, None], a, 0.0)
 
     def forget_previous_sample(self, rows: np.ndarray) -> None:
         """As :meth:`ResidualEstimator.forget_previous_sample`, for the envs ``rows`` (N,) bool."""

@@ -81,6 +81,13 @@ SHIPPED = {
             "ppo": "smaller updates, gSDE with a fixed exploration scale",
         },
     ),
+    "ppo_adapt": (
+        PPOTrainConfig,
+        {
+            "controller": "ppo that also sees geo_rls's residual estimate (docs/ppo.md)",
+            "features": "action history 4, the error integral and the estimate",
+        },
+    ),
     "residual": (ResidualConfig, {}),
     "adaptive": (
         ResidualConfig,

@@ -18,14 +18,16 @@ from hypothesis import strategies as st
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.base import ObservationGuard, available_controllers, hover_action
 from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.controllers.extras import UNSHIPPED_POLICY_CONTROLLERS
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
 needs_sb3 = pytest.mark.skipif(not HAS_SB3, reason="needs the rl extra")
 
-#: every registered name (``sb3`` needs a zip: its own fixture below) and every hnewton variant
-SPECS = [n for n in available_controllers() if n != "sb3"] + [
+#: every registered name (``sb3`` needs a zip: its own fixture below; ``ppo_adapt`` ships no
+#: policy: tests/controllers/test_ppo_adapt.py) and every hnewton variant
+SPECS = [n for n in available_controllers() if n not in ("sb3", *UNSHIPPED_POLICY_CONTROLLERS)] + [
     "hnewton:gn",
     "hnewton:lm",
     "hnewton:bfgs",
@@ -44,7 +46,7 @@ PARAMS = [_param(s) for s in SPECS]
 
 
 def test_every_registered_controller_is_covered():
-    assert set(available_controllers()) <= {*SPECS, "sb3"}
+    assert set(available_controllers()) <= {*SPECS, "sb3", *UNSHIPPED_POLICY_CONTROLLERS}
 
 
 # ----------------------------------------------------------------------------- helpers

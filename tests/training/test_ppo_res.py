@@ -242,7 +242,7 @@ def _ppo_file() -> Path:
         ({"accel_scale": 0.0}, r"accel_scale must be in \(0, 20"),
         ({"accel_scale": 21.0}, r"accel_scale must be in \(0, 20"),
         ({"accel_scale": float("nan")}, "accel_scale"),
-        ({"controller": "sac"}, r"controller must be one of \('ppo', 'ppo_res'\)"),
+        ({"controller": "sac"}, r"controller must be one of \('ppo', 'ppo_res', 'ppo_adapt'\)"),
     ],
 )
 def test_bad_configs_fail_before_training(changes, message):

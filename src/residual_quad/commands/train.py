@@ -22,6 +22,7 @@ TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.commands.train:register_train_residual",
     "ppo": "residual_quad.commands.train:register_train_ppo",
     "ppo_res": "residual_quad.commands.train:register_train_ppo_res",
+    "ppo_adapt": "residual_quad.commands.train:register_train_ppo_adapt",
 }
 
 DEFAULT_DATASET = Path("outputs/residual/dataset.npz")
@@ -29,6 +30,7 @@ DEFAULT_WEIGHTS_OUT = Path("outputs/residual/weights.npz")
 DEFAULT_LOGDIR = Path("runs/residual_train")
 DEFAULT_PPO_OUT = Path("runs/ppo")
 DEFAULT_PPO_RES_OUT = Path("runs/ppo_res")
+DEFAULT_PPO_ADAPT_OUT = Path("runs/ppo_adapt")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -123,9 +125,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def argv_is_train() -> bool:
-    """Whether this process was started as ``rquad train ppo|ppo_res ...`` (to record the
-    command)."""
-    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in ("ppo", "ppo_res")
+    """Whether this process was started as ``rquad train ppo|ppo_res|ppo_adapt ...`` (to record
+    the command)."""
+    targets = ("ppo", "ppo_res", "ppo_adapt")
+    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in targets
 
 
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -205,6 +208,18 @@ def register_train_ppo_res(targets: argparse._SubParsersAction) -> None:
         "Train the ppo_res policy (a bounded correction to geo's desired acceleration) with PPO "
         "and domain randomization",
         DEFAULT_PPO_RES_OUT,
+    )
+
+
+def register_train_ppo_adapt(targets: argparse._SubParsersAction) -> None:
+    """Add the ``ppo_adapt`` target (PPO that sees geo_rls's residual estimate)."""
+    _add_ppo_parser(
+        targets,
+        "ppo_adapt",
+        "PPO that also sees geo_rls's residual estimate (needs the rl extra)",
+        "Train the ppo_adapt policy (PPO whose input holds the RLS residual estimate) with PPO "
+        "and domain randomization",
+        DEFAULT_PPO_ADAPT_OUT,
     )
 
 

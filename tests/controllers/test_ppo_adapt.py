@@ -1,0 +1,203 @@
+"""Policies with inputs beyond the base features, and ``ppo_adapt``: batched = single in closed
+loop, ``ppo_adapt``'s estimate is ``geo_rls``'s estimator fed the same observations and commands,
+the shipped files read as the empty spec, and a layout mismatch names both layouts."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from residual_quad.controllers import make_controller
+from residual_quad.controllers.batch import batch_from_spec
+from residual_quad.controllers.policy_file import (
+    ACTION_DIMS,
+    PolicyFileError,
+    save_model,
+)
+from residual_quad.controllers.policy_inputs import FeatureSpec
+from residual_quad.controllers.ppo import observation_actions
+from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.trackers import RLSGeoTracker
+from residual_quad.controllers.specs import parse_spec
+from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.observation import ObsLayout as L
+
+pytest.importorskip("stable_baselines3", reason="needs the rl extra (stable-baselines3)")
+
+SPEC = FeatureSpec(action_history=3, error_integral=True)
+ADAPT = FeatureSpec(action_history=2, error_integral=True, estimate=True)
+
+
+class _Spaces(gym.Env):
+    """Only the spaces of a policy (the tiny policies here are never trained)."""
+
+    def __init__(self, dim: int, action_dim: int):
+        self.observation_space = gym.spaces.Box(-1e6, 1e6, (dim,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (action_dim,), np.float32)
+
+
+def tiny_policy(path: Path, kind: str, spec: FeatureSpec, dim: int | None = None, **record) -> Path:
+    """An untrained 16×16 policy file of ``kind`` for ``spec`` (its network takes ``dim``
+    inputs: the spec's size unless given), action repeat 2, no normalization."""
+    from stable_baselines3 import PPO
+
+    a = ACTION_DIMS[kind]
+    env = _Spaces(spec.dim(a) if dim is None else dim, a)
+    model = PPO("MlpPolicy", env, seed=0, n_steps=64, policy_kwargs={"net_arch": [16, 16]})
+    meta = {"controller": kind, "action_mode": "rotor", "action_repeat": 2, "obs_norm": None}
+    if not spec.empty:
+        meta["features"] = spec.to_record()
+        meta["observation_layout"] = spec.layout_name(a)
+    if kind == "ppo_res":
+        meta["accel_scale"] = 4.0
+    return save_model(model, path, {**meta, **record})
+
+
+def _closed_loop(spec_text: str, single_factory, steps: int = 40) -> tuple[list, list]:
+    """Fly a batch of 3 and 3 single controllers on the same observations; their actions."""
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    n = 3
+    env = ResidualQuadVectorEnv(
+        n, scenarios=[{"payload": p, "wind": "windy"} for p in ("none", "heavy", "light")]
+    )
+    obs, _ = env.reset(seed=0)
+    batch = batch_from_spec(parse_spec(spec_text), n)
+    singles = [single_factory() for _ in range(n)]
+    for c in singles:
+        c.reset()
+    got, want = [], []
+    for _ in range(steps):
+        action = batch.policy_batch(obs)
+        got.append(action)
+        want.append(np.stack([c.policy(obs[i]) for i, c in enumerate(singles)]))
+        obs, *_ = env.step(action)
+    env.close()
+    return got, want
+
+
+def test_ppo_with_a_history_and_integral_batched_equals_single_bit_for_bit(tmp_path):
+    path = tiny_policy(tmp_path / "p.zip", "ppo", SPEC)
+    ctrl = make_controller("ppo", path=path)
+    assert ctrl.spec == SPEC and ctrl.inputs.dim == SPEC.dim(4)
+    got, want = _closed_loop(f"ppo:path={path}", lambda: make_controller("ppo", path=path))
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_ppo_adapt_batched_equals_single(tmp_path):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+    got, want = _closed_loop(
+        f"ppo_adapt:path={path}", lambda: make_controller("ppo_adapt", path=path)
+    )
+    for a, b in zip(got, want, strict=True):  # the estimator twins agree to rounding
+        assert np.allclose(a, b, rtol=0.0, atol=1e-9)
+
+
+def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+    ctrl = make_controller("ppo_adapt", path=path)
+    geo_rls = make_controller("geo_rls")
+    ref = ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True)
+    frame = Airframe()
+    env = make_env(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=1)
+    ctrl.reset()
+    estimates = []
+    for _ in range(120):
+        action = ctrl.policy(obs)
+        R = L.rotation(obs)
+        est = ref.estimate(obs, R, np.zeros(3))
+        assert np.array_equal(ctrl.last_estimate, est)
+        estimates.append(est)
+        # the command it records: the nominal acceleration of the rotor thrusts, by hand
+        f0, f1, f2, f3 = (action + 1.0) * (0.5 * frame.max_rotor_thrust)  # N
+        a = R[:, 2] * ((f0 + f1 + f2 + f3) / frame.mass)
+        a[2] -= frame.gravity
+        ref.set_command(a)
+        obs, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            break
+    assert len(estimates) > 50 and np.abs(np.array(estimates)[-1]).max() > 0.1
+    assert ctrl.estimator.config == geo_rls.config  # geo_rls's network and RLS settings
+
+
+def test_shipped_files_read_as_the_empty_spec_and_act_as_before():
+    ctrl = make_controller("ppo")
+    assert ctrl.spec == FeatureSpec()
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        obs = np.zeros(36)
+        obs[L.rot] = np.eye(3).ravel()
+        obs[L.pos] = rng.normal(0, 0.3, 3)
+        obs[L.thrusts] = 1.2
+        ctrl.reset()
+        before = observation_actions(ctrl, obs[None, :])[0]  # the path without inputs
+        assert np.array_equal(ctrl.policy(obs), before)
+
+
+def test_a_network_of_another_layout_names_both(tmp_path):
+    path = tiny_policy(tmp_path / "p.zip", "ppo", SPEC, dim=FeatureSpec().dim())
+    with pytest.raises(PolicyFileError) as info:
+        make_controller("ppo", path=path)
+    msg = str(info.value)
+    assert SPEC.layout_name() in msg and f"({FeatureSpec().dim()},)" in msg and str(path) in msg
+    path = tiny_policy(tmp_path / "q.zip", "ppo", SPEC, observation_layout="base (35)")
+    with pytest.raises(PolicyFileError, match=r"'base \(35\)' disagrees .*base \+ history 3"):
+        make_controller("ppo", path=path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec", "record", "message"),
+    [
+        ("ppo", ADAPT, {}, "the estimate feature comes from ppo_adapt's estimator"),
+        ("ppo_adapt", SPEC, {}, "ppo_adapt policy acts in action_mode 'rotor' and sees the est"),
+        ("ppo", SPEC, {"features": {"history": 1}}, r"features keys \['history'\] unknown"),
+        ("ppo", SPEC, {"features": {"action_history": -1}}, "action_history must be an integer"),
+    ],
+)
+def test_bad_feature_records_are_policy_file_errors(tmp_path, kind, spec, record, message):
+    path = tiny_policy(tmp_path / "p.zip", kind, spec, **record)
+    with pytest.raises(PolicyFileError, match=message):
+        make_controller(kind, path=path)
+
+
+def test_ppo_adapt_needs_a_path():
+    with pytest.raises(FileNotFoundError, match="no ppo_adapt policy is shipped"):
+        make_controller("ppo_adapt")
+
+
+def test_ppo_res_with_a_history_batched_equals_single(tmp_path):
+    path = tiny_policy(tmp_path / "r.zip", "ppo_res", SPEC)
+    got, want = _closed_loop(
+        f"ppo_res:path={path}", lambda: make_controller("ppo_res", path=path), steps=30
+    )
+    for a, b in zip(got, want, strict=True):
+        assert np.allclose(a, b, rtol=0.0, atol=1e-12)
+    assert math.isfinite(float(np.abs(np.array(got)).max()))
+
+
+def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+    env = make_env(payload="light", wind="breezy")
+    o0, _ = env.reset(seed=2)
+    o1, *_ = env.step(np.zeros(4))
+    bad = np.full_like(o0, np.nan)
+    single, clean = make_controller("ppo_adapt", path=path), make_controller("ppo_adapt", path=path)
+    single.reset(), clean.reset()
+    a0 = single.policy(o0)
+    clean.policy(o0)
+    steps = single.estimator.steps
+    assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == steps
+    single.policy(o1), clean.policy(o1)
+    batch = batch_from_spec(parse_spec(f"ppo_adapt:path={path}"), 2)
+    batch.reset_batch()
+    first = batch.policy_batch(np.stack((o0, o0)))
+    second = batch.policy_batch(np.stack((bad, o1)))
+    assert np.array_equal(second[0], first[0]) and batch.adapt.estimator.steps.tolist() == [1, 2]
+    assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
+    assert np.isfinite(batch.last_estimate).all()

@@ -1,0 +1,133 @@
+"""Training inputs beyond the base features: the vector env's ``ppo_adapt`` inputs (history,
+integral, the estimator run every control period) are what the deployed controller computes on
+the same episodes, across autoresets and episodes that end mid-repeat; and a smoke training of
+``ppo_adapt`` writes a policy file the controller flies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3", reason="needs the rl extra (stable-baselines3)")
+
+from residual_quad.controllers import make_controller  # noqa: E402
+from residual_quad.controllers.policy_file import read_meta  # noqa: E402
+from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs  # noqa: E402
+from residual_quad.controllers.ppo_adapt import AdaptEstimator, PPOAdaptController  # noqa: E402
+from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
+from residual_quad.training.ppo import train  # noqa: E402
+from residual_quad.training.ppo_config import (  # noqa: E402
+    FeatureConfig,
+    PPOHyperparams,
+    PPOTrainConfig,
+)
+from residual_quad.training.ppo_vec import QuadVecEnv  # noqa: E402
+
+SPEC = FeatureSpec(action_history=2, error_integral=True, estimate=True)
+SCENARIOS = [
+    {"payload": "heavy", "wind": "windy", "trajectory": "helix"},
+    {"payload": "none", "wind": "breezy", "trajectory": "hover"},
+]
+NEXT = {"payload": "light", "wind": "windy", "trajectory": "figure8"}
+ENV_KW = {"episode_s": 0.25, "max_position_error": 0.25, "action_mode": "rotor"}
+
+
+def constant_sampler(rng: np.random.Generator) -> dict:
+    return dict(NEXT)
+
+
+def policy(features: np.ndarray) -> np.ndarray:
+    """A fixed deterministic map from inputs to rotor actions."""
+    w = np.random.default_rng(7).normal(0.0, 0.05, (4, features.shape[-1]))
+    return np.clip(-0.2 + np.tanh(features @ w.T), -1.0, 1.0).astype(np.float32)
+
+
+class _Model:
+    """An SB3-like model whose deterministic action is :func:`policy`; remembers its inputs."""
+
+    def __init__(self) -> None:
+        self.seen: list[np.ndarray] = []
+
+    def predict(self, x: np.ndarray, deterministic: bool = True) -> tuple[Any, None]:
+        self.seen.append(np.array(x[0]))
+        return policy(x), None
+
+
+def _controller_inputs(i: int, seed: int, decisions: int) -> list[np.ndarray]:
+    """The inputs the deployed ``ppo_adapt`` computes, env ``i`` alone, per decision."""
+    model = _Model()
+    ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, SPEC)
+    ctrl.inputs = PolicyInputs(SPEC, 1, 4, 0.02)  # training's batched base features
+    env = ResidualQuadVectorEnv(
+        1, scenarios=[SCENARIOS[i]], sampler=constant_sampler, nthread=1, **ENV_KW
+    )
+    obs, _ = env.reset(seed=seed + i)
+    ctrl.reset()
+    while len(model.seen) < decisions:
+        action = ctrl.policy(obs[0])
+        obs, _, term, trunc, _ = env.step(action[None, :])
+        if term[0] or trunc[0]:
+            obs, *_ = env.step(np.zeros((1, 4)))  # NEXT_STEP: the reset
+            ctrl.reset()
+    env.close()
+    return model.seen[:decisions]
+
+
+def test_training_inputs_are_the_deployed_controllers():
+    seed, steps = 5, 30
+    venv = QuadVecEnv(
+        len(SCENARIOS),
+        constant_sampler,
+        action_repeat=2,
+        nthread=1,
+        scenarios=SCENARIOS,
+        features=SPEC,
+        estimator=AdaptEstimator(len(SCENARIOS)),
+        **ENV_KW,
+    )
+    assert venv.observation_space.shape == (SPEC.dim(),)
+    venv.seed(seed)
+    feats = [venv.reset()]
+    ended = 0
+    for _ in range(steps - 1):
+        f, _, done, _ = venv.step(policy(feats[-1]))
+        ended += int(done.sum())
+        feats.append(f)
+    venv.close()
+    assert ended >= 2  # autoresets happened
+    for i in range(len(SCENARIOS)):
+        want = _controller_inputs(i, seed, steps)
+        for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
+            # the estimator twins agree to rounding; everything else is the same code
+            assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
+
+
+@pytest.mark.slow
+def test_smoke_training_of_ppo_adapt(tmp_path):
+    cfg = PPOTrainConfig(
+        controller="ppo_adapt",
+        seed=1,
+        total_steps=1024,
+        n_envs=4,
+        episode_s=2.0,
+        eval_freq=0,
+        eval_scenarios=[["light", "breezy", "hover"]],
+        checkpoint_freq=0,
+        env_threads=1,
+        ppo=PPOHyperparams(n_steps=256, batch_size=256, n_epochs=1),
+        features=FeatureConfig(action_history=2, error_integral=True, estimate=True),
+    )
+    summary = train(cfg, tmp_path / "run", progress=False)
+    assert summary["steps"] == 1024
+    meta = read_meta(tmp_path / "run" / "final.zip")
+    assert meta["controller"] == "ppo_adapt"
+    assert FeatureSpec.from_record(meta["features"]) == cfg.features.spec()
+    assert meta["observation_layout"] == "base + history 2 + integral + estimate (49)"
+    ctrl = make_controller("ppo_adapt", path=tmp_path / "run" / "final.zip")
+    obs = np.zeros(36)
+    obs[6:15] = np.eye(3).ravel()
+    obs[29:33] = 1.2
+    ctrl.reset()
+    assert np.all(np.isfinite(ctrl.policy(obs)))
