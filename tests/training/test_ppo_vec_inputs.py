@@ -55,13 +55,15 @@ class _Model:
         return policy(x), None
 
 
-def _controller_inputs(i: int, seed: int, decisions: int) -> list[np.ndarray]:
+def _controller_inputs(
+    i: int, seed: int, decisions: int, spec: FeatureSpec = SPEC, env_kw: dict = ENV_KW
+) -> list[np.ndarray]:
     """The inputs the deployed ``ppo_adapt`` computes, env ``i`` alone, per decision."""
     model = _Model()
-    ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, SPEC)
-    ctrl.inputs = PolicyInputs(SPEC, 1, 4, 0.02)  # training's batched base features
+    ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, spec)
+    ctrl.inputs = PolicyInputs(spec, 1, 4, 0.02)  # training's batched base features
     env = ResidualQuadVectorEnv(
-        1, scenarios=[SCENARIOS[i]], sampler=constant_sampler, nthread=1, **ENV_KW
+        1, scenarios=[SCENARIOS[i]], sampler=constant_sampler, nthread=1, **env_kw
     )
     obs, _ = env.reset(seed=seed + i)
     ctrl.reset()
@@ -75,7 +77,14 @@ def _controller_inputs(i: int, seed: int, decisions: int) -> list[np.ndarray]:
     return model.seen[:decisions]
 
 
-def test_training_inputs_are_the_deployed_controllers():
+PREVIEW_SPEC = FeatureSpec(preview_k=5, action_history=2, estimate=True)
+PREVIEW_KW = {**ENV_KW, "preview": (5, 0.04)}
+
+
+@pytest.mark.parametrize(
+    ("spec", "env_kw"), [(SPEC, ENV_KW), (PREVIEW_SPEC, PREVIEW_KW)], ids=["memory", "preview"]
+)
+def test_training_inputs_are_the_deployed_controllers(spec, env_kw):
     seed, steps = 5, 30
     venv = QuadVecEnv(
         len(SCENARIOS),
@@ -83,11 +92,11 @@ def test_training_inputs_are_the_deployed_controllers():
         action_repeat=2,
         nthread=1,
         scenarios=SCENARIOS,
-        features=SPEC,
+        features=spec,
         estimator=AdaptEstimator(len(SCENARIOS)),
-        **ENV_KW,
+        **env_kw,
     )
-    assert venv.observation_space.shape == (SPEC.dim(),)
+    assert venv.observation_space.shape == (spec.dim(),)
     venv.seed(seed)
     feats = [venv.reset()]
     ended = 0
@@ -98,7 +107,7 @@ def test_training_inputs_are_the_deployed_controllers():
     venv.close()
     assert ended >= 2  # autoresets happened
     for i in range(len(SCENARIOS)):
-        want = _controller_inputs(i, seed, steps)
+        want = _controller_inputs(i, seed, steps, spec, env_kw)
         for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
             # the estimator twins agree to rounding; everything else is the same code
             assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
