@@ -57,7 +57,12 @@ setup(
         "scipy>=1.10",
     ],
     extras_require={
-        "rl": ["stable-baselines3>=2.3", "torch>=2.2"],
+        "rl": [  # PPO training and policies; rliable + arch >= 8 (pandas 3): the RL statistics
+            "stable-baselines3>=2.3",
+            "torch>=2.2",
+            "rliable>=1.2",
+            "arch>=8.0",
+        ],
         "cluster": ["ray>=2.9"],
         "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view
