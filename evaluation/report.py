@@ -243,7 +243,7 @@ def write_report(
     An extra section may be a callable: it is called once every table and check is computed,
     so a section that times the report stage (the pipeline's) sees all of it."""
     out = Path(out_dir)
-    rl = rl_section(rows)
+    rl = rl_section(rows, figure_dir=out / "figures", link_from=out)
     rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
     tables = report_tables(rows)
     write_tables(tables, out / "tables")

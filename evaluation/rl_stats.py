@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -308,3 +309,92 @@ def profile_figure(stats: RLStatistics, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _ci(v: tuple[float, float, float], digits: int = 2) -> str:
+    return f"{v[0]:.{digits}f} [{v[1]:.{digits}f}, {v[2]:.{digits}f}]"
+
+
+def rliable_lines(
+    rows: list[dict[str, Any]],
+    rl_labels: Sequence[str],
+    figure_dir: Path | None = None,
+    link_from: Path | None = None,
+    notes: Callable[[list[tuple[str, str]]], list[str]] | None = None,
+) -> list[str]:
+    """Markdown lines of the report's RL statistics of pooled, flown ``rows``: the IQM and mean
+    score table, the probability-of-improvement table and, with ``figure_dir``, the
+    performance-profile figure (:data:`PROFILE_FILE`, linked relative to ``link_from``).
+    ``notes(pairs)`` adds lines under the improvement table (the information audit's markers).
+    Without rliable, or without pid's runs to normalize by, one line says why."""
+    try:
+        stats = rl_statistics(rows, rl_labels)
+    except ImportError as exc:
+        return [f"(No rliable statistics: {exc}.)"]
+    if stats is None:
+        return [
+            "(No rliable statistics: the score is normalized by pid's RMSE in each helix and "
+            "figure-8 scenario, and these rows have none.)"
+        ]
+    ss = stats.scores
+    crashes = {
+        k: (
+            sum(bool(r.get("diverged")) for r in rows if r["controller"] == k),
+            sum(r["controller"] == k for r in rows),
+        )
+        for k in ss.scores
+    }
+    order = [k for k in rl_labels if k in ss.scores] + [k for k in ss.scores if k not in rl_labels]
+    lines = [
+        f"Over every run, with rliable [RLIABLE]: the score of a run is its **pid-normalized "
+        f"accuracy** RMSE_{ss.reference}(task) / RMSE(run) — higher is better (rliable's "
+        f"convention): 1 = as accurate as {ss.reference}'s mean in that scenario, 2 = half its "
+        "error, a crash = 0. Tasks: the "
+        f"{len(ss.tasks)} payload × wind × trajectory scenarios (helix, figure-8); runs: training "
+        "seeds × env seeds. 95 % stratified bootstrap intervals (runs resampled within each "
+        f"task, {RL_RESAMPLES:,} resamples, seeded). Crashes count every trajectory, hover "
+        "included.",
+        "",
+        "| controller | runs × tasks | crashes | IQM score [95 % CI] | mean score [95 % CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for k in order:
+        runs, tasks = ss.scores[k].shape
+        c, n = crashes[k]
+        lines.append(
+            f"| {k} | {runs} × {tasks} | {c} / {n} | {_ci(stats.iqm[k])} | {_ci(stats.mean[k])} |"
+        )
+    if ss.left_out:
+        lines += ["", "Left out: " + "; ".join(f"{k}: {why}" for k, why in ss.left_out.items())]
+    baselines = [b for b in PI_BASELINES if b in ss.scores]
+    if stats.improvement:
+        lines += [
+            "",
+            "Probability of improvement P(X > Y): the chance that a random run of X scores "
+            "higher (a lower RMSE) than a random run of Y in the same scenario, averaged over "
+            "scenarios (Mann–Whitney; 0.5 = no difference) [RLIABLE], with its 95 % interval "
+            "(each controller's runs resampled independently within each task).",
+            "",
+            "| X | " + " | ".join(f"P(X > {b}) [95 % CI]" for b in baselines) + " |",
+            "|---|" + "---|" * len(baselines),
+        ]
+        for x in order:
+            if any((x, b) in stats.improvement for b in baselines):
+                cells = [
+                    _ci(stats.improvement[(x, b)], 3) if (x, b) in stats.improvement else "–"
+                    for b in baselines
+                ]
+                lines.append(f"| {x} | " + " | ".join(cells) + " |")
+        if notes is not None:
+            lines += ["", *notes(list(stats.improvement))]
+    if figure_dir is not None:
+        path = profile_figure(stats, Path(figure_dir) / PROFILE_FILE)
+        rel = path if link_from is None else Path(os.path.relpath(path, link_from))
+        lines += [
+            "",
+            "Performance profiles (share of runs scoring above τ, log axis, 95 % bands): a curve "
+            "above another is better at every accuracy level.",
+            "",
+            f"![RL performance profiles]({rel.as_posix()})",
+        ]
+    return lines
