@@ -137,14 +137,23 @@ def interval_estimates(
 
 
 def iqm(scores: np.ndarray) -> np.ndarray:
-    """IQM over every run of every task (rliable's ``aggregate_iqm``), as a 1-array."""
-    _, metrics = import_rliable()
-    return np.array([metrics.aggregate_iqm(scores)])
+    """IQM over every run of every task, as a 1-array: rliable's ``aggregate_iqm`` (scipy's
+    25 % ``trim_mean`` of all scores: ⌊n/4⌋ cut at each end) without scipy's per-call
+    argument checks, which cost 1 ms inside a bootstrap (equal to rliable's: tested)."""
+    flat = np.sort(np.asarray(scores, dtype=float).reshape(-1))
+    cut = int(0.25 * flat.size)
+    return np.array([float(np.mean(flat[cut : flat.size - cut]))])
 
 
 def mean(scores: np.ndarray) -> np.ndarray:
     """The mean score over every run of every task, as a 1-array."""
     return np.array([float(np.mean(scores))])
+
+
+def aggregates(scores: np.ndarray) -> np.ndarray:
+    """``[IQM, mean]`` of the scores (:func:`iqm`, :func:`mean`): both intervals from one set of
+    resamples, as rliable's own examples aggregate."""
+    return np.concatenate([iqm(scores), mean(scores)])
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -255,8 +264,11 @@ def rl_statistics(
     if ss is None or not ss.tasks:
         return None
     s = ss.scores
-    iqm_pts, iqm_cis = interval_estimates(s, iqm, seed, reps)
-    mean_pts, mean_cis = interval_estimates(s, mean, seed, reps)
+    agg_pts, agg_cis = interval_estimates(s, aggregates, seed, reps)  # one pass: IQM, mean
+    iqm_pts = {k: v[:1] for k, v in agg_pts.items()}
+    iqm_cis = {k: v[:, :1] for k, v in agg_cis.items()}
+    mean_pts = {k: v[1:] for k, v in agg_pts.items()}
+    mean_cis = {k: v[:, 1:] for k, v in agg_cis.items()}
     pairs = {
         (x, y): (s[x], s[y]) for x in rl_labels if x in s for y in baselines if y in s and y != x
     }
@@ -302,9 +314,9 @@ def profile_figure(stats: RLStatistics, path: str | Path) -> Path:
         xlabel=rf"pid-normalized accuracy $\tau$ = RMSE$_{{{stats.scores.reference}}}$ / RMSE",
         ylabel=r"share of runs with score > $\tau$",
         ax=ax,
-        legend=True,
     )
     ax.set_xscale("log")
+    ax.legend(fontsize=8, loc="lower left", frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -68,6 +68,15 @@ def test_independent_bootstrap_is_seeded_too():
     assert np.array_equal(c1["x|y"], c2["x|y"]) and not np.array_equal(c1["x|y"], c3["x|y"])
 
 
+def test_iqm_equals_rliables():
+    from rliable import metrics
+
+    rng = np.random.default_rng(2)
+    for n in range(1, 30):
+        x = rng.integers(0, 5, (n, 3)).astype(float) * rng.random()
+        assert rl_stats.iqm(x)[0] == pytest.approx(metrics.aggregate_iqm(x), abs=1e-12)
+
+
 def test_iqm_of_a_known_array():
     # 8 runs x 1 task: the middle 50 % are 1.0, 1.5, 2.0, 2.5 -> 1.75
     x = np.array([[0.0], [1.0], [2.0], [3.0], [100.0], [-100.0], [1.5], [2.5]])
