@@ -232,3 +232,18 @@ def information_notes(pairs: Sequence[tuple[str, str]], **readers: Record) -> li
     if unknown:
         parts.append("undeclared: " + ", ".join(unknown))
     return ["Information (audit table): " + ". ".join(parts) + "."]
+
+
+def information_groups(labels: Sequence[str], **readers: Record) -> list[str]:
+    """One line grouping ``labels`` (a head-to-head table's columns) into sets of equal
+    information, e.g. ``geo = ppo = ppo_res``; empty for fewer than two labels."""
+    if len(labels) < 2:
+        return []
+    groups: dict[tuple[Any, ...] | str, list[str]] = {}
+    for label in labels:
+        info = information_of(label, **readers)[0]
+        groups.setdefault("undeclared" if info is None else _key(info), []).append(label)
+    parts = [" = ".join(g) for k, g in groups.items() if k != "undeclared"]
+    if "undeclared" in groups:
+        parts.append("undeclared: " + ", ".join(groups["undeclared"]))
+    return ["Equal information (audit table): " + "; ".join(parts) + "."]

@@ -16,7 +16,11 @@ from typing import Any
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
-from residual_quad.evaluation.information import information_notes, information_table
+from residual_quad.evaluation.information import (
+    information_groups,
+    information_notes,
+    information_table,
+)
 from residual_quad.evaluation.paired import paired_table
 from residual_quad.evaluation.rl_seeds import (
     figure_rows,
@@ -290,6 +294,7 @@ def write_report(
         if name == "paired":
             lines += [*information_notes([(r[0], r[1]) for r in t.rows]), ""]
         if name == "main":
+            lines += [*information_groups(t.headers[2:]), ""]
             cmp_table = source_comparison(t)
             if cmp_table is not None:
                 lines += [cmp_table.markdown(), ""]

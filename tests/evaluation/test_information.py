@@ -14,6 +14,7 @@ from residual_quad.controllers.base import (
 from residual_quad.evaluation.information import (
     differences,
     equal_information,
+    information_groups,
     information_notes,
     information_of,
     information_table,
@@ -94,6 +95,11 @@ def test_markers_name_equal_and_unequal_comparisons():
         "privileged training)."
     ]
     assert information_notes([]) == []
+    groups = information_groups(["geo", "pid", "ppo", "geo_rls", "hnewton_rls", "x.y:Z"], **READERS)
+    assert groups == [
+        "Equal information (audit table): geo = ppo; pid; geo_rls = hnewton_rls; undeclared: x.y:Z."
+    ]
+    assert information_groups(["geo"]) == []
     assert "undeclared: geo–my.mod:Nope" in information_notes([("geo", "my.mod:Nope")])[0]
 
 
@@ -148,4 +154,5 @@ def test_the_report_has_the_audit_table_and_the_paired_markers(tmp_path):
     report = write_report(rows, tmp_path).read_text()
     assert "**Information audit" in report and "| geo_rls | yes | yes | none |" in report
     assert "Information (audit table): " in report and "geo_rls–geo (" in report
+    assert "Equal information (audit table): pid; geo; geo_rls." in report
     assert (tmp_path / "tables" / "information.csv").is_file()
