@@ -5,9 +5,9 @@ profiles of a normalized score, with seeded stratified bootstrap intervals.
 *pid-normalized accuracy*: ``s = RMSE_ref(task) / RMSE(run)``, where ``RMSE_ref(task)`` is the
 mean RMSE of the reference controller (``pid``) over its runs of the task that did not
 diverge. ``s = 1``: as accurate as pid's mean; ``s = 2``: half pid's error; a crashed run (an
-infinite error) scores 0. A *task* is one scenario of the main table — payload × wind ×
-trajectory (helix, figure-8); the *runs* of a task are its training seeds × env seeds (for a
-model-based controller: its env seeds). Every controller is scored on the same tasks, so the
+infinite error) scores 0, an exact run (zero error) +inf. A *task* is one scenario of the main
+table — payload × wind × trajectory (helix, figure-8); the *runs* of a task are its training
+seeds × env seeds (for a model-based controller: its env seeds). Every controller is scored on the same tasks, so the
 scores are comparable across tasks and controllers.
 
 **Seeded bootstrap.** rliable 1.2.0's ``StratifiedBootstrap.update_indices`` draws with
@@ -191,9 +191,10 @@ def _rmse(r: dict[str, Any]) -> float:
 def normalized_scores(rows: list[dict[str, Any]], reference: str = REFERENCE) -> ScoreSet | None:
     """The pid-normalized accuracy (module docstring) of every controller of pooled ``rows``
     (:func:`~residual_quad.evaluation.rl_seeds.pool_training_seeds`; failed runs already left
-    out) on the helix and figure-8 scenarios ``reference`` flew without diverging in every
-    run; ``None`` when ``reference`` flew none. Runs of a task are ordered by (training seed,
-    env seed)."""
+    out) on the helix and figure-8 scenarios where ``reference`` has a run that did not
+    diverge; a controller that did not fly each of them the same number of times is left out
+    (:attr:`ScoreSet.left_out`). ``None`` when ``reference`` flew none. Runs of a task are
+    ordered by (training seed, env seed)."""
     runs: dict[str, dict[Task, list[tuple[int, int, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -210,16 +211,19 @@ def normalized_scores(rows: list[dict[str, Any]], reference: str = REFERENCE) ->
     }
     if not ref:
         return None
-    order = list(dict.fromkeys(t for r in runs.values() for t in r))
-    tasks = [t for t in order if t in ref and all(t in by_task for by_task in runs.values())]
+    tasks = list(ref)
     scores: dict[str, np.ndarray] = {}
     left_out: dict[str, str] = {}
     for label, by_task in runs.items():
+        flew = sum(t in by_task for t in tasks)
+        if flew < len(tasks):
+            left_out[label] = f"flew {flew} of the {len(tasks)} scenarios"
+            continue
         counts = {len(by_task[t]) for t in tasks}
         if len(counts) != 1:
             left_out[label] = f"runs per task differ ({', '.join(map(str, sorted(counts)))})"
             continue
-        cols = [[ref[t] / e for _, _, e in sorted(by_task[t])] for t in tasks]
+        cols = [[ref[t] / e if e else math.inf for _, _, e in sorted(by_task[t])] for t in tasks]
         scores[label] = np.asarray(cols, dtype=float).T  # (runs, tasks)
     return ScoreSet(tasks, scores, reference, left_out)
 

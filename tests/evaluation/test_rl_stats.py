@@ -137,6 +137,10 @@ def test_normalized_score_is_pid_mean_over_rmse_and_a_crash_scores_zero():
     ppo = ss.scores["ppo"]  # runs ordered by (training seed, env seed): the last run crashed
     assert ppo.shape == (4, 4) and np.allclose(ppo[:3], 0.5) and np.all(ppo[3] == 0.0)
     assert rl_stats.normalized_scores([r for r in _rows() if r["controller"] != "pid"]) is None
+    exact = rl_stats.normalized_scores([*_rows(), _row("geo", "none", "helix", 0, 0.0)])
+    assert exact.left_out == {"geo": "flew 1 of the 4 scenarios"} and len(exact.tasks) == 4
+    ones = [_row("pid", "none", "helix", 0, 0.02), _row("geo", "none", "helix", 0, 0.0)]
+    assert rl_stats.normalized_scores(ones).scores["geo"][0, 0] == math.inf
 
 
 def test_rl_statistics_on_rows_and_the_profile_figure(tmp_path):
