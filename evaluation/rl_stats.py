@@ -7,8 +7,8 @@ mean RMSE of the reference controller (``pid``) over its runs of the task that d
 diverge. ``s = 1``: as accurate as pid's mean; ``s = 2``: half pid's error; a crashed run (an
 infinite error) scores 0, an exact run (zero error) +inf. A *task* is one scenario of the main
 table — payload × wind × trajectory (helix, figure-8); the *runs* of a task are its training
-seeds × env seeds (for a model-based controller: its env seeds). Every controller is scored on the same tasks, so the
-scores are comparable across tasks and controllers.
+seeds × env seeds (for a model-based controller: its env seeds). Every controller is scored on
+the same tasks, so the scores are comparable across tasks and controllers.
 
 **Seeded bootstrap.** rliable 1.2.0's ``StratifiedBootstrap.update_indices`` draws with
 ``np.random.choice`` — NumPy's global state — whatever ``random_state`` it is given, so its
