@@ -404,7 +404,10 @@ def rliable_lines(
         if notes is not None:
             lines += ["", *notes(list(stats.improvement))]
     if figure_dir is not None:
-        path = profile_figure(stats, Path(figure_dir) / PROFILE_FILE)
+        try:
+            path = profile_figure(stats, Path(figure_dir) / PROFILE_FILE)
+        except ImportError as exc:  # rliable's plot_utils needs seaborn
+            return [*lines, "", f"(No performance-profile figure: {exc}; {RLIABLE_HINT}.)"]
         rel = path if link_from is None else Path(os.path.relpath(path, link_from))
         lines += [
             "",
