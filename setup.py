@@ -57,7 +57,12 @@ setup(
         "scipy>=1.10",
     ],
     extras_require={
-        "rl": ["stable-baselines3>=2.3", "torch>=2.2"],
+        "rl": [  # PPO training and policies; rliable: the RL statistics (arch < 8 needs pandas < 3)
+            "stable-baselines3>=2.3",
+            "torch>=2.2",
+            "rliable>=1.2",
+            "pandas<3",
+        ],
         "cluster": ["ray>=2.9"],
         "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view

@@ -35,7 +35,7 @@ import numpy as np
 
 from residual_quad import configs
 from residual_quad.controllers.attitude import AttitudeGains, BatchedInnerLoop, InnerLoop
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
 from residual_quad.controllers.residual.config import ResidualConfig
@@ -162,6 +162,13 @@ class DOBRLSGeoTracker(RLSGeoTracker):
     """
 
     name = "geo_rls_dob"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="as geo_rls (EFRA, OOD guard); angular disturbance observer (τ 0.02 s)",
+        residual_estimate="offline network + online RLS; angular disturbance observer",
+        tuning="geo_rls's; observer: 3 designs and 2 τ measured, τ 0.02 s kept (docs/adaptive.md)",
+        learned="residual",
+    )
     OPTIONS: dict[str, Domain] = {
         **RLSGeoTracker.OPTIONS,
         "observer_tau": NON_NEGATIVE,  # s, 0: the raw one-period estimate

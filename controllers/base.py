@@ -50,6 +50,43 @@ class ControlContext:
             raise ValueError(f"{env!r} is not a ResidualQuad environment") from None
 
 
+#: what a learned controller's :class:`InformationUse` reads its training record from
+LEARNED_FROM = ("", "policy", "residual")
+
+
+@dataclass(frozen=True)
+class InformationUse:
+    """What a controller sees when it acts, and how it was tuned: its row of the report's
+    information audit [LEVELING]. Declared where the controller is defined (a class attribute
+    ``INFORMATION`` in the class's own namespace, never inherited), read by
+    :mod:`residual_quad.evaluation.information`.
+
+    ``learned`` names the training record that completes the row: ``"policy"`` (a PPO/SB3
+    policy file: its ``features`` and ``privileged_critic`` entries and its budget),
+    ``"residual"`` (the residual network's weights metadata), ``""`` (none: model-based)."""
+
+    reference: bool = True  # sees the current reference (position, velocity, yaw)
+    feedforward_accel: bool = False  # uses the reference acceleration (feed-forward or input)
+    preview_k: int = 0  # future reference samples seen (0: none)
+    memory: str = ""  # what it keeps from past steps ("": memoryless)
+    residual_estimate: str = ""  # where its Δâ comes from ("": none)
+    privileged_training: bool = False  # truth (env ``info``) used in training
+    tuning: str = ""  # how its gains / hyper-parameters were chosen
+    learned: str = ""  # training record read by the audit: "", "policy", "residual"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.preview_k, bool) or not isinstance(self.preview_k, int):
+            raise ValueError(f"preview_k must be an integer >= 0, got {self.preview_k!r}")
+        if self.preview_k < 0:
+            raise ValueError(f"preview_k must be an integer >= 0, got {self.preview_k}")
+        if self.learned not in LEARNED_FROM:
+            raise ValueError(
+                f"learned must be one of {', '.join(map(repr, LEARNED_FROM))}; got {self.learned!r}"
+            )
+        if not self.tuning:
+            raise ValueError("tuning must say how the controller was tuned (an honest budget)")
+
+
 Factory = Callable[..., Controller]
 
 #: the four trackers of the residual-learning experiment [RES §7], in the source's order

@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext, ObservationGuard, hover_action
+from residual_quad.controllers.base import (
+    ControlContext,
+    InformationUse,
+    ObservationGuard,
+    hover_action,
+)
 from residual_quad.controllers.batch import RowBatch, RowGuard, check_n_envs, check_obs_batch
 from residual_quad.controllers.features import (
     FEATURE_DIM,
@@ -92,6 +97,12 @@ class PPOController(ObservationGuard):
 
     OPTIONS: dict[str, Domain] = POLICY_OPTIONS
     kind = "ppo"  # the policy file's controller kind
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="PPO hyper-parameters: a first policy and 3 update-size tries within a 30 min "
+        "budget (docs/ppo.md)",
+        learned="policy",
+    )
 
     def __init__(
         self,

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import NEUTRAL_OBS, check_n_envs, check_obs_batch
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
@@ -146,6 +146,13 @@ class PPOAdaptController(PPOController):
     state is :attr:`estimator` (:attr:`last_estimate`: Δâ of the last call, world, m/s²).
     """
 
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="RLS state of geo_rls's estimator (λ 0.99, ≈ 1 s)",
+        residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
+        tuning="ppo's hyper-parameters and budget; the estimator as geo_rls ships it",
+        learned="policy",
+    )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"
 
@@ -238,7 +245,8 @@ class BatchedPPOAdaptController(BatchedPPOController):
         if due.any():
             self._held[due] = self.decide(obs[due], est[due], np.flatnonzero(due))
         self._k += good
-        self.adapt.command(np.where(bad[:, None], NEUTRAL_OBS, obs), self._held, good)
+        base = obs[:, : NEUTRAL_OBS.size]  # the base fields (a preview follows)
+        self.adapt.command(np.where(bad[:, None], NEUTRAL_OBS, base), self._held, good)
         return self.guard.finish(self._held.copy(), bad)
 
 

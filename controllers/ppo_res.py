@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     load_policy,
@@ -83,6 +83,11 @@ class ResidualPPOController(Tracker):
     name = "ppo_res"
     kind = "ppo_res"  # the policy file's controller kind
     OPTIONS = POLICY_OPTIONS
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="ppo's try-3 update size; exploration: 3 tries (docs/ppo.md)",
+        learned="policy",
+    )
 
     def __init__(
         self,

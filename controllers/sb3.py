@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.base import ControlContext, ObservationGuard
+from residual_quad.controllers.base import ControlContext, InformationUse, ObservationGuard
 from residual_quad.controllers.features import FEATURE_DIM, ppo_features
 from residual_quad.controllers.options import Choice, Domain, Flag, Optional, Text
 from residual_quad.controllers.policy_file import (
@@ -226,6 +226,11 @@ class SB3Policy(ObservationGuard):
     The model is loaded on the CPU. ``reset`` keeps no state for deterministic policies.
     """
 
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="a user's policy: its record's budget, else unknown",
+        learned="policy",
+    )
     OPTIONS: dict[str, Domain] = {
         "path": Text("a stable-baselines3 .zip path", (Path,)),
         "vecnormalize": Optional(Text("a VecNormalize .pkl path", (Path,))),

@@ -25,6 +25,7 @@ from residual_quad.controllers.attitude import (
 )
 from residual_quad.controllers.base import (
     ControlContext,
+    InformationUse,
     ObservationGuard,
     hover_action,
     to_rotor_action,
@@ -171,6 +172,10 @@ class GeoTracker(Tracker):
     """``geo``: SE(3) geometric control with trajectory feed-forward, no integrator."""
 
     name = "geo"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="kp 20, kd 8 and the attitude gains of the source [RES]; no search here",
+    )
 
 
 class PIDTracker(Tracker):
@@ -182,6 +187,12 @@ class PIDTracker(Tracker):
     """
 
     name = "pid"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="position-error integral",
+        tuning="kp 20, kd 8 of the source [RES]; ki 15 1/s³, i_max 1 m·s set by hand, "
+        "no recorded search",
+    )
     #: ``ki = 0`` is a PD (no integral action)
     OPTIONS: dict[str, Domain] = {**Tracker.OPTIONS, "ki": NON_NEGATIVE, "i_max": POSITIVE}
 

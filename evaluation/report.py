@@ -16,6 +16,11 @@ from typing import Any
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
+from residual_quad.evaluation.information import (
+    information_groups,
+    information_notes,
+    information_table,
+)
 from residual_quad.evaluation.paired import paired_table
 from residual_quad.evaluation.rl_seeds import (
     figure_rows,
@@ -243,9 +248,11 @@ def write_report(
     An extra section may be a callable: it is called once every table and check is computed,
     so a section that times the report stage (the pipeline's) sees all of it."""
     out = Path(out_dir)
-    rl = rl_section(rows)
+    rl = rl_section(rows, figure_dir=out / "figures", link_from=out, notes=information_notes)
     rows = pool_training_seeds(rows)  # one column per RL controller: the mean over seeds
     tables = report_tables(rows)
+    flown_labels = list(dict.fromkeys(r["controller"] for r in flown_rows(rows)))
+    tables["information"] = information_table(flown_labels)
     write_tables(tables, out / "tables")
     failed = failed_rows(rows)
     rows = flown_rows(rows)
@@ -284,7 +291,10 @@ def write_report(
     lines += ["## Tables", ""]
     for name, t in tables.items():
         lines += [t.markdown(), ""]
+        if name == "paired":
+            lines += [*information_notes([(r[0], r[1]) for r in t.rows]), ""]
         if name == "main":
+            lines += [*information_groups(t.headers[2:]), ""]
             cmp_table = source_comparison(t)
             if cmp_table is not None:
                 lines += [cmp_table.markdown(), ""]

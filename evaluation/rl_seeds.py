@@ -11,10 +11,11 @@ policy as its own label — ``ppo`` (training seed 0), ``ppo:training_seed=1``,
   (:func:`figure_rows`);
 - :func:`rl_section` gives, per payload × wind cell of the main table, the mean over training
   seeds of the per-policy cell means with a 95 % percentile-bootstrap interval over training
-  seeds, the per-seed values, an IQM over every run with a stratified bootstrap interval, and
-  the training budget (policy steps, wall time, machine) of every policy, read from the
-  policy files. The resampling is :func:`scipy.stats.bootstrap`'s (docs/statistics.md says
-  why not rliable's).
+  seeds, the per-seed values and the training budget (policy steps, wall time, machine) of
+  every policy, read from the policy files (the per-cell resampling is
+  :func:`scipy.stats.bootstrap`'s, as for the matrix cells); over every run, rliable's IQM,
+  mean, probability of improvement and performance profiles of a normalized score
+  (:mod:`residual_quad.evaluation.rl_stats`, [RLIABLE]).
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from residual_quad.controllers.specs import parse_spec
+from residual_quad.evaluation.rl_stats import rliable_lines
 from residual_quad.evaluation.stats import (
     BOOTSTRAP_SEED,
-    CONFIDENCE,
     RESAMPLES,
     Interval,
     stratified_mean_intervals,
@@ -94,42 +97,6 @@ def bootstrap_mean(values: list[float], seed: int = BOOTSTRAP_SEED) -> Interval:
     return stratified_mean_intervals([[list(values)]], seed=seed)[0]
 
 
-def iqm(x: np.ndarray, axis: int | None = None) -> Any:
-    """Interquartile mean: the mean of the middle 50 % [RLIQM] (scipy's 25 % trimmed mean)."""
-    from scipy.stats import trim_mean
-
-    return trim_mean(x, 0.25, axis=axis)
-
-
-def stratified_iqm(
-    by_seed: dict[int, list[float]], seed: int = BOOTSTRAP_SEED
-) -> tuple[float, float, float]:
-    """IQM of all runs and its 95 % stratified percentile-bootstrap interval: the runs resampled
-    within each training seed, as in [RLIQM], by :func:`scipy.stats.bootstrap` (its samples are
-    resampled independently: one per training seed). Bounds are NaN when a seed has < 2 runs."""
-    from scipy.stats import bootstrap
-
-    groups = [np.asarray(v, dtype=float) for _, v in sorted(by_seed.items())]
-    point = float(iqm(np.concatenate(groups)))
-    if any(len(g) < 2 for g in groups):
-        return point, math.nan, math.nan
-
-    def pooled_iqm(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
-        return iqm(np.concatenate(samples, axis=axis), axis=axis)
-
-    with np.errstate(invalid="ignore"):  # inf − inf when a quantile falls between crashed runs
-        res = bootstrap(
-            tuple(groups),
-            pooled_iqm,
-            n_resamples=RESAMPLES,
-            vectorized=True,
-            confidence_level=CONFIDENCE,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        )
-    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
 def policy_budget(kind: str, seed: int) -> dict[str, Any] | None:
     """The training budget recorded in the shipped policy of ``kind`` and training ``seed``
     (``None`` when the file or its record is missing)."""
@@ -151,9 +118,16 @@ def budget_text(b: dict[str, Any] | None) -> str:
     )
 
 
-def rl_section(rows: list[dict[str, Any]]) -> str | None:
+def rl_section(
+    rows: list[dict[str, Any]],
+    figure_dir: Path | None = None,
+    link_from: Path | None = None,
+    notes: Callable[[list[tuple[str, str]]], list[str]] | None = None,
+) -> str | None:
     """Markdown: the RL controllers over training seeds (see the module docstring); ``None``
-    when the rows hold no shipped RL policy. Failure rows (controller errors) are left out."""
+    when the rows hold no shipped RL policy. Failure rows (controller errors) are left out.
+    ``figure_dir``, ``link_from``, ``notes``: as for
+    :func:`~residual_quad.evaluation.rl_stats.rliable_lines`."""
     from residual_quad.evaluation.sweep.rows import flown_rows
 
     pooled = pool_training_seeds(flown_rows(rows))
@@ -244,29 +218,5 @@ def rl_section(rows: list[dict[str, Any]]) -> str | None:
     }
     if kinds_shown & marks.keys():
         lines += ["", " ".join(text for k, text in marks.items() if k in kinds_shown)]
-    lines += ["", "Over every run (helix and figure-8, all cells, all training seeds):", ""]
-    lines += ["| controller | runs | crashes | IQM RMSE (m) [95 % CI] | mean RMSE, no crash (m) |"]
-    lines += ["|---|---|---|---|---|"]
-    for k in kinds:
-        by_seed: dict[int, list[float]] = defaultdict(list)
-        for r in rl:
-            if r["controller"] == k and r["trajectory"] in TRACKING:
-                by_seed[r.get("training_seed", 0)].append(_rmse(r))
-        if not by_seed:  # no helix or figure-8 run (a hover-only sweep): nothing to pool
-            continue
-        runs = [r for r in rl if r["controller"] == k]
-        crashes = sum(bool(r["diverged"]) for r in runs)
-        point, lo, hi = stratified_iqm(by_seed)
-        flat = np.concatenate([np.asarray(v) for v in by_seed.values()])
-        mean = float(np.mean(flat[np.isfinite(flat)])) if np.isfinite(flat).any() else math.nan
-        lines.append(
-            f"| {k} | {len(runs)} | {crashes} | {point:.4f} [{lo:.4f}, {hi:.4f}] | {mean:.4f} |"
-        )
-    lines += [
-        "",
-        "IQM: the mean of the middle 50 % of runs, a crashed run counted as an infinite error "
-        "(so crashes raise it only once they are more than a quarter of the runs); its interval "
-        "resamples runs within each training seed (stratified bootstrap). Crashes count every "
-        "trajectory, hover included.",
-    ]
+    lines += ["", *rliable_lines(pooled, kinds, figure_dir, link_from, notes)]
     return "\n".join(lines)

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
-from residual_quad.controllers.base import ControlContext, to_rotor_action
+from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import Domain, Section
 from residual_quad.controllers.prioritized.thrust_vector import (
@@ -146,6 +146,12 @@ class HNewtonTracker(Tracker):
     """
 
     name = "hnewton"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="thrust-vector Newton state (its own commands)",
+        tuning="geo's position gains; Newton and allocation parameters set by hand "
+        "(docs/hnewton.md), no recorded search",
+    )
     OPTIONS: dict[str, Domain] = {
         "method": HNEWTON_PARAM_OPTIONS["method"],
         **Tracker.OPTIONS,
@@ -237,6 +243,13 @@ class HNewtonRLSTracker(EstimatorHooks, HNewtonTracker):
     """
 
     name = "hnewton_rls"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="hnewton's Newton state; geo_rls's RLS state",
+        residual_estimate="offline network, last layer by online RLS (geo_rls's estimator)",
+        tuning="hnewton's and geo_rls's settings; no search of their own",
+        learned="residual",
+    )
     OPTIONS: dict[str, Domain] = {
         **HNewtonTracker.OPTIONS,
         **RESIDUAL_TRACKER_OPTIONS,

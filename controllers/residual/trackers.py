@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
-from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Instance, Optional, Text
 from residual_quad.controllers.residual.config import (
@@ -157,6 +157,13 @@ class ResidualGeoTracker(EstimatorState, EstimatorHooks, GeoTracker):
     """
 
     name = "geo_res"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="previous command (a network input); Δâ low-pass τ 0.2 s",
+        residual_estimate="offline network",
+        tuning="geo's gains; output low-pass τ: 4 values measured, 0.2 s kept (docs/adaptive.md)",
+        learned="residual",
+    )
     OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
     #: identify the network's last layer online (``geo_rls``)
     learn = False
@@ -201,6 +208,13 @@ class RLSGeoTracker(ResidualGeoTracker):
     """
 
     name = "geo_rls"
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        memory="previous command and observation; RLS state (λ 0.99, ≈ 1 s)",
+        residual_estimate="offline network, last layer by online RLS",
+        tuning="geo's gains; the source's RLS settings [RES] (p0 0.01, λ 0.99, warm-up 100)",
+        learned="residual",
+    )
     learn = True
     default_settings: dict[str, Any] = {}  # the shipped config as it is (the source's geo_rls)
 

@@ -1,0 +1,249 @@
+"""The information audit: what every flown controller sees, and its tuning budget [LEVELING].
+
+A head-to-head comparison is only fair between controllers that see the same information (a
+policy without the reference acceleration against a tracker that feeds it forward measures the
+information as much as the method). Each controller declares its
+:class:`~residual_quad.controllers.base.InformationUse` where it is defined (class attribute
+``INFORMATION``); a learned controller's row is completed from its training record:
+
+- a policy file (``learned="policy"``): the record's ``features`` entry
+  ``{"preview_k": int, "action_history": int, "error_integral": bool, "estimate": bool}`` and
+  ``privileged_critic: bool`` (absent: all off / 0), and its ``budget`` (policy steps, wall
+  time);
+- the residual network (``learned="residual"``): its weights' metadata (the ``.json`` next to
+  the ``.npz``: training samples, epochs, training time).
+
+:func:`information_table` is the report's table, one row per controller label flown;
+:func:`equal_information` / :func:`information_notes` mark which head-to-head comparisons are
+on equal information.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from residual_quad.controllers.base import InformationUse
+from residual_quad.evaluation.tables import Table
+
+#: the fields that decide "equal information" (memory and Δâ compared as present / absent)
+COMPARED = ("reference", "feedforward_accel", "preview_k", "memory", "residual_estimate")
+COMPARED += ("privileged_training",)
+FIELD_NAMES = {
+    "reference": "current reference",
+    "feedforward_accel": "reference acceleration",
+    "preview_k": "preview",
+    "memory": "history / memory",
+    "residual_estimate": "residual estimate Δâ",
+    "privileged_training": "privileged training",
+}
+
+Record = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def _options(label: str) -> tuple[str, dict[str, Any]] | None:
+    """(target, options) of a controller label, ``None`` when it does not parse."""
+    from residual_quad.controllers.specs import parse_spec
+
+    try:
+        spec = parse_spec(label)
+    except ValueError:
+        return None
+    return spec.target, dict(spec.options)
+
+
+def declared_information(target: str) -> InformationUse | None:
+    """The ``INFORMATION`` a controller factory declares in its own namespace (``None``: a user
+    controller that declares none, or one that cannot be resolved)."""
+    from residual_quad.controllers.base import resolve_factory
+
+    try:
+        factory = resolve_factory(target)
+    except (ValueError, ImportError):
+        return None
+    info = vars(factory).get("INFORMATION") if isinstance(factory, type) else None
+    return info if isinstance(info, InformationUse) else None
+
+
+def policy_record(target: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``residual_quad.json`` record of the policy a ``ppo``/``ppo_res``/``sb3`` label
+    flies (``{}`` when there is none or it cannot be read: a note, never a report failure)."""
+    from residual_quad.controllers.policy_file import policy_path, read_meta
+
+    try:
+        if target in ("ppo", "ppo_res"):
+            path = policy_path(target, options.get("path"), options.get("training_seed"))
+        else:
+            path = Path(str(options["path"]))
+        return read_meta(path)
+    except Exception:  # noqa: BLE001 - any unreadable record reads as "nothing recorded"
+        return {}
+
+
+def residual_record(target: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of the residual network a label flies (``weights`` option; ``default``:
+    the shipped ``residual_default.json``); ``{}`` for ``none`` or when unreadable."""
+    weights = str(options.get("weights", "default"))
+    if weights == "none":
+        return {}
+    if weights == "default":
+        folder = resources.files("residual_quad.controllers").joinpath("weights")
+        path = Path(str(folder)) / "residual_default.json"
+    else:
+        path = Path(weights).with_suffix(".json")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def with_policy_record(info: InformationUse, record: dict[str, Any]) -> InformationUse:
+    """``info`` completed by a policy record's ``features`` and ``privileged_critic``."""
+    features = record.get("features") or {}
+    memory = [info.memory] if info.memory else []
+    if int(features.get("action_history", 0) or 0) > 0:
+        memory.append(f"last {int(features['action_history'])} actions")
+    if features.get("error_integral"):
+        memory.append("position-error integral")
+    estimate = info.residual_estimate
+    if features.get("estimate"):
+        estimate = "; ".join(filter(None, (estimate, "a disturbance estimate input")))
+    return replace(
+        info,
+        preview_k=max(info.preview_k, int(features.get("preview_k", 0) or 0)),
+        memory="; ".join(memory),
+        residual_estimate=estimate,
+        privileged_training=info.privileged_training or bool(record.get("privileged_critic")),
+    )
+
+
+def budget_of(info: InformationUse, record: dict[str, Any]) -> str:
+    """The tuning budget cell: the declared tuning, plus what the training record says."""
+    from residual_quad.evaluation.rl_seeds import budget_text
+
+    if info.learned == "policy" and record.get("budget"):
+        return f"{budget_text(record['budget'])}; {info.tuning}"
+    if info.learned == "residual" and record:
+        return (
+            f"network: {record.get('train_samples', '?'):,} samples, "
+            f"{record.get('epochs_run', '?')} epochs (best {record.get('best_epoch', '?')}), "
+            f"{record.get('train_time_s', float('nan')):.0f} s training; {info.tuning}"
+        )
+    return info.tuning
+
+
+def information_of(
+    label: str,
+    read_policy: Record = policy_record,
+    read_residual: Record = residual_record,
+) -> tuple[InformationUse | None, str]:
+    """(information use, tuning budget) of a controller label; ``(None, "undeclared")`` for a
+    controller that declares none. ``read_policy``/``read_residual`` read the training records
+    (replaceable in tests)."""
+    parsed = _options(label)
+    if parsed is None:
+        return None, "undeclared"
+    target, options = parsed
+    info = declared_information(target)
+    if info is None:
+        return None, "undeclared"
+    record: dict[str, Any] = {}
+    if info.learned == "policy":
+        record = read_policy(target, options)
+        info = with_policy_record(info, record)
+    elif info.learned == "residual":
+        record = read_residual(target, options)
+    return info, budget_of(info, record)
+
+
+def _key(info: InformationUse) -> tuple[Any, ...]:
+    return tuple(bool(v) if isinstance(v, str) else v for v in (getattr(info, f) for f in COMPARED))
+
+
+def equal_information(a: InformationUse, b: InformationUse) -> bool:
+    """Whether two controllers see the same information: the same reference, feed-forward,
+    preview and privileged training, and each with or each without memory and Δâ."""
+    return _key(a) == _key(b)
+
+
+def differences(a: InformationUse, b: InformationUse) -> list[str]:
+    """The audit fields on which ``a`` and ``b`` differ (their :data:`FIELD_NAMES`)."""
+    return [FIELD_NAMES[f] for f, x, y in zip(COMPARED, _key(a), _key(b), strict=True) if x != y]
+
+
+def _yes(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v} samples" if v else "none"
+    return v or "none"
+
+
+def information_table(labels: Sequence[str], **readers: Record) -> Table:
+    """The audit table: one row per label (the pooled RL labels: the shipped training seed 0's
+    record), its information use and tuning budget."""
+    body = []
+    for label in labels:
+        info, budget = information_of(label, **readers)
+        if info is None:
+            body.append([label, *["undeclared"] * len(COMPARED), budget])
+            continue
+        body.append([label, *(_yes(getattr(info, f)) for f in COMPARED), budget])
+    return Table(
+        "information",
+        "Information audit: what each controller sees, and its tuning budget [LEVELING]",
+        ["controller", *(FIELD_NAMES[f] for f in COMPARED), "tuning budget"],
+        body,
+        "Declared by each controller (`INFORMATION`, controllers/base.py `InformationUse`); "
+        "learned controllers completed from their training records (policy file: features, "
+        "privileged critic, budget; residual network: its weights' metadata). Two controllers "
+        "are on equal information when they agree on every column but the budget (history and "
+        "Δâ compared as present or absent). Pooled `ppo`/`ppo_res` rows show training seed 0's "
+        "record; the RL section lists every seed's budget.",
+    )
+
+
+def information_notes(pairs: Sequence[tuple[str, str]], **readers: Record) -> list[str]:
+    """One line stating, for each compared pair, whether it is on equal information (and if
+    not, on which fields it differs); empty without pairs."""
+    if not pairs:
+        return []
+    infos: dict[str, InformationUse | None] = {}
+    for label in dict.fromkeys(x for p in pairs for x in p):
+        infos[label] = information_of(label, **readers)[0]
+    equal, unequal, unknown = [], [], []
+    for a, b in pairs:
+        ia, ib = infos[a], infos[b]
+        if ia is None or ib is None:
+            unknown.append(f"{a}–{b}")
+        elif equal_information(ia, ib):
+            equal.append(f"{a}–{b}")
+        else:
+            unequal.append(f"{a}–{b} ({', '.join(differences(ia, ib))})")
+    parts = []
+    if equal:
+        parts.append("equal information: " + ", ".join(equal))
+    if unequal:
+        parts.append("unequal: " + "; ".join(unequal))
+    if unknown:
+        parts.append("undeclared: " + ", ".join(unknown))
+    return ["Information (audit table): " + ". ".join(parts) + "."]
+
+
+def information_groups(labels: Sequence[str], **readers: Record) -> list[str]:
+    """One line grouping ``labels`` (a head-to-head table's columns) into sets of equal
+    information, e.g. ``geo = ppo = ppo_res``; empty for fewer than two labels."""
+    if len(labels) < 2:
+        return []
+    groups: dict[tuple[Any, ...] | str, list[str]] = {}
+    for label in labels:
+        info = information_of(label, **readers)[0]
+        groups.setdefault("undeclared" if info is None else _key(info), []).append(label)
+    parts = [" = ".join(g) for k, g in groups.items() if k != "undeclared"]
+    if "undeclared" in groups:
+        parts.append("undeclared: " + ", ".join(groups["undeclared"]))
+    return ["Equal information (audit table): " + "; ".join(parts) + "."]

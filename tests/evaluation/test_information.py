@@ -1,0 +1,158 @@
+"""The information audit: declarations, the table from rows and fake records, the markers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from residual_quad.controllers.base import (
+    BUILTIN_CONTROLLERS,
+    InformationUse,
+    resolve_factory,
+)
+from residual_quad.evaluation.information import (
+    differences,
+    equal_information,
+    information_groups,
+    information_notes,
+    information_of,
+    information_table,
+    with_policy_record,
+)
+from residual_quad.evaluation.report import write_report
+
+
+def test_every_registered_controller_declares_its_information_in_its_own_class():
+    for name in BUILTIN_CONTROLLERS:
+        factory = resolve_factory(name)
+        info = vars(factory).get("INFORMATION")  # own namespace: never inherited
+        assert isinstance(info, InformationUse), name
+        assert info.tuning, name
+
+
+def test_bad_declarations_are_refused():
+    with pytest.raises(ValueError, match="preview_k"):
+        InformationUse(preview_k=-1, tuning="x")
+    with pytest.raises(ValueError, match="preview_k"):
+        InformationUse(preview_k=True, tuning="x")
+    with pytest.raises(ValueError, match="'', 'policy', 'residual'"):
+        InformationUse(learned="net", tuning="x")
+    with pytest.raises(ValueError, match="tuning"):
+        InformationUse()
+
+
+FAKE_BUDGET = {"steps": 2_000_000, "train_wall_s": 600.0, "cpu_count": 2, "n_envs": 64}
+
+
+def _policy(target, options):
+    """Fake policy records: seed 1 of ppo has preview, history, integral and a privileged
+    critic; every other policy has a bare record."""
+    if options.get("training_seed") == 1:
+        return {
+            "features": {"preview_k": 5, "action_history": 3, "error_integral": True},
+            "privileged_critic": True,
+            "budget": FAKE_BUDGET,
+        }
+    return {"budget": FAKE_BUDGET}
+
+
+def _residual(target, options):
+    return {"train_samples": 1000, "epochs_run": 7, "best_epoch": 5, "train_time_s": 3.0}
+
+
+READERS = {"read_policy": _policy, "read_residual": _residual}
+
+
+def test_the_audit_table_from_fake_records():
+    t = information_table(
+        ["pid", "ppo", "ppo:training_seed=1", "geo_rls", "my.mod:Nope"], **READERS
+    )
+    rows = {r[0]: dict(zip(t.headers, r, strict=True)) for r in t.rows}
+    assert rows["pid"]["history / memory"] == "position-error integral"
+    assert rows["ppo"]["preview"] == "none" and rows["ppo"]["privileged training"] == "no"
+    assert rows["ppo"]["tuning budget"].startswith("2.00 M policy steps, 10.0 min on 2 cores")
+    seed1 = rows["ppo:training_seed=1"]
+    assert seed1["preview"] == "5 samples" and seed1["privileged training"] == "yes"
+    assert seed1["history / memory"] == "last 3 actions; position-error integral"
+    assert rows["geo_rls"]["tuning budget"].startswith("network: 1,000 samples, 7 epochs")
+    assert rows["my.mod:Nope"]["tuning budget"] == "undeclared"
+
+
+def test_an_absent_record_reads_as_all_off():
+    info, budget = information_of("ppo", read_policy=lambda t, o: {})
+    assert info.preview_k == 0 and not info.memory and not info.privileged_training
+    assert "policy steps" not in budget and budget == info.tuning
+
+
+def test_markers_name_equal_and_unequal_comparisons():
+    notes = information_notes(
+        [("geo_rls", "hnewton_rls"), ("ppo", "pid"), ("ppo:training_seed=1", "ppo")], **READERS
+    )
+    assert notes == [
+        "Information (audit table): equal information: geo_rls–hnewton_rls. unequal: "
+        "ppo–pid (history / memory); ppo:training_seed=1–ppo (preview, history / memory, "
+        "privileged training)."
+    ]
+    assert information_notes([]) == []
+    groups = information_groups(["geo", "pid", "ppo", "geo_rls", "hnewton_rls", "x.y:Z"], **READERS)
+    assert groups == [
+        "Equal information (audit table): geo = ppo; pid; geo_rls = hnewton_rls; undeclared: x.y:Z."
+    ]
+    assert information_groups(["geo"]) == []
+    assert "undeclared: geo–my.mod:Nope" in information_notes([("geo", "my.mod:Nope")])[0]
+
+
+@given(
+    k=st.integers(0, 20),
+    hist=st.integers(0, 5),
+    integral=st.booleans(),
+    estimate=st.booleans(),
+    critic=st.booleans(),
+)
+def test_equal_information_is_symmetric_and_lists_exactly_the_differences(
+    k, hist, integral, estimate, critic
+):
+    base = InformationUse(feedforward_accel=True, tuning="t", learned="policy")
+    record = {
+        "features": {
+            "preview_k": k,
+            "action_history": hist,
+            "error_integral": integral,
+            "estimate": estimate,
+        },
+        "privileged_critic": critic,
+    }
+    other = with_policy_record(base, record)
+    assert equal_information(base, other) == equal_information(other, base)
+    assert equal_information(base, other) == (not differences(base, other))
+    assert ("preview" in differences(base, other)) == (k > 0)
+    assert ("history / memory" in differences(base, other)) == (hist > 0 or integral)
+    assert ("privileged training" in differences(base, other)) == critic
+
+
+def test_the_report_has_the_audit_table_and_the_paired_markers(tmp_path):
+    rows = []
+    for ctrl, v in (("geo", 0.05), ("geo_rls", 0.01), ("pid", 0.03)):
+        for traj in ("helix", "figure8"):
+            for seed in (0, 1):
+                rows.append(
+                    {
+                        "controller": ctrl,
+                        "run_id": f"{ctrl}|none|calm|{traj}|{seed}",
+                        "payload": "none",
+                        "wind": "calm",
+                        "trajectory": traj,
+                        "seed": seed,
+                        "rmse": v + 0.001 * seed,
+                        "diverged": False,
+                        "control_cost": 100.0,
+                        "max_error": v,
+                        "wall_time": 0.1,
+                    }
+                )
+    report = write_report(rows, tmp_path).read_text()
+    assert "**Information audit" in report and "| geo_rls | yes | yes | none |" in report
+    assert "Information (audit table): " in report and "geo_rls–geo (" in report
+    assert "Equal information (audit table): pid; geo; geo_rls." in report
+    assert (tmp_path / "tables" / "information.csv").is_file()
