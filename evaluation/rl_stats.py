@@ -16,8 +16,8 @@ intervals are not reproducible from a seed and the call moves the caller's globa
 (``tests/evaluation/test_rl_stats.py`` shows both). :func:`seeded_bootstraps` subclasses both of
 its bootstraps to draw from the bootstrap's own generator (arch's ``IIDBootstrap`` keeps one,
 seeded by ``seed=``), and :func:`interval_estimates` is ``rliable.library.get_interval_estimates``
-on them. rliable 1.2.0 also passes ``random_state=`` to arch, which arch ≥ 7 no longer accepts
-(arch 8 takes it as data and refuses it): the subclasses call arch with ``seed=``.
+on them. rliable 1.2.0 also passes arch the deprecated ``random_state=`` (arch 8 refuses it, which
+is why rliable requires arch < 8): the subclasses call arch with ``seed=``.
 
 rliable (with arch, statsmodels, pandas, seaborn) is the ``rl`` extra, imported lazily
 (:func:`import_rliable`); without it the report's RL section says how to install it.
