@@ -90,37 +90,52 @@ def default_policy_path() -> Path:
     return shipped_policy_path("ppo")
 
 
-def shipped_policy_path(kind: str, training_seed: int = 0) -> Path:
-    """A shipped policy of ``kind`` (``ppo``/``ppo_res``): training seed 0 is the default
-    (``<kind>_default.zip``), the others ``<kind>_seed<k>.zip`` — the training seeds the
-    report's intervals are taken over (docs/ppo.md). A seed that was not shipped is a
-    ``FileNotFoundError`` listing those that were."""
+#: the plants a policy is shipped for: ``ideal`` (the default files, trained on the default
+#: plant) and the presets of :data:`residual_quad.envs.presets.PRESETS` it was retrained on
+SHIPPED_PLANTS: tuple[str, ...] = ("ideal", "realistic")
+
+
+def shipped_policy_path(kind: str, training_seed: int = 0, plant: str = "ideal") -> Path:
+    """A shipped policy of ``kind`` (``ppo``/``ppo_res``) for ``plant``: training seed 0 is the
+    default (``<kind>_default.zip``; ``<kind>_<plant>_default.zip`` for a plant other than
+    ``ideal``), the others ``…_seed<k>.zip`` — the training seeds the report's intervals are
+    taken over (docs/ppo.md). A seed or plant that was not shipped is a ``FileNotFoundError``
+    listing what was."""
     if isinstance(training_seed, bool) or not isinstance(training_seed, int) or training_seed < 0:
         raise ValueError(f"training_seed must be an integer >= 0, got {training_seed!r}")
+    if plant not in SHIPPED_PLANTS:
+        raise ValueError(f"plant must be one of {', '.join(SHIPPED_PLANTS)}, got {plant!r}")
     folder = Path(str(resources.files("residual_quad.controllers").joinpath("weights")))
-    name = f"{kind}_default.zip" if training_seed == 0 else f"{kind}_seed{training_seed}.zip"
+    stem = kind if plant == "ideal" else f"{kind}_{plant}"
+    name = f"{stem}_default.zip" if training_seed == 0 else f"{stem}_seed{training_seed}.zip"
     path = folder / name
-    if training_seed and not path.is_file():
+    if (training_seed or plant != "ideal") and not path.is_file():
         seeds = sorted(
             int(m.group(1))
-            for p in folder.glob(f"{kind}_seed*.zip")
-            if (m := re.fullmatch(rf"{kind}_seed(\d+)\.zip", p.name))
+            for p in folder.glob(f"{stem}_seed*.zip")
+            if (m := re.fullmatch(rf"{re.escape(stem)}_seed(\d+)\.zip", p.name))
         )
+        shipped = [0] if (folder / f"{stem}_default.zip").is_file() else []
         raise FileNotFoundError(
-            f"no shipped {kind!r} policy of training seed {training_seed} ({path}); shipped "
-            f"seeds: {', '.join(map(str, [0, *seeds]))}"
+            f"no shipped {kind!r} policy for the {plant!r} plant of training seed "
+            f"{training_seed} ({path}); shipped seeds: "
+            f"{', '.join(map(str, [*shipped, *seeds])) or 'none'}"
         )
     return path
 
 
-def policy_path(kind: str, path: str | Path | None, training_seed: int | None) -> Path:
+def policy_path(
+    kind: str, path: str | Path | None, training_seed: int | None, plant: str | None = None
+) -> Path:
     """The policy file a ``ppo``/``ppo_res`` controller loads: ``path``, or the shipped policy of
-    ``training_seed`` (default 0); both given is an error."""
-    if path is not None and training_seed is not None:
-        raise ValueError("give a policy path or a shipped training_seed, not both")
+    ``training_seed`` (default 0) for ``plant`` (default ``ideal``); a path together with a
+    seed or a plant is an error."""
+    if path is not None and (training_seed is not None or plant is not None):
+        raise ValueError("give a policy path or a shipped training_seed/plant, not both")
     if path is not None:
         return Path(path)
-    return shipped_policy_path(kind, 0 if training_seed is None else training_seed)
+    seed = 0 if training_seed is None else training_seed
+    return shipped_policy_path(kind, seed, "ideal" if plant is None else plant)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

@@ -28,10 +28,11 @@ from residual_quad.controllers.features import (
     ppo_features,
     ppo_features_batch,
 )
-from residual_quad.controllers.options import Domain, Integer, Optional, Text
+from residual_quad.controllers.options import Choice, Domain, Integer, Optional, Text
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     INSTALL_HINT,
+    SHIPPED_PLANTS,
     NumpyPolicy,
     ObsNormalizer,
     PolicyFileError,
@@ -69,6 +70,7 @@ POLICY_OPTIONS: dict[str, Domain] = {
     "path": Optional(Text("a policy .zip path", (Path,))),
     "device": Text("a torch device name (cpu, cuda, ...)"),
     "training_seed": Optional(Integer(ge=0)),
+    "plant": Optional(Choice(SHIPPED_PLANTS)),
 }
 
 
@@ -82,6 +84,8 @@ class PPOController(ObservationGuard):
         device: torch device for inference (``"cpu"``).
         training_seed: fly the shipped policy of this training seed instead (0: the default;
             ``ppo:training_seed=1`` in a sweep); not together with ``path``.
+        plant: fly the shipped policy retrained for this plant (``realistic``: the
+            ``realistic`` preset, ``ppo:plant=realistic``; default ``ideal``); not with ``path``.
 
     The policy's input is :class:`~residual_quad.controllers.policy_inputs.PolicyInputs` of the
     file's feature spec (:attr:`spec`; the base features for a file without one), whose memory
@@ -110,8 +114,9 @@ class PPOController(ObservationGuard):
         path: str | Path | None = None,
         device: str = "cpu",
         training_seed: int | None = None,
+        plant: str | None = None,
     ):
-        self.path = policy_path("ppo", path, training_seed)
+        self.path = policy_path(self.kind, path, training_seed, plant)
         policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy
         self.action_mode: str = self.meta["action_mode"]

@@ -162,6 +162,7 @@ class PPOAdaptController(PPOController):
         path: str | Path | None = None,
         device: str = "cpu",
         training_seed: int | None = None,
+        plant: str | None = None,
     ):
         import_sb3(rl_purpose(self.kind))  # first: without SB3 the install hint is the answer
         if path is None:
@@ -169,7 +170,7 @@ class PPOAdaptController(PPOController):
                 "no ppo_adapt policy is shipped: give ppo_adapt:path=<policy .zip> (train one "
                 "with `rquad train ppo_adapt`)"
             )
-        super().__init__(context, path, device, training_seed)
+        super().__init__(context, path, device, training_seed, plant)
         self._start_estimator()
 
     @classmethod

@@ -75,6 +75,7 @@ class ResidualPPOController(Tracker):
             forward does not read).
         training_seed: fly the shipped policy of this training seed instead (0: the default,
             ``controllers/weights/ppo_res_default.zip``); not together with ``path``.
+        plant: fly the shipped policy retrained for this plant (as ``ppo``'s ``plant``).
 
     The gains are ``geo``'s defaults, the ones the policy was trained with. Call :meth:`reset`
     at the start of every episode (it restarts the action-hold cycle).
@@ -95,8 +96,9 @@ class ResidualPPOController(Tracker):
         path: str | Path | None = None,
         device: str = "cpu",
         training_seed: int | None = None,
+        plant: str | None = None,
     ):
-        self.path = policy_path("ppo_res", path, training_seed)
+        self.path = policy_path("ppo_res", path, training_seed, plant)
         self.meta, self.model, self.normalizer, self.network = load_policy(
             self.path, "ppo_res", device
         )
