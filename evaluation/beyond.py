@@ -12,8 +12,10 @@ own section in ``report.md``, computed from that sweep's rows alone:
 - the tables and figures other features contribute (:data:`EXTRA_MAKERS`: each maker reads the
   same rows and returns :class:`Extras`, empty when the rows lack what it needs).
 
-It works on any sweep rows; the pipeline flies such a sweep when ``PipelineConfig.beyond``
-names one (``docs/statistics.md``).
+It works on any sweep rows. ``rquad pipeline`` flies one by default: the matrix under the
+``realistic`` plant preset with 20 seeds (``sweep_realistic_20``), with the recovery table and
+figures of the payload-pickup and rotor-fault sweeps passed in as ``extras``
+(:func:`residual_quad.evaluation.recovery_report.recovery_extras`; ``docs/statistics.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 SECTION_TITLE = "Beyond the source"
 #: the folder (in a pipeline's output) of the "beyond the source" sweep
 BEYOND_DIR = "beyond"
+#: the folder (in a pipeline's output) holding one folder per recovery sweep of the section
+RECOVERY_DIR = "recovery"
 
 
 @dataclass
@@ -55,6 +59,20 @@ def _plant_text(plant: dict[str, Any] | str) -> str:
     if isinstance(plant, str):
         return plant
     return "plant options " + ", ".join(f"`{k}: {v}`" for k, v in plant.items())
+
+
+def _crash_note(diverged: dict[str, int]) -> str:
+    """Which crashes are expected: the shipped RL policies' (trained on the ideal plant)."""
+    rl, other = expected_crashes(diverged)
+    note = ""
+    if rl:
+        note = (
+            f"{', '.join(f'`{c}`' for c in rl)}: shipped RL policies, trained on the ideal plant "
+            "(docs/rl_policies.md); their crashes under another plant are expected."
+        )
+    if other:
+        note += f" {', '.join(f'`{c}`' for c in other)}: not expected."
+    return note.strip()
 
 
 def _trajectories(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -124,6 +142,7 @@ def beyond_section(
                 "Diverged runs",
                 ["controller", "runs", "diverged"],
                 [[c, n, d] for c, (n, d) in per.items()],
+                note=_crash_note({c: d for c, (_, d) in per.items() if d}),
             )
         )
     pieces = [maker(rows, out) for maker in EXTRA_MAKERS] + list(extras)
@@ -140,3 +159,22 @@ def beyond_section(
         for label, path in piece.figures.items():
             lines += [f"![{label}]({os.path.relpath(path, out)})", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def sweep_outcome(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs, failed runs and diverged runs per controller of one sweep's rows (the
+    ``beyond`` entries of a pipeline's ``outcome.json``)."""
+    from residual_quad.evaluation.report import run_outcome
+
+    out = run_outcome(flown_rows(rows), [], failed=len(failed_rows(rows)))
+    del out["targets"]
+    return out
+
+
+def expected_crashes(diverged: dict[str, int]) -> tuple[list[str], list[str]]:
+    """``diverged``'s controllers split into shipped RL policies (trained on the ideal plant, so
+    their crashes on another plant are expected) and the others (not expected)."""
+    from residual_quad.evaluation.rl_seeds import training_seed
+
+    rl = [c for c in diverged if training_seed(c) is not None]
+    return rl, [c for c in diverged if c not in rl]

@@ -234,11 +234,14 @@ def write_report(
     extra_sections: list[str | Callable[[], str]] | None = None,
     title: str = "residual-quad evaluation report",
     beyond_sections: list[str] | None = None,
+    beyond_outcome: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
     runs (controller errors) are counted and listed (the ``failures`` table), never averaged.
     ``extra_sections`` go before the tables, ``beyond_sections``
-    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them.
+    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them; ``beyond_outcome``
+    (sweep name → :func:`residual_quad.evaluation.beyond.sweep_outcome`) goes into
+    ``outcome.json`` as its ``beyond`` entry.
 
     An extra section may be a callable: it is called once every table and check is computed,
     so a section that times the report stage (the pipeline's) sees all of it."""
@@ -269,6 +272,8 @@ def write_report(
         ]
     checks = target_checks(tables, rows)
     outcome = run_outcome(rows, checks, failed=len(failed))
+    if beyond_outcome:
+        outcome["beyond"] = beyond_outcome
     (out / OUTCOME_FILE).write_text(json.dumps(outcome, indent=1, ensure_ascii=False) + "\n")
     if checks:
         lines += ["## Targets from the source [RES §9]", ""]
@@ -403,6 +408,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
     (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
     its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
     from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_section
+    from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
 
@@ -416,11 +422,12 @@ def rewrite_report(out_dir: str | Path) -> Path:
         )
     old = _sections((out / "report.md").read_text()) if (out / "report.md").is_file() else {}
     kept = [text for head, text in old.items() if head.startswith(KEPT_SECTIONS)]
-    beyond = []
+    beyond, beyond_record = [], None
     beyond_dir = out / BEYOND_DIR
     beyond_rows = _in_run_order(read_rows(beyond_dir), beyond_dir) if beyond_dir.is_dir() else []
     if beyond_rows:
         head = next((h for h in old if h.startswith("## Beyond the source")), "")
+        title = head.partition(": ")[2]
         saved = out / BEYOND_DIR / CONFIG_FILE
         env = configs.read_yaml(saved).get("env", {}) if saved.is_file() else {}
         episodes = {
@@ -428,16 +435,69 @@ def rewrite_report(out_dir: str | Path) -> Path:
             for d in (sweep, beyond_dir)
             if (d / CONFIG_FILE).is_file()
         }
+        names = recovery_names(out)
         beyond.append(
             beyond_section(
                 beyond_rows,
                 out,
-                title=head.partition(": ")[2],
+                title=title,
                 plant=env,
                 rows_path=f"{BEYOND_DIR}/rows.jsonl",
+                extras=[recovery_extras(out, names)],
                 tables_dir=out / "tables",
                 baseline=rows if len(episodes) == 1 else None,  # the same runs only
             )
         )
+        beyond_record = beyond_outcome_of(out)
     figures = _figure_links(old.get("## Figures", ""), out)
-    return write_report(rows, out, figures, extra_sections=kept, beyond_sections=beyond)
+    return write_report(
+        rows,
+        out,
+        figures,
+        extra_sections=kept,
+        beyond_sections=beyond,
+        beyond_outcome=beyond_record,
+    )
+
+
+def _saved_pipeline(out_dir: str | Path) -> dict[str, Any]:
+    """The pipeline config saved in a pipeline output folder, as raw YAML (``{}``: none)."""
+    from residual_quad.evaluation.pipeline import PIPELINE_CONFIG_FILE
+
+    path = Path(out_dir) / PIPELINE_CONFIG_FILE
+    saved = configs.read_yaml(path) if path.is_file() else {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def recovery_names(out_dir: str | Path) -> list[str] | None:
+    """The recovery sweeps a pipeline output folder's saved config names (short names, in its
+    order), ``None`` when it names none (then every ``recovery/*/`` folder counts)."""
+    from residual_quad.evaluation.pipeline import sweep_name
+
+    names = _saved_pipeline(out_dir).get("recovery")
+    return [sweep_name(str(n)) for n in names] if isinstance(names, list) else None
+
+
+def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
+    """``outcome.json``'s ``beyond`` entry from the rows of a pipeline output folder: runs,
+    failed and diverged runs of the ``beyond/`` sweep (under its name in the saved pipeline
+    config) and of each recovery sweep; ``{}`` without a ``beyond/`` sweep."""
+    from residual_quad.evaluation.beyond import BEYOND_DIR, RECOVERY_DIR, sweep_outcome
+    from residual_quad.evaluation.pipeline import sweep_name
+    from residual_quad.evaluation.sweep.rows import read_rows
+
+    out = Path(out_dir)
+    rows = read_rows(out / BEYOND_DIR)
+    if not rows:
+        return {}
+    name = _saved_pipeline(out).get("beyond")
+    record = {sweep_name(str(name)) if name else BEYOND_DIR: sweep_outcome(rows)}
+    folder = out / RECOVERY_DIR
+    names = recovery_names(out)
+    if names is None:
+        names = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
+    for n in names:
+        rows = read_rows(folder / n)
+        if rows:
+            record[n] = sweep_outcome(rows)
+    return record
