@@ -38,6 +38,11 @@ TIMINGS_FILE = "pipeline_timings.json"
 PIPELINE_CONFIG_FILE = "pipeline_config.yaml"
 
 
+def sweep_name(name: str) -> str:
+    """A sweep's short name: a shipped name as is, a YAML path's file stem."""
+    return Path(name).stem if Path(name).suffix else name
+
+
 @dataclass
 class PipelineConfig:
     """Which configs each stage uses, and the overrides of the quick profile."""
@@ -85,19 +90,16 @@ QUICK = PipelineConfig(
         "trajectories": ["helix"],
         "seeds": [0, 1],
         "episode_s": 8.0,
+        "workers": 1,  # in this process: worker start-up would cost more than the runs
     },
     recovery_overrides={  # one seed of two controllers, 5 s after each event
         "controllers": ["geo", "geo_rls_dob"],
         "trajectories": ["hover"],
         "seeds": [0],
         "episode_s": 10.0,
+        "workers": 1,
     },
 )
-
-
-def sweep_name(name: str) -> str:
-    """A sweep's short name: a shipped name as is, a YAML path's file stem."""
-    return Path(name).stem if Path(name).suffix else name
 
 
 def run_pipeline(
@@ -274,9 +276,14 @@ def beyond_stage(
     main_episode = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides).episode_s
     if s_cfg.episode_s != main_episode:  # runs of other lengths are not the same runs
         baseline = None
-    workers = cfg.workers or None
+    # a sweep's own nonzero ``workers`` wins (the quick profile flies its few runs in this
+    # process: starting worker processes costs more than they fly)
     rows = run_sweep(
-        s_cfg, out / BEYOND_DIR, resume=resume, workers=workers, retry_failed=retry_failed
+        s_cfg,
+        out / BEYOND_DIR,
+        resume=resume,
+        workers=s_cfg.workers or cfg.workers or None,
+        retry_failed=retry_failed,
     )
     for name in cfg.recovery:
         print(f"[3/4] evaluate, beyond the source: recovery sweep {name}")
@@ -287,7 +294,7 @@ def beyond_stage(
             r_cfg,
             out / RECOVERY_DIR / sweep_name(name),
             resume=resume,
-            workers=workers,
+            workers=r_cfg.workers or cfg.workers or None,
             retry_failed=retry_failed,
         )
     section = beyond_section(

@@ -197,7 +197,7 @@ def recovery_section(rows: list[dict[str, Any]], run_dir: Path, out: Path) -> st
 def recovery_extras(out_dir: str | Path, names: Sequence[str] | None = None) -> Extras:
     """The recovery table (the sweeps ``out_dir/recovery/<name>/`` of ``names`` together, in
     that order; ``None``: every such folder, in name order) and one figure per sweep
-    (``figures/recovery_<name>.png``) for the "Beyond the source" section of a pipeline output
+    (``figures/recovery/<name>.png``) for the "Beyond the source" section of a pipeline output
     folder; empty without such rows. The pipeline and ``rquad report --rewrite`` both call it,
     so both render the same section."""
     out = Path(out_dir)
@@ -215,7 +215,9 @@ def recovery_extras(out_dir: str | Path, names: Sequence[str] | None = None) -> 
     table = dataclasses.replace(table, note=f"{table.note} Rows: {sources}.")
     figures: dict[str, Path] = {}
     for d, rows in rows_by_run:
-        fig = recovery_figure(rows, d / "series", out / "figures", name=f"recovery_{d.name}.png")
+        fig = recovery_figure(
+            rows, d / "series", out / "figures" / RECOVERY_DIR, name=f"{d.name}.png"
+        )
         if fig is not None:
             figures[f"recovery, {d.name}"] = fig
     return Extras(tables=[table], figures=figures)
