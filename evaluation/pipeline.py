@@ -1,5 +1,9 @@
 """``rquad pipeline``: collect → train → evaluate → tables/figures → ``report.md``, one command.
 
+Besides the source's matrix, the evaluation flies "beyond the source" by default: the matrix under
+the ``realistic`` plant preset with 20 seeds per cell, and the payload-pickup and rotor-fault
+recovery sweeps, for the report's "Beyond the source" section (``docs/statistics.md``).
+
 The trained network (not the packaged one) is what ``geo_res``/``geo_rls`` fly in the evaluation,
 so the report measures exactly what this run produced. Every stage writes its resolved config next
 to its output; the pipeline's own config is ``pipeline_config.yaml`` in the output folder.

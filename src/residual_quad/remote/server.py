@@ -179,6 +179,12 @@ def result_message(
             "ground_gain": float(info["ground_gain"]),
             "payload_kg": float(info["payload_kg"]),  # kg
             "true_mass": float(info["true_mass"]),  # kg
+            "rotor_thrusts": np.asarray(info["rotor_thrusts"], dtype=float).tolist(),  # N
+            "gyro_bias": np.asarray(info["gyro_bias"], dtype=float).tolist(),  # rad/s, body
+            "accel_bias": np.asarray(info["accel_bias"], dtype=float).tolist(),  # m/s², body
+            "mean_wind": np.asarray(info["mean_wind"], dtype=float).tolist(),  # m/s, world
+            "rotor_efficiency": np.asarray(info["rotor_efficiency"], dtype=float).tolist(),
+            "events_fired": int(info["events_fired"]),
         },
     }
     if reward is not None:
