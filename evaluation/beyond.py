@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from residual_quad import configs
 from residual_quad.evaluation.paired import paired_table, plant_change_table
-from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
+from residual_quad.evaluation.sweep.rows import diverged_counts, failed_rows, flown_rows, read_rows
 from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 
 SECTION_TITLE = "Beyond the source"
@@ -35,6 +36,8 @@ SECTION_TITLE = "Beyond the source"
 BEYOND_DIR = "beyond"
 #: the folder (in a pipeline's output) holding one folder per recovery sweep of the section
 RECOVERY_DIR = "recovery"
+#: the pipeline's resolved config, in its output folder
+PIPELINE_CONFIG_FILE = "pipeline_config.yaml"
 
 
 @dataclass
@@ -164,11 +167,52 @@ def beyond_section(
 def sweep_outcome(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Runs, failed runs and diverged runs per controller of one sweep's rows (the
     ``beyond`` entries of a pipeline's ``outcome.json``)."""
-    from residual_quad.evaluation.report import run_outcome
+    flown = flown_rows(rows)
+    return {
+        "runs": len(flown),
+        "failed": len(failed_rows(rows)),
+        "diverged": diverged_counts(flown),
+    }
 
-    out = run_outcome(flown_rows(rows), [], failed=len(failed_rows(rows)))
-    del out["targets"]
-    return out
+
+def sweep_name(name: str) -> str:
+    """A sweep's short name: a shipped name as is, a YAML path's file stem."""
+    return Path(name).stem if Path(name).suffix else name
+
+
+def _saved_pipeline(out_dir: str | Path) -> dict[str, Any]:
+    """The pipeline config saved in a pipeline output folder, as raw YAML (``{}``: none)."""
+    path = Path(out_dir) / PIPELINE_CONFIG_FILE
+    saved = configs.read_yaml(path) if path.is_file() else {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def recovery_names(out_dir: str | Path) -> list[str] | None:
+    """The recovery sweeps a pipeline output folder's saved config names (short names, in its
+    order), ``None`` when it names none (then every ``recovery/*/`` folder counts)."""
+    names = _saved_pipeline(out_dir).get("recovery")
+    return [sweep_name(str(n)) for n in names] if isinstance(names, list) else None
+
+
+def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
+    """``outcome.json``'s ``beyond`` entry from the rows of a pipeline output folder: runs,
+    failed and diverged runs of the ``beyond/`` sweep (under its name in the saved pipeline
+    config) and of each recovery sweep; ``{}`` without a ``beyond/`` sweep."""
+    out = Path(out_dir)
+    rows = read_rows(out / BEYOND_DIR)
+    if not rows:
+        return {}
+    name = _saved_pipeline(out).get("beyond")
+    record = {sweep_name(str(name)) if name else BEYOND_DIR: sweep_outcome(rows)}
+    folder = out / RECOVERY_DIR
+    names = recovery_names(out)
+    if names is None:
+        names = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
+    for n in names:
+        rows = read_rows(folder / n)
+        if rows:
+            record[n] = sweep_outcome(rows)
+    return record
 
 
 def expected_crashes(diverged: dict[str, int]) -> tuple[list[str], list[str]]:

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.evaluation.beyond import BEYOND_DIR, RECOVERY_DIR
+from residual_quad.evaluation.beyond import (
+    BEYOND_DIR,
+    PIPELINE_CONFIG_FILE,
+    RECOVERY_DIR,
+    beyond_outcome_of,
+    sweep_name,
+)
 from residual_quad.evaluation.sweep.config import SweepConfig
 from residual_quad.evaluation.sweep.engine import run_sweep
 from residual_quad.evaluation.sweep.rows import read_rows
@@ -38,13 +44,6 @@ REGENERATE = "rquad pipeline --out docs/results --record-outcome"
 #: each stage's wall seconds (collect, train, evaluate, report) and the env-steps the evaluation
 #: flew, next to ``report.md`` (``rquad bench --sections pipeline`` reads it)
 TIMINGS_FILE = "pipeline_timings.json"
-#: the pipeline's resolved config, in its output folder
-PIPELINE_CONFIG_FILE = "pipeline_config.yaml"
-
-
-def sweep_name(name: str) -> str:
-    """A sweep's short name: a shipped name as is, a YAML path's file stem."""
-    return Path(name).stem if Path(name).suffix else name
 
 
 @dataclass
@@ -113,7 +112,7 @@ def run_pipeline(
     (with ``resume``) flies the sweep's recorded failed runs again; failed runs never stop the
     pipeline: the report counts and lists them."""
     from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.report import OUTCOME_FILE, beyond_outcome_of, write_report
+    from residual_quad.evaluation.report import OUTCOME_FILE, write_report
     from residual_quad.evaluation.rl_seeds import figure_rows
     from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import TrainConfig, train_from_dataset

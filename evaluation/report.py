@@ -190,14 +190,12 @@ def run_outcome(
 ) -> dict[str, Any]:
     """What a reader checks first: every target (met or missed, with its measured value) and the
     diverged runs per controller (training seeds pooled), from flown ``rows``."""
-    diverged: dict[str, int] = {}
-    for r in rows:
-        if r.get("diverged"):
-            diverged[r["controller"]] = diverged.get(r["controller"], 0) + 1
+    from residual_quad.evaluation.sweep.rows import diverged_counts
+
     return {
         "runs": len(rows),
         "failed": failed,
-        "diverged": dict(sorted(diverged.items())),
+        "diverged": diverged_counts(rows),
         "targets": [
             {"target": a, "goal": b, "measured": c, "met": bool(ok)} for a, b, c, ok in checks
         ],
@@ -407,7 +405,12 @@ def rewrite_report(out_dir: str | Path) -> Path:
     """Re-render ``report.md`` and ``tables/`` of a pipeline output folder from its rows
     (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
     its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
-    from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_section
+    from residual_quad.evaluation.beyond import (
+        BEYOND_DIR,
+        beyond_outcome_of,
+        beyond_section,
+        recovery_names,
+    )
     from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
@@ -458,46 +461,3 @@ def rewrite_report(out_dir: str | Path) -> Path:
         beyond_sections=beyond,
         beyond_outcome=beyond_record,
     )
-
-
-def _saved_pipeline(out_dir: str | Path) -> dict[str, Any]:
-    """The pipeline config saved in a pipeline output folder, as raw YAML (``{}``: none)."""
-    from residual_quad.evaluation.pipeline import PIPELINE_CONFIG_FILE
-
-    path = Path(out_dir) / PIPELINE_CONFIG_FILE
-    saved = configs.read_yaml(path) if path.is_file() else {}
-    return saved if isinstance(saved, dict) else {}
-
-
-def recovery_names(out_dir: str | Path) -> list[str] | None:
-    """The recovery sweeps a pipeline output folder's saved config names (short names, in its
-    order), ``None`` when it names none (then every ``recovery/*/`` folder counts)."""
-    from residual_quad.evaluation.pipeline import sweep_name
-
-    names = _saved_pipeline(out_dir).get("recovery")
-    return [sweep_name(str(n)) for n in names] if isinstance(names, list) else None
-
-
-def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
-    """``outcome.json``'s ``beyond`` entry from the rows of a pipeline output folder: runs,
-    failed and diverged runs of the ``beyond/`` sweep (under its name in the saved pipeline
-    config) and of each recovery sweep; ``{}`` without a ``beyond/`` sweep."""
-    from residual_quad.evaluation.beyond import BEYOND_DIR, RECOVERY_DIR, sweep_outcome
-    from residual_quad.evaluation.pipeline import sweep_name
-    from residual_quad.evaluation.sweep.rows import read_rows
-
-    out = Path(out_dir)
-    rows = read_rows(out / BEYOND_DIR)
-    if not rows:
-        return {}
-    name = _saved_pipeline(out).get("beyond")
-    record = {sweep_name(str(name)) if name else BEYOND_DIR: sweep_outcome(rows)}
-    folder = out / RECOVERY_DIR
-    names = recovery_names(out)
-    if names is None:
-        names = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
-    for n in names:
-        rows = read_rows(folder / n)
-        if rows:
-            record[n] = sweep_outcome(rows)
-    return record

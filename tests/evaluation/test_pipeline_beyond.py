@@ -16,7 +16,12 @@ from residual_quad import configs
 from residual_quad.cli import main
 from residual_quad.controllers.residual import DEFAULT_WEIGHTS
 from residual_quad.evaluation import pipeline
-from residual_quad.evaluation.beyond import BEYOND_DIR, RECOVERY_DIR, expected_crashes
+from residual_quad.evaluation.beyond import (
+    BEYOND_DIR,
+    RECOVERY_DIR,
+    beyond_outcome_of,
+    expected_crashes,
+)
 from residual_quad.evaluation.pipeline import (
     PIPELINE_CONFIG_FILE,
     QUICK,
@@ -29,12 +34,7 @@ from residual_quad.evaluation.pipeline import (
     outcome_differences,
     record_outcome,
 )
-from residual_quad.evaluation.report import (
-    OUTCOME_FILE,
-    beyond_outcome_of,
-    rewrite_report,
-    write_report,
-)
+from residual_quad.evaluation.report import OUTCOME_FILE, rewrite_report, write_report
 from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
 
 MAIN = SweepConfig(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from residual_quad.cli import main
+from residual_quad.evaluation.beyond import beyond_outcome_of
 from residual_quad.evaluation.pipeline import (
     QUICK,
     PipelineConfig,
@@ -20,7 +21,7 @@ from residual_quad.evaluation.pipeline import (
     is_committed_run,
     outcome_differences,
 )
-from residual_quad.evaluation.report import beyond_outcome_of, outcome_of_rows
+from residual_quad.evaluation.report import outcome_of_rows
 from residual_quad.evaluation.sweep import read_rows
 
 ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "sweep" / "rows.jsonl"

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from residual_quad.remote import require
 
 msgpack = require("msgpack")
@@ -364,6 +366,16 @@ def env_kwargs(scenario: Mapping[str, Any]) -> dict[str, Any]:
     elif "trajectory" in kwargs and not isinstance(kwargs["trajectory"], str):
         raise ValueError(f"trajectory must be a name, got {kwargs['trajectory']!r}")
     return kwargs
+
+
+def wire_truth(value: Any) -> Any:
+    """A truth entry of ``info`` as the wire carries it: arrays as lists of floats, counts as
+    ints, other numbers as floats."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    if np.ndim(value):
+        return np.asarray(value, dtype=float).tolist()
+    return float(value)
 
 
 def error_reply(seq: Any, code: str, message: str, **details: Any) -> dict[str, Any]:
