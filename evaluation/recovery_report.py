@@ -199,7 +199,8 @@ def recovery_extras(out_dir: str | Path, names: Sequence[str] | None = None) -> 
     that order; ``None``: every such folder, in name order) and one figure per sweep
     (``figures/recovery/<name>.png``) for the "Beyond the source" section of a pipeline output
     folder; empty without such rows. The pipeline and ``rquad report --rewrite`` both call it,
-    so both render the same section."""
+    so both render the same section; a figure whose series are gone (not committed) is kept as
+    drawn."""
     out = Path(out_dir)
     folder = out / RECOVERY_DIR
     if names is None:
@@ -215,9 +216,10 @@ def recovery_extras(out_dir: str | Path, names: Sequence[str] | None = None) -> 
     table = dataclasses.replace(table, note=f"{table.note} Rows: {sources}.")
     figures: dict[str, Path] = {}
     for d, rows in rows_by_run:
-        fig = recovery_figure(
-            rows, d / "series", out / "figures" / RECOVERY_DIR, name=f"{d.name}.png"
-        )
+        path = out / "figures" / RECOVERY_DIR / f"{d.name}.png"
+        fig = recovery_figure(rows, d / "series", path.parent, name=path.name)
+        if fig is None and path.is_file():  # series not kept (committed results): keep it
+            fig = path
         if fig is not None:
             figures[f"recovery, {d.name}"] = fig
     return Extras(tables=[table], figures=figures)

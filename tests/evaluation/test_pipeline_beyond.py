@@ -145,6 +145,10 @@ def test_the_section_and_outcome_survive_rewrite(flown, tmp_path):
     assert section.strip() in rewritten
     mine = json.loads((copy_dir / OUTCOME_FILE).read_text())
     assert mine == json.loads((out / OUTCOME_FILE).read_text())
+    # committed results keep no series: the recovery figures stay as drawn
+    for name in ("pickup", "fault"):
+        shutil.rmtree(copy_dir / RECOVERY_DIR / name / "series")
+    assert rewrite_report(copy_dir).read_text() == rewritten
 
 
 def test_closing_lines_name_the_rl_crashes_as_expected_and_others_not():

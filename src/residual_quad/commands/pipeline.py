@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--quick",
         action="store_true",
         help=f"smoke profile: the {quick.sweep} matrix ({runs_text(quick.sweep)}), a smaller "
-        f"dataset, {quick.train_overrides.get('epochs', 'all')} training epochs; about 40 s on "
-        "2 cores",
+        f"dataset, {quick.train_overrides.get('epochs', 'all')} training epochs, a few runs "
+        "beyond the source; about a minute on 2 cores",
     )
     p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
     p.add_argument(
