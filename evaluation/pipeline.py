@@ -44,6 +44,8 @@ REGENERATE = "rquad pipeline --out docs/results --record-outcome"
 #: each stage's wall seconds (collect, train, evaluate, report) and the env-steps the evaluation
 #: flew, next to ``report.md`` (``rquad bench --sections pipeline`` reads it)
 TIMINGS_FILE = "pipeline_timings.json"
+#: the stage (a key of the timings) that flies the "Beyond the source" sweeps
+BEYOND_STAGE = "evaluate, beyond the source"
 
 
 @dataclass
@@ -181,7 +183,7 @@ def run_pipeline(
             )
         )
         beyond_record = beyond_outcome_of(out)
-        timings["evaluate, beyond the source"] = time.perf_counter() - t0
+        timings[BEYOND_STAGE] = time.perf_counter() - t0
 
     print("[4/4] tables, figures, report")
     t0 = time.perf_counter()
@@ -322,8 +324,13 @@ def stages_section(timings: dict[str, float]) -> str:
         f"Stages of this run (wall seconds; total {total:.0f} s):\n\n"
         "| stage | s | share |\n|---|---|---|\n" + lines + "\n\n"
         "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
-        f"`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`, stage times "
-        f"`{TIMINGS_FILE}`."
+        "`tensorboard/`, rows `sweep/rows.jsonl`"
+        + (
+            f" (beyond the source: `{BEYOND_DIR}/rows.jsonl`, `{RECOVERY_DIR}/<sweep>/rows.jsonl`)"
+            if BEYOND_STAGE in timings
+            else ""
+        )
+        + f", tables `tables/`, stage times `{TIMINGS_FILE}`."
     )
 
 
