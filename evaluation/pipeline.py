@@ -35,9 +35,11 @@ RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
 #: ``rquad pipeline`` should reproduce, and what its closing lines compare with
 COMMITTED_OUTCOME = Path(__file__).with_name("committed_outcome.json")
 COMMITTED_REPORT = "docs/results/report.md in the repository"
+#: the ``what`` line of :data:`COMMITTED_OUTCOME` as :func:`record_outcome` writes it
 COMMITTED_WHAT = (
     "targets and diverged runs of the committed matrix (docs/results/sweep/rows.jsonl, "
-    "docs/results/report.md)"
+    "docs/results/report.md); under beyond, the runs, failed and diverged runs of each "
+    "beyond-the-source sweep (docs/results/beyond/, docs/results/recovery/)"
 )
 #: the one command that re-flies the committed results and records their outcome
 REGENERATE = "rquad pipeline --out docs/results --record-outcome"
