@@ -30,7 +30,13 @@ REPORT_SHARE_TARGET = "report <= 10 % of the pipeline"
 
 def run(quick: bool = False) -> list[BenchRow]:
     from residual_quad.evaluation.bench_vector import Floor
-    from residual_quad.evaluation.pipeline import QUICK, TIMINGS_FILE, PipelineConfig, run_pipeline
+    from residual_quad.evaluation.pipeline import (
+        BEYOND_STAGE,  # timed per env-step of its own sweeps
+        QUICK,
+        TIMINGS_FILE,
+        PipelineConfig,
+        run_pipeline,
+    )
 
     cores = os.cpu_count() or 1
     floor = Floor()
@@ -48,8 +54,9 @@ def run(quick: bool = False) -> list[BenchRow]:
     floor.env.close()
     floor_us = float(np.median(floor.times))
     env_steps = int(timings.pop("evaluate_env_steps"))
+    steps = {BEYOND_STAGE: int(timings.pop("beyond_env_steps", 0))}  # its own env-steps
     total = sum(timings.values())
-    per_step = {k: v / env_steps * 1e6 for k, v in timings.items()}
+    per_step = {k: v / (steps.get(k) or env_steps) * 1e6 for k, v in timings.items()}
     floor_share = floor_us / cores  # µs per env-step with every core busy
     profile = "quick" if quick else "full"
     rows = [
@@ -62,7 +69,7 @@ def run(quick: bool = False) -> list[BenchRow]:
         )
     ]
     for stage, us in per_step.items():
-        is_eval = stage == "evaluate"
+        is_eval = stage in ("evaluate", BEYOND_STAGE)
         rows.append(
             BenchRow(
                 SECTION,

@@ -12,8 +12,10 @@ own section in ``report.md``, computed from that sweep's rows alone:
 - the tables and figures other features contribute (:data:`EXTRA_MAKERS`: each maker reads the
   same rows and returns :class:`Extras`, empty when the rows lack what it needs).
 
-It works on any sweep rows; the pipeline flies such a sweep when ``PipelineConfig.beyond``
-names one (``docs/statistics.md``).
+It works on any sweep rows. ``rquad pipeline`` flies one by default: the matrix under the
+``realistic`` plant preset with 20 seeds (``sweep_realistic_20``), with the recovery table and
+figures of the payload-pickup and rotor-fault sweeps passed in as ``extras``
+(:func:`residual_quad.evaluation.recovery_report.recovery_extras`; ``docs/statistics.md``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from residual_quad import configs
 from residual_quad.evaluation.paired import paired_table, plant_change_table
-from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
+from residual_quad.evaluation.sweep.rows import diverged_counts, failed_rows, flown_rows, read_rows
 from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 
 SECTION_TITLE = "Beyond the source"
 #: the folder (in a pipeline's output) of the "beyond the source" sweep
 BEYOND_DIR = "beyond"
+#: the folder (in a pipeline's output) holding one folder per recovery sweep of the section
+RECOVERY_DIR = "recovery"
+#: the pipeline's resolved config, in its output folder
+PIPELINE_CONFIG_FILE = "pipeline_config.yaml"
 
 
 @dataclass
@@ -55,6 +62,20 @@ def _plant_text(plant: dict[str, Any] | str) -> str:
     if isinstance(plant, str):
         return plant
     return "plant options " + ", ".join(f"`{k}: {v}`" for k, v in plant.items())
+
+
+def _crash_note(diverged: dict[str, int]) -> str:
+    """Which crashes are expected: the shipped RL policies' (trained on the ideal plant)."""
+    rl, other = expected_crashes(diverged)
+    note = ""
+    if rl:
+        note = (
+            f"{', '.join(f'`{c}`' for c in rl)}: shipped RL policies, trained on the ideal plant "
+            "(docs/rl_policies.md); their crashes under another plant are expected."
+        )
+    if other:
+        note += f" {', '.join(f'`{c}`' for c in other)}: not expected."
+    return note.strip()
 
 
 def _trajectories(rows: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -124,6 +145,7 @@ def beyond_section(
                 "Diverged runs",
                 ["controller", "runs", "diverged"],
                 [[c, n, d] for c, (n, d) in per.items()],
+                note=_crash_note({c: d for c, (_, d) in per.items() if d}),
             )
         )
     pieces = [maker(rows, out) for maker in EXTRA_MAKERS] + list(extras)
@@ -140,3 +162,63 @@ def beyond_section(
         for label, path in piece.figures.items():
             lines += [f"![{label}]({os.path.relpath(path, out)})", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def sweep_outcome(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs, failed runs and diverged runs per controller of one sweep's rows (the
+    ``beyond`` entries of a pipeline's ``outcome.json``)."""
+    flown = flown_rows(rows)
+    return {
+        "runs": len(flown),
+        "failed": len(failed_rows(rows)),
+        "diverged": diverged_counts(flown),
+    }
+
+
+def sweep_name(name: str) -> str:
+    """A sweep's short name: a shipped name as is, a YAML path's file stem."""
+    return Path(name).stem if Path(name).suffix else name
+
+
+def _saved_pipeline(out_dir: str | Path) -> dict[str, Any]:
+    """The pipeline config saved in a pipeline output folder, as raw YAML (``{}``: none)."""
+    path = Path(out_dir) / PIPELINE_CONFIG_FILE
+    saved = configs.read_yaml(path) if path.is_file() else {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def recovery_names(out_dir: str | Path) -> list[str] | None:
+    """The recovery sweeps a pipeline output folder's saved config names (short names, in its
+    order), ``None`` when it names none (then every ``recovery/*/`` folder counts)."""
+    names = _saved_pipeline(out_dir).get("recovery")
+    return [sweep_name(str(n)) for n in names] if isinstance(names, list) else None
+
+
+def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
+    """``outcome.json``'s ``beyond`` entry from the rows of a pipeline output folder: runs,
+    failed and diverged runs of the ``beyond/`` sweep (under its name in the saved pipeline
+    config) and of each recovery sweep; ``{}`` without a ``beyond/`` sweep."""
+    out = Path(out_dir)
+    rows = read_rows(out / BEYOND_DIR)
+    if not rows:
+        return {}
+    name = _saved_pipeline(out).get("beyond")
+    record = {sweep_name(str(name)) if name else BEYOND_DIR: sweep_outcome(rows)}
+    folder = out / RECOVERY_DIR
+    names = recovery_names(out)
+    if names is None:
+        names = sorted(d.name for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
+    for n in names:
+        rows = read_rows(folder / n)
+        if rows:
+            record[n] = sweep_outcome(rows)
+    return record
+
+
+def expected_crashes(diverged: dict[str, int]) -> tuple[list[str], list[str]]:
+    """``diverged``'s controllers split into shipped RL policies (trained on the ideal plant, so
+    their crashes on another plant are expected) and the others (not expected)."""
+    from residual_quad.evaluation.rl_seeds import training_seed
+
+    rl = [c for c in diverged if training_seed(c) is not None]
+    return rl, [c for c in diverged if c not in rl]

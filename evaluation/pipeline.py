@@ -1,5 +1,9 @@
 """``rquad pipeline``: collect → train → evaluate → tables/figures → ``report.md``, one command.
 
+Besides the source's matrix, the evaluation flies "beyond the source" by default: the matrix under
+the ``realistic`` plant preset with 20 seeds per cell, and the payload-pickup and rotor-fault
+recovery sweeps, for the report's "Beyond the source" section (``docs/statistics.md``).
+
 The trained network (not the packaged one) is what ``geo_res``/``geo_rls`` fly in the evaluation,
 so the report measures exactly what this run produced. Every stage writes its resolved config next
 to its output; the pipeline's own config is ``pipeline_config.yaml`` in the output folder.
@@ -15,18 +19,35 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.evaluation.beyond import BEYOND_DIR
+from residual_quad.evaluation.beyond import (
+    BEYOND_DIR,
+    PIPELINE_CONFIG_FILE,
+    RECOVERY_DIR,
+    beyond_outcome_of,
+    sweep_name,
+)
 from residual_quad.evaluation.sweep.config import SweepConfig
 from residual_quad.evaluation.sweep.engine import run_sweep
+from residual_quad.evaluation.sweep.rows import read_rows
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
 #: targets and diverged runs of the committed full run (``docs/results/report.md``): what a default
 #: ``rquad pipeline`` should reproduce, and what its closing lines compare with
 COMMITTED_OUTCOME = Path(__file__).with_name("committed_outcome.json")
 COMMITTED_REPORT = "docs/results/report.md in the repository"
+#: the ``what`` line of :data:`COMMITTED_OUTCOME` as :func:`record_outcome` writes it
+COMMITTED_WHAT = (
+    "targets and diverged runs of the committed matrix (docs/results/sweep/rows.jsonl, "
+    "docs/results/report.md); under beyond, the runs, failed and diverged runs of each "
+    "beyond-the-source sweep (docs/results/beyond/, docs/results/recovery/)"
+)
+#: the one command that re-flies the committed results and records their outcome
+REGENERATE = "rquad pipeline --out docs/results --record-outcome"
 #: each stage's wall seconds (collect, train, evaluate, report) and the env-steps the evaluation
 #: flew, next to ``report.md`` (``rquad bench --sections pipeline`` reads it)
 TIMINGS_FILE = "pipeline_timings.json"
+#: the stage (a key of the timings) that flies the "Beyond the source" sweeps
+BEYOND_STAGE = "evaluate, beyond the source"
 
 
 @dataclass
@@ -41,14 +62,27 @@ class PipelineConfig:
     sweep_overrides: dict[str, Any] = field(default_factory=dict)
     workers: int = 0  # 0: every core
     animation: bool = True  # rendered flight GIF (skipped without OpenGL)
-    # a second sweep (shipped name or YAML path) flown under another plant (its ``env``), for the
-    # report's "Beyond the source" section; "" (default): none. Off until a shipped plant preset
-    # makes a default worth committing.
-    beyond: str = ""
+    # the "Beyond the source" section (docs/statistics.md): a second matrix (shipped name or YAML
+    # path) flown under another plant (its ``env``) into ``beyond/``; "": no section
+    beyond: str = "sweep_realistic_20"
     beyond_overrides: dict[str, Any] = field(default_factory=dict)
+    # sweeps with mid-flight events (docs/recovery.md) flown into ``recovery/<name>/``; their
+    # recovery table and figures join the section. Needs ``beyond``; []: none
+    recovery: list[str] = field(default_factory=lambda: ["recovery_payload", "recovery_rotor"])
+    recovery_overrides: dict[str, Any] = field(default_factory=dict)  # applied to each of them
     # processes drawing the figures (0: every core); 1 measured fastest on 2 cores, where the
     # software renderer of the GIF already keeps every core busy (docs/results/benchmarks.md)
     figure_workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.recovery and not self.beyond:
+            raise ValueError(
+                f"recovery: {self.recovery!r} joins the beyond-the-source section, which needs "
+                "beyond (a sweep name or YAML path); set beyond, or recovery: []"
+            )
+        names = [sweep_name(n) for n in self.recovery]
+        if len(set(names)) != len(names):
+            raise ValueError(f"recovery: two sweeps share a name, {self.recovery!r}")
 
 
 QUICK = PipelineConfig(
@@ -56,6 +90,22 @@ QUICK = PipelineConfig(
     collect_overrides={"seeds": [1000], "episode_s": 8.0},
     train_overrides={"epochs": 15},
     animation=False,
+    beyond="sweep_realistic",  # a few runs of the realistic matrix, an RL policy's crash included
+    beyond_overrides={
+        "controllers": ["geo", "geo_rls_dob", "ppo"],
+        "payloads": ["heavy"],
+        "trajectories": ["helix"],
+        "seeds": [0, 1],
+        "episode_s": 8.0,
+        "workers": 1,  # in this process: worker start-up would cost more than the runs
+    },
+    recovery_overrides={  # one seed of two controllers, 5 s after each event
+        "controllers": ["geo", "geo_rls_dob"],
+        "trajectories": ["hover"],
+        "seeds": [0],
+        "episode_s": 10.0,
+        "workers": 1,
+    },
 )
 
 
@@ -73,7 +123,7 @@ def run_pipeline(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    configs.dump(cfg, out / "pipeline_config.yaml")
+    configs.dump(cfg, out / PIPELINE_CONFIG_FILE)
     timings: dict[str, float] = {}
     workers = cfg.workers or None
 
@@ -119,6 +169,7 @@ def run_pipeline(
     )
     timings["evaluate"] = time.perf_counter() - t0
     beyond: list[str] = []
+    beyond_record: dict[str, Any] | None = None
     if cfg.beyond:
         print(f"[3/4] evaluate, beyond the source: {cfg.beyond}")
         t0 = time.perf_counter()
@@ -133,7 +184,8 @@ def run_pipeline(
                 baseline=rows,
             )
         )
-        timings["evaluate, beyond the source"] = time.perf_counter() - t0
+        beyond_record = beyond_outcome_of(out)
+        timings[BEYOND_STAGE] = time.perf_counter() - t0
 
     print("[4/4] tables, figures, report")
     t0 = time.perf_counter()
@@ -156,10 +208,21 @@ def run_pipeline(
         return section
 
     report = write_report(
-        rows, out, figs, extra_sections=[pipeline_section], beyond_sections=beyond
+        rows,
+        out,
+        figs,
+        extra_sections=[pipeline_section],
+        beyond_sections=beyond,
+        beyond_outcome=beyond_record,
     )
     total = sum(timings.values())
     record = {**timings, "evaluate_env_steps": sum(int(r.get("steps", 0)) for r in rows)}
+    if cfg.beyond:
+        record["beyond_env_steps"] = sum(
+            int(r.get("steps", 0))
+            for d in [out / BEYOND_DIR, *(out / RECOVERY_DIR / sweep_name(n) for n in cfg.recovery)]
+            for r in read_rows(d)
+        )
     (out / TIMINGS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     outcome = json.loads((out / OUTCOME_FILE).read_text())
     for line in closing_lines(outcome, committed):
@@ -201,33 +264,57 @@ def beyond_stage(
     notes: list[str] | None = None,
     baseline: list[dict[str, Any]] | None = None,
 ) -> str:
-    """Fly ``cfg.beyond`` into ``out/beyond/`` and return the report's "Beyond the source"
-    section for its rows (tables also as ``tables/beyond_*.csv``; ``baseline``: the main
-    matrix's rows, compared run by run)."""
+    """Fly ``cfg.beyond`` into ``out/beyond/`` and each of ``cfg.recovery`` into
+    ``out/recovery/<name>/``; return the report's "Beyond the source" section (tables also as
+    ``tables/beyond_*.csv``; ``baseline``: the main matrix's rows, compared run by run)."""
     from residual_quad.evaluation.beyond import beyond_section
+    from residual_quad.evaluation.recovery_report import recovery_extras
+    from residual_quad.evaluation.rl_seeds import training_seed
 
     s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
     if notes is not None:
         notes += more
+    rl = [c for c in s_cfg.labels if training_seed(c) is not None]
+    if rl and s_cfg.env:
+        print(
+            f"      {', '.join(rl)} fly as trained, on the ideal plant: a 'diverged:' line of "
+            "theirs below is expected (the report and the closing lines say so)"
+        )
     main_episode = configs.load(SweepConfig, cfg.sweep, **cfg.sweep_overrides).episode_s
     if s_cfg.episode_s != main_episode:  # runs of other lengths are not the same runs
         baseline = None
+    # a sweep's own nonzero ``workers`` wins (the quick profile flies its few runs in this
+    # process: starting worker processes costs more than they fly)
     rows = run_sweep(
         s_cfg,
         out / BEYOND_DIR,
         resume=resume,
-        workers=cfg.workers or None,
+        workers=s_cfg.workers or cfg.workers or None,
         retry_failed=retry_failed,
     )
-    return beyond_section(
+    for name in cfg.recovery:
+        print(f"[3/4] evaluate, beyond the source: recovery sweep {name}")
+        r_cfg, more = _prepared_sweep(name, cfg.recovery_overrides, weights)
+        if notes is not None:
+            notes += more
+        run_sweep(
+            r_cfg,
+            out / RECOVERY_DIR / sweep_name(name),
+            resume=resume,
+            workers=r_cfg.workers or cfg.workers or None,
+            retry_failed=retry_failed,
+        )
+    section = beyond_section(
         rows,
         out,
-        title=cfg.beyond if not Path(cfg.beyond).suffix else Path(cfg.beyond).stem,
+        title=sweep_name(cfg.beyond),
         plant=s_cfg.env,
         rows_path=f"{BEYOND_DIR}/rows.jsonl",
+        extras=[recovery_extras(out, [sweep_name(n) for n in cfg.recovery])],
         tables_dir=out / "tables",
         baseline=baseline,
     )
+    return section
 
 
 def stages_section(timings: dict[str, float]) -> str:
@@ -239,8 +326,13 @@ def stages_section(timings: dict[str, float]) -> str:
         f"Stages of this run (wall seconds; total {total:.0f} s):\n\n"
         "| stage | s | share |\n|---|---|---|\n" + lines + "\n\n"
         "Dataset `data/dataset.npz`, network `model/residual.npz`, TensorBoard logs "
-        f"`tensorboard/`, rows `sweep/rows.jsonl`, tables `tables/`, stage times "
-        f"`{TIMINGS_FILE}`."
+        "`tensorboard/`, rows `sweep/rows.jsonl`"
+        + (
+            f" (beyond the source: `{BEYOND_DIR}/rows.jsonl`, `{RECOVERY_DIR}/<sweep>/rows.jsonl`)"
+            if BEYOND_STAGE in timings
+            else ""
+        )
+        + f", tables `tables/`, stage times `{TIMINGS_FILE}`."
     )
 
 
@@ -270,7 +362,7 @@ def closing_lines(outcome: dict[str, Any], committed: dict[str, Any] | None) -> 
     div = f"diverged runs: {n_div} of {outcome['runs']}"
     if n_div:
         div += " (" + ", ".join(f"{c} {n}" for c, n in crashes.items()) + ")"
-    lines = [line, div]
+    lines = [line, div, *beyond_lines(outcome.get("beyond", {}))]
     if committed is None:
         lines.append(
             "this run's settings differ from the committed run's, so its numbers are its own; "
@@ -290,6 +382,32 @@ def closing_lines(outcome: dict[str, Any], committed: dict[str, Any] | None) -> 
     return lines
 
 
+def beyond_lines(beyond: dict[str, Any]) -> list[str]:
+    """One closing line per beyond-the-source sweep: its diverged runs, the shipped RL policies'
+    crashes named as expected (trained on the ideal plant), any other named as not."""
+    from residual_quad.evaluation.beyond import expected_crashes
+
+    lines = []
+    for name, o in beyond.items():
+        crashes = o["diverged"]
+        n_div = sum(crashes.values())
+        line = f"beyond the source, {name}: diverged runs: {n_div} of {o['runs']}"
+        if o.get("failed"):
+            line += f", {o['failed']} failed"
+        if n_div:
+            line += " (" + ", ".join(f"{c} {n}" for c, n in crashes.items()) + ")"
+            rl, other = expected_crashes(crashes)
+            if rl:
+                line += (
+                    f"; expected for {', '.join(rl)}: RL policies trained on the ideal plant "
+                    "(docs/rl_policies.md)"
+                )
+            if other:
+                line += f"; not expected: {', '.join(other)}"
+        lines.append(line)
+    return lines
+
+
 def outcome_differences(outcome: dict[str, Any], committed: dict[str, Any]) -> list[str]:
     """How a run's targets and diverged runs differ from the committed run's (empty: the same)."""
     mine = {t["target"]: t["met"] for t in outcome["targets"]}
@@ -305,4 +423,27 @@ def outcome_differences(outcome: dict[str, Any], committed: dict[str, Any]) -> l
         out.append(f"diverged runs {outcome['diverged']} (committed: {committed['diverged']})")
     if outcome["runs"] != committed["runs"]:
         out.append(f"{outcome['runs']} runs (committed: {committed['runs']})")
+    mine_b, theirs_b = outcome.get("beyond", {}), committed.get("beyond", {})
+    for name in theirs_b.keys() - mine_b.keys():
+        out.append(f"beyond-the-source sweep not flown here: {name}")
+    for name, o in mine_b.items():
+        if name not in theirs_b:
+            out.append(
+                f"beyond-the-source sweep {name} is not in the committed outcome "
+                f"(regenerate it: {REGENERATE})"
+            )
+        elif o != theirs_b[name]:
+            out.append(f"beyond the source, {name}: {o} (committed: {theirs_b[name]})")
     return out
+
+
+def record_outcome(out_dir: str | Path) -> Path:
+    """Write the outcome of the committed run just flown into ``out_dir`` (its ``outcome.json``)
+    as the committed expectation, :data:`COMMITTED_OUTCOME`; returns its path."""
+    from residual_quad.evaluation.report import OUTCOME_FILE
+
+    outcome = json.loads((Path(out_dir) / OUTCOME_FILE).read_text(encoding="utf-8"))
+    record = {"what": COMMITTED_WHAT, **outcome}
+    text = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+    COMMITTED_OUTCOME.write_text(text, encoding="utf-8")
+    return COMMITTED_OUTCOME

@@ -8,8 +8,10 @@ without events (the committed sweep) give no table and no figure.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from residual_quad.evaluation.sweep.rows import flown_rows, series_stem  # noqa: E402
+from residual_quad.evaluation.beyond import RECOVERY_DIR, Extras  # noqa: E402
+from residual_quad.evaluation.sweep.rows import flown_rows, read_rows, series_stem  # noqa: E402
 from residual_quad.evaluation.tables import Table, controller_order  # noqa: E402
 
 FIGURE_BEFORE_S = 1.0  # s, shown before the event
@@ -119,10 +122,12 @@ def _error_series(series_dir: Path, run_id: str) -> tuple[np.ndarray, np.ndarray
         return z["t"], np.linalg.norm(z["pos"] - z["ref"], axis=1)
 
 
-def recovery_figure(rows: list[dict[str, Any]], series_dir: Path, out: Path) -> Path | None:
+def recovery_figure(
+    rows: list[dict[str, Any]], series_dir: Path, out: Path, *, name: str = "recovery.png"
+) -> Path | None:
     """Position error around the event, one panel per scenario, every controller: the median
-    over seeds with its 25–75 % band, the recovery band dashed (log scale). ``None`` without
-    runs with events or their series."""
+    over seeds with its 25–75 % band, the recovery band dashed (log scale), written as
+    ``out/name``. ``None`` without runs with events or their series."""
     from residual_quad.evaluation.figures import color_of
 
     rows = event_rows(rows)
@@ -170,7 +175,7 @@ def recovery_figure(rows: list[dict[str, Any]], series_dir: Path, out: Path) -> 
     axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "recovery.png"
+    path = out / name
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -187,3 +192,34 @@ def recovery_section(rows: list[dict[str, Any]], run_dir: Path, out: Path) -> st
     if fig is not None:
         lines += [f"![recovery]({os.path.relpath(fig, run_dir)})", ""]
     return "\n".join(lines)
+
+
+def recovery_extras(out_dir: str | Path, names: Sequence[str] | None = None) -> Extras:
+    """The recovery table (the sweeps ``out_dir/recovery/<name>/`` of ``names`` together, in
+    that order; ``None``: every such folder, in name order) and one figure per sweep
+    (``figures/recovery/<name>.png``) for the "Beyond the source" section of a pipeline output
+    folder; empty without such rows. The pipeline and ``rquad report --rewrite`` both call it,
+    so both render the same section; a figure whose series are gone (not committed) is kept as
+    drawn."""
+    out = Path(out_dir)
+    folder = out / RECOVERY_DIR
+    if names is None:
+        runs = sorted(d for d in folder.iterdir() if d.is_dir()) if folder.is_dir() else []
+    else:
+        runs = [folder / n for n in names]
+    rows_by_run = [(d, read_rows(d)) for d in runs]
+    rows_by_run = [(d, rows) for d, rows in rows_by_run if rows]
+    table = recovery_table([r for _, rows in rows_by_run for r in rows])
+    if table is None:
+        return Extras()
+    sources = ", ".join(f"`{d.relative_to(out).as_posix()}/rows.jsonl`" for d, _ in rows_by_run)
+    table = dataclasses.replace(table, note=f"{table.note} Rows: {sources}.")
+    figures: dict[str, Path] = {}
+    for d, rows in rows_by_run:
+        path = out / "figures" / RECOVERY_DIR / f"{d.name}.png"
+        fig = recovery_figure(rows, d / "series", path.parent, name=path.name)
+        if fig is None and path.is_file():  # series not kept (committed results): keep it
+            fig = path
+        if fig is not None:
+            figures[f"recovery, {d.name}"] = fig
+    return Extras(tables=[table], figures=figures)

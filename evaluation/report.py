@@ -195,14 +195,12 @@ def run_outcome(
 ) -> dict[str, Any]:
     """What a reader checks first: every target (met or missed, with its measured value) and the
     diverged runs per controller (training seeds pooled), from flown ``rows``."""
-    diverged: dict[str, int] = {}
-    for r in rows:
-        if r.get("diverged"):
-            diverged[r["controller"]] = diverged.get(r["controller"], 0) + 1
+    from residual_quad.evaluation.sweep.rows import diverged_counts
+
     return {
         "runs": len(rows),
         "failed": failed,
-        "diverged": dict(sorted(diverged.items())),
+        "diverged": diverged_counts(rows),
         "targets": [
             {"target": a, "goal": b, "measured": c, "met": bool(ok)} for a, b, c, ok in checks
         ],
@@ -239,11 +237,14 @@ def write_report(
     extra_sections: list[str | Callable[[], str]] | None = None,
     title: str = "residual-quad evaluation report",
     beyond_sections: list[str] | None = None,
+    beyond_outcome: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
     runs (controller errors) are counted and listed (the ``failures`` table), never averaged.
     ``extra_sections`` go before the tables, ``beyond_sections``
-    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them.
+    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them; ``beyond_outcome``
+    (sweep name → :func:`residual_quad.evaluation.beyond.sweep_outcome`) goes into
+    ``outcome.json`` as its ``beyond`` entry.
 
     An extra section may be a callable: it is called once every table and check is computed,
     so a section that times the report stage (the pipeline's) sees all of it."""
@@ -276,6 +277,8 @@ def write_report(
         ]
     checks = target_checks(tables, rows)
     outcome = run_outcome(rows, checks, failed=len(failed))
+    if beyond_outcome:
+        outcome["beyond"] = beyond_outcome
     (out / OUTCOME_FILE).write_text(json.dumps(outcome, indent=1, ensure_ascii=False) + "\n")
     if checks:
         lines += ["## Targets from the source [RES §9]", ""]
@@ -412,7 +415,13 @@ def rewrite_report(out_dir: str | Path) -> Path:
     """Re-render ``report.md`` and ``tables/`` of a pipeline output folder from its rows
     (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
     its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
-    from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_section
+    from residual_quad.evaluation.beyond import (
+        BEYOND_DIR,
+        beyond_outcome_of,
+        beyond_section,
+        recovery_names,
+    )
+    from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
 
@@ -426,11 +435,12 @@ def rewrite_report(out_dir: str | Path) -> Path:
         )
     old = _sections((out / "report.md").read_text()) if (out / "report.md").is_file() else {}
     kept = [text for head, text in old.items() if head.startswith(KEPT_SECTIONS)]
-    beyond = []
+    beyond, beyond_record = [], None
     beyond_dir = out / BEYOND_DIR
     beyond_rows = _in_run_order(read_rows(beyond_dir), beyond_dir) if beyond_dir.is_dir() else []
     if beyond_rows:
         head = next((h for h in old if h.startswith("## Beyond the source")), "")
+        title = head.partition(": ")[2]
         saved = out / BEYOND_DIR / CONFIG_FILE
         env = configs.read_yaml(saved).get("env", {}) if saved.is_file() else {}
         episodes = {
@@ -438,16 +448,26 @@ def rewrite_report(out_dir: str | Path) -> Path:
             for d in (sweep, beyond_dir)
             if (d / CONFIG_FILE).is_file()
         }
+        names = recovery_names(out)
         beyond.append(
             beyond_section(
                 beyond_rows,
                 out,
-                title=head.partition(": ")[2],
+                title=title,
                 plant=env,
                 rows_path=f"{BEYOND_DIR}/rows.jsonl",
+                extras=[recovery_extras(out, names)],
                 tables_dir=out / "tables",
                 baseline=rows if len(episodes) == 1 else None,  # the same runs only
             )
         )
+        beyond_record = beyond_outcome_of(out)
     figures = _figure_links(old.get("## Figures", ""), out)
-    return write_report(rows, out, figures, extra_sections=kept, beyond_sections=beyond)
+    return write_report(
+        rows,
+        out,
+        figures,
+        extra_sections=kept,
+        beyond_sections=beyond,
+        beyond_outcome=beyond_record,
+    )

@@ -344,3 +344,12 @@ def drop_failed_rows(path: Path) -> list[dict[str, Any]]:
     finally:
         os.close(fd)
     return keep
+
+
+def diverged_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Diverged runs per controller label of ``rows``, labels sorted (none: ``{}``)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.get("diverged"):
+            counts[r["controller"]] = counts.get(r["controller"], 0) + 1
+    return dict(sorted(counts.items()))

@@ -46,6 +46,18 @@ SHIPPED = {
             "series": "no time series",
         },
     ),
+    "sweep_realistic_20": (
+        SweepConfig,
+        {
+            "controllers": "the model-based controllers and one training seed per RL controller",
+            "payloads": "the nominal cells: none, heavy, extra",
+            "winds": "windy",
+            "seeds": "20 seeds: the pipeline's beyond-the-source matrix",
+            "env": "the realistic plant preset",
+            "controller_options": "lag-tuned attitude gains and the rotor model",
+            "series": "no time series",
+        },
+    ),
     "recovery_payload": (
         SweepConfig,
         {
@@ -127,3 +139,12 @@ def test_unknown_keys_and_wrong_types_are_errors():
         configs.load(SweepConfig, {"episode_s": "long"})
     with pytest.raises(FileNotFoundError, match="shipped: "):
         configs.load(SweepConfig, "/no/such/file.yaml")
+
+
+def test_the_20_seed_realistic_matrix_is_the_realistic_one_with_20_seeds():
+    """The pipeline's beyond-the-source matrix cannot drift from ``sweep_realistic``."""
+    short = configs.to_dict(configs.load(SweepConfig, "sweep_realistic"))
+    long = configs.to_dict(configs.load(SweepConfig, "sweep_realistic_20"))
+    assert long.pop("seeds") == list(range(20))
+    assert short.pop("seeds") == [0, 1, 2]
+    assert long == short

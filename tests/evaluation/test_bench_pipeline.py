@@ -34,3 +34,20 @@ def test_rows_give_the_report_share_and_the_evaluation_over_its_floor(monkeypatc
     evaluate = rows["quick pipeline, evaluate"]
     assert evaluate.ratio == pytest.approx(evaluate.median_us / floor.median_us)
     assert rows["quick pipeline, report vs evaluate"].ratio == pytest.approx(15.0 / 170.0)
+
+
+def test_the_beyond_stage_is_timed_per_its_own_env_steps(monkeypatch):
+    stages = {"collect": 10.0, "train": 5.0, "evaluate": 170.0, "report": 15.0}
+    stages = {**stages, pipeline.BEYOND_STAGE: 50.0}
+
+    def fake_pipeline(cfg, out):
+        record = {**stages, "evaluate_env_steps": 2_000_000, "beyond_env_steps": 500_000}
+        (Path(out) / pipeline.TIMINGS_FILE).write_text(json.dumps(record))
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake_pipeline)
+    rows = {r.name.split(":")[0]: r for r in bench_pipeline.run(quick=True)}
+    beyond = rows[f"quick pipeline, {pipeline.BEYOND_STAGE}"]
+    assert beyond.median_us == pytest.approx(50.0 / 500_000 * 1e6)
+    assert beyond.ratio_to == "floor"
+    assert "of 250 s" in beyond.name  # the env-step counts are no stage
+    assert rows["quick pipeline, report"].ratio == pytest.approx(15.0 / 250.0)

@@ -31,14 +31,41 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
         "figures/rls_adaptation.png",
         "report.md",
         "pipeline_timings.json",
+        "beyond/rows.jsonl",
+        "beyond/sweep_config.yaml",
+        "recovery/recovery_payload/rows.jsonl",
+        "recovery/recovery_rotor/sweep_config.yaml",
+        "figures/recovery/recovery_payload.png",
+        "figures/recovery/recovery_rotor.png",
+        "tables/beyond_matrix.csv",
+        "tables/beyond_recovery.csv",
     ):
         assert (out / rel).exists(), rel
     timings = json.loads((out / "pipeline_timings.json").read_text())
-    assert list(timings) == ["collect", "train", "evaluate", "report", "evaluate_env_steps"]
+    assert list(timings) == [
+        "collect",
+        "train",
+        "evaluate",
+        "evaluate, beyond the source",
+        "report",
+        "evaluate_env_steps",
+        "beyond_env_steps",
+    ]
     assert timings["evaluate_env_steps"] == sum(r["steps"] for r in read_rows(out / "sweep"))
+    beyond_dirs = ("beyond", "recovery/recovery_payload", "recovery/recovery_rotor")
+    assert timings["beyond_env_steps"] == sum(
+        r["steps"] for d in beyond_dirs for r in read_rows(out / d)
+    )
     assert any((out / "tensorboard" / "residual_train").iterdir())
     report = (out / "report.md").read_text()
     assert "## Targets from the source [RES §9]" in report
     assert "figures/rls_adaptation.png" in report
+    beyond = report[report.index("## Beyond the source: sweep_realistic") :]
+    assert "**Recovery after the first event" in beyond
+    assert "![recovery, recovery_rotor](figures/recovery/recovery_rotor.png)" in beyond
+    assert "shipped RL policies, trained on the ideal plant" in beyond  # ppo's crashes
+    outcome = json.loads((out / "outcome.json").read_text())
+    assert set(outcome["beyond"]) == {"sweep_realistic", "recovery_payload", "recovery_rotor"}
     # resume reuses every finished stage and run
     assert main(["pipeline", "--quick", "--out", str(out), "--resume", "--workers", "1"]) == 0
+    assert (out / "report.md").read_text().count("## Beyond the source") == 1

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from residual_quad.cli import main
+from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_outcome_of
 from residual_quad.evaluation.pipeline import (
     QUICK,
     PipelineConfig,
@@ -31,7 +32,11 @@ def test_the_shipped_outcome_is_the_committed_rows_outcome():
     the report computes it; it cannot go stale when the rows are re-flown."""
     shipped = committed_outcome()
     shipped.pop("what")
-    assert outcome_of_rows(read_rows(ROWS)) == shipped
+    expected = outcome_of_rows(read_rows(ROWS))
+    beyond = beyond_outcome_of(ROWS.parents[1])  # its beyond-the-source sweeps, once flown
+    if beyond:
+        expected["beyond"] = beyond
+    assert expected == shipped
 
 
 def test_the_committed_report_shows_the_shipped_targets():
@@ -80,6 +85,13 @@ def test_the_committed_report_is_its_rows_rendered(tmp_path):
     (tmp_path / "sweep").mkdir()
     for rel in ("report.md", "sweep/rows.jsonl", "sweep/sweep_config.yaml"):
         shutil.copy(results / rel, tmp_path / rel)
+    # the "Beyond the source" sweeps, once flown: rows, configs and the recovery figures (their
+    # series are not committed)
+    for rel in ("pipeline_config.yaml", "beyond", "recovery", "figures/recovery"):
+        if (results / rel).is_dir():
+            shutil.copytree(results / rel, tmp_path / rel)
+        elif (results / BEYOND_DIR).is_dir() and (results / rel).is_file():
+            shutil.copy(results / rel, tmp_path / rel)
     assert main(["report", str(tmp_path), "--rewrite"]) == 0
     mine = (tmp_path / "report.md").read_text().splitlines()
     committed = (results / "report.md").read_text().splitlines()

@@ -25,6 +25,7 @@ from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.presets import PRESETS
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.envs.turbulence import DRYDEN_LEVELS
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
 
 #: flown by ``rquad demo`` after the four source trackers: the adaptive controller
@@ -106,6 +107,7 @@ def _scenario_line(args: argparse.Namespace) -> str:
     return (
         f"payload={args.payload} wind={args.wind} trajectory={args.trajectory} seed={args.seed} "
         + (f"preset={args.preset} " if getattr(args, "preset", None) else "")
+        + (f"turbulence={args.turbulence} " if getattr(args, "turbulence", None) else "")
         + f"({args.episode_s:g} s, metrics after 3 s)"
     )
 
@@ -166,6 +168,7 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
                 episode_s=args.episode_s,
                 ground_effect=not args.no_ground_effect,
                 **({"preset": args.preset} if args.preset else {}),
+                **({"turbulence": args.turbulence} if args.turbulence else {}),
                 **({"events": args.events} if args.events else {}),
                 **_remote_kwargs(args),
             )
@@ -301,6 +304,14 @@ def _scenario_args(p: argparse.ArgumentParser, payload: str, wind: str, traj: st
         default=None,
         help=f"named plant options ({'/'.join(PRESETS)}: rotor lag, latency; "
         "docs/environment.md); default: none, the plant of the committed rows",
+    )
+    p.add_argument(
+        "--turbulence",
+        choices=list(DRYDEN_LEVELS),
+        default=None,
+        help=f"Dryden turbulence ({'/'.join(DRYDEN_LEVELS)}: MIL-HDBK-1797 low-altitude levels "
+        "[DRY]) in place of the wind's Ornstein-Uhlenbeck gusts, about the same mean wind "
+        "(docs/environment.md); default: none, the gusts of the committed rows",
     )
     add_event_flag(
         p,

@@ -66,6 +66,10 @@ def plan_gif(args: argparse.Namespace, names: list[str]) -> GifPlan | None:
             (f"--yaw-offset {args.yaw_offset:g}", args.yaw_offset != 0),
             ("--no-ground-effect", args.no_ground_effect),
             (f"--preset {getattr(args, 'preset', None)}", getattr(args, "preset", None)),
+            (
+                f"--turbulence {getattr(args, 'turbulence', None)}",
+                getattr(args, "turbulence", None),
+            ),
             (f"--remote {getattr(args, 'remote', None)}", getattr(args, "remote", None)),
         )
         if given

@@ -9,7 +9,14 @@ from pathlib import Path
 from residual_quad import configs
 from residual_quad.commands.argtypes import nonneg_int
 from residual_quad.commands.sweep import add_retry_failed, report_failures, runs_text
-from residual_quad.evaluation.pipeline import QUICK, PipelineConfig, run_pipeline
+from residual_quad.evaluation.pipeline import (
+    QUICK,
+    REGENERATE,
+    PipelineConfig,
+    is_committed_run,
+    record_outcome,
+    run_pipeline,
+)
 from residual_quad.evaluation.sweep.rows import ROWS_FILE, read_rows
 
 
@@ -21,9 +28,16 @@ def _cmd(args: argparse.Namespace) -> int:
         base = dataclasses.replace(base, workers=args.workers)
     if args.no_animation:
         base = dataclasses.replace(base, animation=False)
+    if args.record_outcome and not is_committed_run(base):
+        raise ValueError(
+            "--record-outcome records the committed run's outcome: only the default pipeline "
+            "(no --quick, no --config) records it"
+        )
     run_pipeline(
         base, args.out, resume=args.resume or args.retry_failed, retry_failed=args.retry_failed
     )
+    if args.record_outcome:
+        print(f"recorded the committed outcome: {record_outcome(args.out)}")
     rows_file = Path(args.out) / "sweep" / ROWS_FILE
     return report_failures("pipeline", read_rows(rows_file), rows_file)
 
@@ -34,15 +48,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "pipeline",
         help="collect → train → evaluate → report.md, one command",
         description=f"Collect the residual dataset, train the network, fly the {full.sweep} "
-        f"matrix ({runs_text(full.sweep)}) and write report.md with tables and figures.",
+        f"matrix ({runs_text(full.sweep)}), and beyond the source the {full.beyond} matrix "
+        f"({runs_text(full.beyond)}) and the recovery sweeps "
+        + ", ".join(f"{n} ({runs_text(n)})" for n in full.recovery)
+        + f", and write report.md with tables and figures. Regenerating the committed results: "
+        f"{REGENERATE}.",
     )
     p.add_argument("--out", default="outputs/pipeline", help="output folder")
     p.add_argument(
         "--quick",
         action="store_true",
         help=f"smoke profile: the {quick.sweep} matrix ({runs_text(quick.sweep)}), a smaller "
-        f"dataset, {quick.train_overrides.get('epochs', 'all')} training epochs; about 40 s on "
-        "2 cores",
+        f"dataset, {quick.train_overrides.get('epochs', 'all')} training epochs, a few runs "
+        "beyond the source; about a minute on 2 cores",
     )
     p.add_argument("--config", default=None, help="PipelineConfig YAML (overrides --quick)")
     p.add_argument(
@@ -51,4 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
     add_retry_failed(p)
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
+    p.add_argument(
+        "--record-outcome",
+        action="store_true",
+        help="after the default pipeline, write its targets and diverged runs (beyond the "
+        "source included) as the committed expectation, evaluation/committed_outcome.json: "
+        "for regenerating docs/results",
+    )
     p.set_defaults(func=_cmd)

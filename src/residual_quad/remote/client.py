@@ -39,7 +39,18 @@ from residual_quad.remote.protocol import (
     kernel_timeouts,
 )
 
-VECTOR_TRUTH = ("residual_accel", "wind", "drag_force")  # info entries that are 3-vectors
+#: truth entries that are arrays in the in-process ``info`` (3-vectors; 4 rotors' thrusts, N,
+#: and efficiencies)
+VECTOR_TRUTH = (
+    "residual_accel",
+    "wind",
+    "drag_force",
+    "rotor_thrusts",
+    "gyro_bias",
+    "accel_bias",
+    "mean_wind",
+    "rotor_efficiency",
+)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -95,12 +106,31 @@ def wire_scenario(kwargs: dict[str, Any]) -> dict[str, Any]:
             scenario["trajectory"] = type(value).name
             scenario["trajectory_params"] = dataclasses.asdict(value)
             continue
-        if isinstance(value, tuple | np.ndarray):
-            value = [float(v) for v in value]
-        elif isinstance(value, np.generic):
-            value = value.item()
-        scenario[key] = value
+        if key == "events" and value is not None:
+            scenario["events"] = [_wire_event(e) for e in value]
+            continue
+        scenario[key] = _plain(value)
     return scenario
+
+
+def _plain(value: Any) -> Any:
+    """A value as msgpack carries it: tuples and arrays as lists of floats, numpy scalars as
+    Python ones."""
+    if isinstance(value, tuple | np.ndarray):
+        return [float(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _wire_event(event: Any) -> Any:
+    """A mid-flight event (an ``envs.events`` dataclass or a dict) as a wire map; anything else
+    travels as is, for the server to name."""
+    if dataclasses.is_dataclass(event) and not isinstance(event, type):
+        return {"kind": event.kind, **{k: _plain(v) for k, v in vars(event).items()}}
+    if isinstance(event, dict):
+        return {k: _plain(v) for k, v in event.items()}
+    return event
 
 
 class ResidualQuadRemoteEnv(gym.Env):

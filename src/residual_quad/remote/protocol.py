@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from residual_quad.remote import require
 
 msgpack = require("msgpack")
@@ -87,6 +89,14 @@ SCENARIO_KEYS: dict[str, str] = {
     "vel_noise": "velocity noise std, m/s",
     "gyro_noise": "body-rate noise std, rad/s",
     "imu_noise": "accelerometer noise std, m/s²",
+    "preset": "named plant options: ideal or realistic",
+    "rotor_tau_s": "first-order rotor lag, s",
+    "action_delay_steps": "command latency, control periods",
+    "obs_delay_steps": "sensor latency, control periods",
+    "turbulence": "Dryden turbulence level (light/moderate/severe) instead of the OU gusts",
+    "imu_bias": "IMU bias random walks: a level name or a map of ImuBias fields",
+    "events": "mid-flight events: a list of maps, each with kind (payload/rotor/wind), t_s (s) "
+    "and the kind's fields",
 }
 """The ``ResidualQuad-v0`` arguments a client may set over the wire (``configure``/``reset``)."""
 
@@ -97,6 +107,12 @@ TRUTH_KEYS: tuple[str, ...] = (
     "ground_gain",
     "payload_kg",
     "true_mass",
+    "rotor_thrusts",
+    "gyro_bias",
+    "accel_bias",
+    "mean_wind",
+    "rotor_efficiency",
+    "events_fired",
 )
 """``info`` entries that are ground truth: sent apart, under ``truth``, never in ``obs``."""
 
@@ -304,7 +320,27 @@ def parse_scenario(value: Any) -> dict[str, Any]:
             "bad_request",
             f"unknown scenario key(s) {unknown}; valid: {', '.join(SCENARIO_KEYS)}",
         )
+    if "events" in value:
+        _check_events(value["events"])
     return dict(value)
+
+
+def _check_events(events: Any) -> None:
+    """The shape of a scenario's ``events``: null or a list of maps (the env checks each
+    event's kind, fields and time, and names what is wrong)."""
+    if events is None:
+        return
+    if not isinstance(events, list):
+        raise ProtocolError(
+            "bad_request", f"scenario events must be a list of maps or null, got {events!r}"
+        )
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise ProtocolError(
+                "bad_request",
+                f"scenario events[{i}] must be a map with a kind (payload, wind, rotor), "
+                f"got {event!r}",
+            )
 
 
 def env_kwargs(scenario: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,6 +353,8 @@ def env_kwargs(scenario: Mapping[str, Any]) -> dict[str, Any]:
         kwargs["wind"] = tuple(kwargs["wind"])
     if isinstance(kwargs.get("max_body_rate"), list):
         kwargs["max_body_rate"] = tuple(kwargs["max_body_rate"])
+    if isinstance(kwargs.get("events"), list):
+        kwargs["events"] = tuple(kwargs["events"])
     params = kwargs.pop("trajectory_params", None)
     if params is not None:
         if not isinstance(params, dict):
@@ -328,6 +366,16 @@ def env_kwargs(scenario: Mapping[str, Any]) -> dict[str, Any]:
     elif "trajectory" in kwargs and not isinstance(kwargs["trajectory"], str):
         raise ValueError(f"trajectory must be a name, got {kwargs['trajectory']!r}")
     return kwargs
+
+
+def wire_truth(value: Any) -> Any:
+    """A truth entry of ``info`` as the wire carries it: arrays as lists of floats, counts as
+    ints, other numbers as floats."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    if np.ndim(value):
+        return np.asarray(value, dtype=float).tolist()
+    return float(value)
 
 
 def error_reply(seq: Any, code: str, message: str, **details: Any) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from residual_quad.remote.protocol import (
     DEFAULT_PORT,
     MAX_MESSAGE_BYTES_LIMIT,
     PROTOCOL_VERSION,
+    TRUTH_KEYS,
     FrameReader,
     ProtocolError,
     Request,
@@ -63,6 +64,7 @@ from residual_quad.remote.protocol import (
     parse_request,
     parse_scenario,
     parse_seed,
+    wire_truth,
 )
 
 log = logging.getLogger(__name__)
@@ -172,14 +174,8 @@ def result_message(
             "diverged": bool(info["diverged"]),
             "termination": info["termination"],
         },
-        "truth": {
-            "residual_accel": np.asarray(info["residual_accel"], dtype=float).tolist(),  # m/s²
-            "wind": np.asarray(info["wind"], dtype=float).tolist(),  # m/s, world
-            "drag_force": np.asarray(info["drag_force"], dtype=float).tolist(),  # N, world
-            "ground_gain": float(info["ground_gain"]),
-            "payload_kg": float(info["payload_kg"]),  # kg
-            "true_mass": float(info["true_mass"]),  # kg
-        },
+        # units and frames: docs/remote.md (3-vectors in world or body axes, 4-vectors per rotor)
+        "truth": {key: wire_truth(info[key]) for key in TRUTH_KEYS},
     }
     if reward is not None:
         body["reward"] = float(reward)
