@@ -67,6 +67,8 @@ _REGISTRY: dict[str, str | Factory] = {
     "ppo": "residual_quad.controllers.ppo:PPOController",
     "ppo_res": "residual_quad.controllers.ppo_res:ResidualPPOController",
     "sb3": "residual_quad.controllers.sb3:SB3Policy",
+    "sac": "residual_quad.controllers.ppo:SACController",
+    "tqc": "residual_quad.controllers.ppo:TQCController",
 }
 
 

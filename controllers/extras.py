@@ -8,4 +8,4 @@ here then refuse to build with the install hint, and everything that flies "ever
 from __future__ import annotations
 
 #: the registered controllers that need the ``rl`` extra (stable-baselines3 and torch)
-RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "sb3")
+RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "sb3", "sac", "tqc")

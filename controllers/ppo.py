@@ -45,6 +45,8 @@ __all__ = [
     "NumpyPolicy",
     "ObsNormalizer",
     "PPOController",
+    "SACController",
+    "TQCController",
     "PolicyFileError",
     "default_policy_path",
     "in_memory",
@@ -82,6 +84,7 @@ class PPOController(ObservationGuard):
     """
 
     OPTIONS: dict[str, Domain] = POLICY_OPTIONS
+    kind = "ppo"  # the policy kind it flies (the record's ``controller``)
 
     def __init__(
         self,
@@ -90,8 +93,8 @@ class PPOController(ObservationGuard):
         device: str = "cpu",
         training_seed: int | None = None,
     ):
-        self.path = policy_path("ppo", path, training_seed)
-        policy = load_policy(self.path, "ppo", device)
+        self.path = policy_path(self.kind, path, training_seed)
+        policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy
         self.action_mode: str = self.meta["action_mode"]
         self.action_repeat = int(self.meta.get("action_repeat", 1))
@@ -190,3 +193,23 @@ class BatchedPPOController(RowBatch):
 
 
 PPOController.batched = BatchedPPOController
+
+
+class SACController(PPOController):
+    """``sac``: a policy file trained by ``rquad train sac`` [SAC] — the ``ppo`` controller's
+    options, hold and batched twin; its deterministic action is ``tanh`` of the actor's mean.
+    No SAC policy is shipped: ``path`` is needed."""
+
+    kind = "sac"
+
+
+class TQCController(PPOController):
+    """``tqc``: a policy file trained by ``rquad train tqc`` [TQC] (sb3-contrib), flown as
+    :class:`SACController` (the same actor)."""
+
+    kind = "tqc"
+
+
+def controller_class(kind: str) -> type[PPOController]:
+    """The controller class flying env-action policies of ``kind`` (``ppo``, ``sac``, ``tqc``)."""
+    return {"ppo": PPOController, "sac": SACController, "tqc": TQCController}[kind]

@@ -24,7 +24,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from residual_quad.controllers.policy_file import ObsNormalizer, obs_norm_stats
-from residual_quad.controllers.ppo import PPOController
+from residual_quad.controllers.ppo import controller_class
 from residual_quad.episode import RunSpec, fly
 from residual_quad.training.checkpoints import RunState, save_checkpoint
 from residual_quad.training.export import save_policy
@@ -41,7 +41,8 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
         return ResidualPPOController.from_model(
             model, cfg.accel_scale, normalizer, cfg.action_repeat
         )
-    return PPOController.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat)
+    cls = controller_class(cfg.deployed_name())
+    return cls.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat)
 
 
 def evaluate_tracking(

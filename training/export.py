@@ -25,9 +25,13 @@ def save_policy(
     model: Any, path: str | Path, cfg: PPOTrainConfig, vec_env: Any, **record: Any
 ) -> Path:
     """Write ``model`` plus the ``residual_quad.json`` record (action mode, obs stats, config)."""
-    kind: dict[str, Any] = {"controller": cfg.controller}
+    kind: dict[str, Any] = {"controller": cfg.deployed_name(), "algo": cfg.algo}
     if cfg.controller == "ppo_res":
         kind["accel_scale"] = cfg.accel_scale
+    if cfg.privileged_critic:  # the model's inputs after the actor's (the critic's only)
+        from residual_quad.training.privileged import PRIVILEGED_NAMES
+
+        kind["privileged_columns"] = list(PRIVILEGED_NAMES)
     return save_model(
         model,
         path,
@@ -66,7 +70,8 @@ def export_policy(
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which
     budget["eval_at_selection"] = meta.get("eval")
-    budget["command"] = command or f"rquad train ppo --out {run_dir} --seed {summary['seed']}"
+    kind = meta.get("algo", "ppo") if meta.get("algo") in ("sac", "tqc") else "ppo"
+    budget["command"] = command or f"rquad train {kind} --out {run_dir} --seed {summary['seed']}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(src.read_bytes())
     meta.pop("format", None), meta.pop("feature_version", None)

@@ -47,6 +47,7 @@ from residual_quad.controllers.features import FEATURE_DIM, ppo_features_batch
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
+from residual_quad.training.privileged import PRIVILEGED_DIM, privileged_columns
 
 
 class ScenarioSampler:
@@ -144,6 +145,9 @@ class QuadVecEnv(VecEnv):
             period's raw observations).
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
             ``episode_s``, ``reward_weights``, ``max_position_error``, …).
+        privileged: append the privileged columns
+            (:data:`~residual_quad.training.privileged.PRIVILEGED_NAMES`, truth from the vector
+            env's ``info``) after the ``actor_dim`` feature columns, for an asymmetric critic.
 
     See the module docstring for the conventions. ``get_attr``/``set_attr``/``env_method`` reach
     the single envs that hold each env's scenario and generator (``vector_env.envs``).
@@ -158,6 +162,7 @@ class QuadVecEnv(VecEnv):
         scenarios: Sequence[Mapping[str, Any]] | None = None,
         scenario_seed: int = 0,
         pilot: Any = None,
+        privileged: bool = False,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -176,7 +181,10 @@ class QuadVecEnv(VecEnv):
         self.action_repeat = int(action_repeat)
         self.pilot = pilot
         self.action_dim = 4 if pilot is None else int(pilot.action_dim)
-        observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
+        self.actor_dim = FEATURE_DIM  # the policy's inputs; privileged columns come after
+        self.privileged = bool(privileged)
+        width = self.actor_dim + (PRIVILEGED_DIM if self.privileged else 0)
+        observation_space = spaces.Box(-1e6, 1e6, shape=(width,), dtype=np.float32)
         action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
         super().__init__(int(num_envs), observation_space, action_space)
         self._actions: np.ndarray | None = None
@@ -187,11 +195,11 @@ class QuadVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + i``, the sampler
         ``s + num_envs``), each in its current scenario."""
-        obs, _ = self.vector_env.reset(seed=self._seeds[0])
+        obs, info = self.vector_env.reset(seed=self._seeds[0])
         self._reset_seeds()
         self._reset_options()
         self._raw[:] = obs
-        return ppo_features_batch(obs)
+        return self._with_privileged(ppo_features_batch(obs), info, np.arange(self.num_envs))
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = actions
@@ -210,6 +218,7 @@ class QuadVecEnv(VecEnv):
         pos_err = np.zeros(n)
         steps = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
+        truth = self._truth_rows(n)
         for _ in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw, action)
@@ -221,11 +230,13 @@ class QuadVecEnv(VecEnv):
             truncated[active] = trunc[active]
             pos_err[active] = info["position_error"][active]
             steps[active] += 1
+            if truth is not None:
+                truth[active] = privileged_columns(info, active)
             running[active] = ~(term[active] | trunc[active])
             if not running.any():
                 break
         dones = terminated | truncated
-        features = ppo_features_batch(last)
+        features = self._with_privileged(ppo_features_batch(last), truth)
         infos = [
             {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
             for e, d, c, sc in zip(
@@ -238,9 +249,10 @@ class QuadVecEnv(VecEnv):
         ]
         ended = np.flatnonzero(dones)
         if len(ended):
-            raw_first = venv.reset_subset(ended)[0][ended]
+            raw_first, reset_info = venv.reset_subset(ended)
+            raw_first = raw_first[ended]
             self._raw[ended] = raw_first
-            first = ppo_features_batch(raw_first)
+            first = self._with_privileged(ppo_features_batch(raw_first), reset_info, ended)
             cut = (truncated & ~terminated)[ended].tolist()
             for k, i in enumerate(ended.tolist()):
                 infos[i]["terminal_observation"] = features[i].copy()
@@ -248,6 +260,22 @@ class QuadVecEnv(VecEnv):
                 features[i] = first[k]
                 self._scenario_info[i] = _scenario_info(venv.scenarios[i])
         return features, reward.astype(np.float32), dones, infos
+
+    # ------------------------------------------------------------------ privileged columns
+    def _truth_rows(self, n: int) -> np.ndarray | None:
+        """A step's privileged columns, filled per repeat (``None`` without ``privileged``)."""
+        return np.zeros((n, PRIVILEGED_DIM), dtype=np.float32) if self.privileged else None
+
+    def _with_privileged(
+        self, features: np.ndarray, truth: Any = None, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``features`` with the privileged columns appended when ``privileged``: ``truth`` an
+        array of them, or a batched ``info`` read at ``rows``."""
+        if not self.privileged:
+            return features
+        if isinstance(truth, dict):
+            truth = privileged_columns(truth, rows)
+        return np.concatenate([features, truth], axis=1)
 
     # ------------------------------------------------------------------ the rest of VecEnv
     def close(self) -> None:

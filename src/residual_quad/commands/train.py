@@ -22,6 +22,8 @@ TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.commands.train:register_train_residual",
     "ppo": "residual_quad.commands.train:register_train_ppo",
     "ppo_res": "residual_quad.commands.train:register_train_ppo_res",
+    "sac": "residual_quad.commands.train:register_train_sac",
+    "tqc": "residual_quad.commands.train:register_train_tqc",
 }
 
 DEFAULT_DATASET = Path("outputs/residual/dataset.npz")
@@ -29,6 +31,8 @@ DEFAULT_WEIGHTS_OUT = Path("outputs/residual/weights.npz")
 DEFAULT_LOGDIR = Path("runs/residual_train")
 DEFAULT_PPO_OUT = Path("runs/ppo")
 DEFAULT_PPO_RES_OUT = Path("runs/ppo_res")
+#: the policy-training targets (``_cmd_train_ppo``), each also its default shipped config
+POLICY_TARGETS = ("ppo", "ppo_res", "sac", "tqc")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -123,9 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def argv_is_train() -> bool:
-    """Whether this process was started as ``rquad train ppo|ppo_res ...`` (to record the
-    command)."""
-    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in ("ppo", "ppo_res")
+    """Whether this process was started as ``rquad train ppo|ppo_res|sac|tqc ...`` (to record
+    the command)."""
+    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in POLICY_TARGETS
 
 
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -205,6 +209,28 @@ def register_train_ppo_res(targets: argparse._SubParsersAction) -> None:
         "Train the ppo_res policy (a bounded correction to geo's desired acceleration) with PPO "
         "and domain randomization",
         DEFAULT_PPO_RES_OUT,
+    )
+
+
+def register_train_sac(targets: argparse._SubParsersAction) -> None:
+    """Add the ``sac`` target (off-policy baseline, stable-baselines3 SAC)."""
+    _add_ppo_parser(
+        targets,
+        "sac",
+        "off-policy baseline: stable-baselines3 SAC (needs the rl extra)",
+        "Train the sac policy with SAC on the PPO baseline's env and domain randomization",
+        Path("runs/sac"),
+    )
+
+
+def register_train_tqc(targets: argparse._SubParsersAction) -> None:
+    """Add the ``tqc`` target (off-policy baseline, sb3-contrib TQC)."""
+    _add_ppo_parser(
+        targets,
+        "tqc",
+        "off-policy baseline: sb3-contrib TQC (needs the rl extra)",
+        "Train the tqc policy with TQC on the PPO baseline's env and domain randomization",
+        Path("runs/tqc"),
     )
 
 
