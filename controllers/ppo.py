@@ -28,7 +28,9 @@ from residual_quad.controllers.policy_file import (
     INSTALL_HINT,
     NumpyPolicy,
     ObsNormalizer,
+    POLICY_ALGOS,
     PolicyFileError,
+    algo_module,
     default_policy_path,
     load_policy,
     policy_actions,
@@ -93,6 +95,7 @@ class PPOController(ObservationGuard):
         device: str = "cpu",
         training_seed: int | None = None,
     ):
+        algo_module(POLICY_ALGOS[self.kind])  # first: without it the install hint answers
         self.path = policy_path(self.kind, path, training_seed)
         policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy

@@ -21,7 +21,7 @@ def _rl_extra_installed() -> bool:
     return True
 
 
-def test_every_controller_is_deterministic_across_processes(tmp_path):
+def test_every_controller_is_deterministic_across_processes(tmp_path, offpolicy_policy):
     names = list(available_controllers())
     options = {}
     if not _rl_extra_installed():  # the rl extra is optional
@@ -34,6 +34,8 @@ def test_every_controller_is_deterministic_across_processes(tmp_path):
             tmp_path / "sac.zip"
         )
         options["sb3"] = {"path": str(tmp_path / "sac.zip")}
+        for algo in ("sac", "tqc"):  # no shipped policy: an untrained one
+            options[algo] = {"path": str(offpolicy_policy(algo))}
     cfg = SweepConfig(
         controllers=names,
         payloads=["heavy"],
@@ -67,7 +69,8 @@ from residual_quad.episode import build_controller
 
 for name in available_controllers():
     try:
-        build_controller(name, {}, {"path": "policy.zip"} if name == "sb3" else None)
+        path = name in ("sb3", "sac", "tqc")
+        build_controller(name, {}, {"path": "policy.zip"} if path else None)
     except ImportError as exc:
         assert INSTALL_HINT in str(exc), exc
         print(name)
