@@ -26,9 +26,9 @@ from residual_quad.controllers.features import (
 from residual_quad.controllers.options import Domain, Integer, Optional, Text
 from residual_quad.controllers.policy_file import (
     INSTALL_HINT,
+    POLICY_ALGOS,
     NumpyPolicy,
     ObsNormalizer,
-    POLICY_ALGOS,
     PolicyFileError,
     algo_module,
     default_policy_path,
@@ -204,6 +204,7 @@ class SACController(PPOController):
     No SAC policy is shipped: ``path`` is needed."""
 
     kind = "sac"
+    batched = BatchedPPOController  # the same twin (per-env hold, one forward)
 
 
 class TQCController(PPOController):
@@ -211,6 +212,7 @@ class TQCController(PPOController):
     :class:`SACController` (the same actor)."""
 
     kind = "tqc"
+    batched = BatchedPPOController
 
 
 def controller_class(kind: str) -> type[PPOController]:

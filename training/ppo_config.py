@@ -241,7 +241,9 @@ class PPOTrainConfig:
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
         if not isinstance(self.privileged_critic, bool):
-            raise ValueError(f"privileged_critic must be true or false, got {self.privileged_critic!r}")
+            raise ValueError(
+                f"privileged_critic must be true or false, got {self.privileged_critic!r}"
+            )
         if self.algo == "ppo":
             return
         if self.controller != "ppo":

@@ -181,7 +181,9 @@ def multi_tensor_adam(model: Any, on: bool = True) -> None:
     """
     policy = model.policy
     optimizers = [getattr(policy, "optimizer", None)]
-    optimizers += [getattr(getattr(policy, k, None), "optimizer", None) for k in ("actor", "critic")]
+    optimizers += [
+        getattr(getattr(policy, k, None), "optimizer", None) for k in ("actor", "critic")
+    ]
     optimizers.append(getattr(model, "ent_coef_optimizer", None))
     for optimizer in optimizers:
         for group in getattr(optimizer, "param_groups", ()):

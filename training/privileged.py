@@ -1,4 +1,4 @@
-"""Asymmetric actor-critic [ASYM]: a PPO critic that sees privileged truth, an actor that never does.
+"""Asymmetric actor-critic [ASYM]: a PPO critic that sees privileged truth, an actor blind to it.
 
 With ``privileged_critic: true`` the training env
 (:class:`~residual_quad.training.ppo_vec.QuadVecEnv`) appends :data:`PRIVILEGED_NAMES` — truth
@@ -49,8 +49,10 @@ _INFO_SOURCES = (
 def privileged_columns(info: dict[str, Any], rows: np.ndarray) -> np.ndarray:
     """The privileged columns ``(len(rows), PRIVILEGED_DIM)`` of the vector env's batched
     ``info`` (a step's or a reset's) at ``rows``, float32 as the observation."""
-    parts = [np.asarray(info[key], dtype=np.float64)[rows].reshape(len(rows), w) for key, w in
-             _INFO_SOURCES]
+    parts = [
+        np.asarray(info[key], dtype=np.float64)[rows].reshape(len(rows), w)
+        for key, w in _INFO_SOURCES
+    ]
     return np.concatenate(parts, axis=1).astype(np.float32)
 
 

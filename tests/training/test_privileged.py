@@ -129,7 +129,7 @@ def test_the_env_appends_the_truth_and_leaves_the_features_alone():
         act = np.full((3, 4), 0.1, np.float32)
         ended = 0
         for _ in range(12):  # 0.1 s episodes of 10 periods, actions held 2: autoresets
-            (oa, ra, da, ia), (ob, rb, db, ib) = plain.step(act), priv.step(act)
+            (oa, ra, _, _), (ob, rb, db, ib) = plain.step(act), priv.step(act)
             assert np.array_equal(oa, ob[:, :FEATURE_DIM]) and np.array_equal(ra, rb)
             for i, sc in enumerate(priv._scenario_info):
                 assert ob[i, FEATURE_DIM] == np.float32(PAYLOAD_LEVELS[sc[0]])  # payload_kg
