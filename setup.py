@@ -57,7 +57,7 @@ setup(
         "scipy>=1.10",
     ],
     extras_require={
-        "rl": ["stable-baselines3>=2.3", "torch>=2.2"],
+        "rl": ["stable-baselines3>=2.3", "sb3-contrib>=2.3", "torch>=2.2"],
         "cluster": ["ray>=2.9"],
         "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view

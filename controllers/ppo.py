@@ -41,6 +41,8 @@ from residual_quad.controllers.policy_file import (
 
 __all__ = [
     "BatchedPPOController",
+    "BatchedSACController",
+    "BatchedTQCController",
     "FEATURE_DIM",
     "FEATURE_NAMES",
     "INSTALL_HINT",
@@ -198,13 +200,21 @@ class BatchedPPOController(RowBatch):
 PPOController.batched = BatchedPPOController
 
 
+class BatchedSACController(BatchedPPOController):
+    """``sac`` for N envs: :class:`BatchedPPOController` (the same hold and forward)."""
+
+
+class BatchedTQCController(BatchedPPOController):
+    """``tqc`` for N envs: :class:`BatchedPPOController` (the same hold and forward)."""
+
+
 class SACController(PPOController):
     """``sac``: a policy file trained by ``rquad train sac`` [SAC] — the ``ppo`` controller's
     options, hold and batched twin; its deterministic action is ``tanh`` of the actor's mean.
     No SAC policy is shipped: ``path`` is needed."""
 
     kind = "sac"
-    batched = BatchedPPOController  # the same twin (per-env hold, one forward)
+    batched = BatchedSACController
 
 
 class TQCController(PPOController):
@@ -212,7 +222,7 @@ class TQCController(PPOController):
     :class:`SACController` (the same actor)."""
 
     kind = "tqc"
-    batched = BatchedPPOController
+    batched = BatchedTQCController
 
 
 def controller_class(kind: str) -> type[PPOController]:

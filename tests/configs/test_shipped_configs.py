@@ -81,6 +81,18 @@ SHIPPED = {
             "ppo": "smaller updates, gSDE with a fixed exploration scale",
         },
     ),
+    **{
+        algo: (
+            PPOTrainConfig,
+            {
+                "algo": f"the off-policy learner ({algo}, docs/ppo.md)",
+                "n_envs": "64: the off-policy learner's cost grows with the gradient steps",
+                "total_steps": "2 M",
+                "normalize_reward": "off: a fixed reward scale for the replay",
+            },
+        )
+        for algo in ("sac", "tqc")
+    },
     "residual": (ResidualConfig, {}),
     "adaptive": (
         ResidualConfig,
