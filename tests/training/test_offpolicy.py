@@ -118,6 +118,8 @@ def test_a_policy_of_another_kind_is_refused(offpolicy_policy, algo):
     path = offpolicy_policy(algo)
     with pytest.raises(PolicyFileError, match=f"fly it with the '{algo}' controller"):
         make_controller("ppo", path=path)
+    with pytest.raises(ValueError, match=f"fly it with the '{algo}' controller"):
+        make_controller("sb3", path=path)
     other = "tqc" if algo == "sac" else "sac"
     with pytest.raises(PolicyFileError, match=f"fly it with the '{algo}' controller"):
         make_controller(other, path=path)
