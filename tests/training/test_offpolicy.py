@@ -199,3 +199,23 @@ def test_seeded_sac_training_is_reproducible(tmp_path):
         model = algo_module("sac").load(tmp_path / run / "final.zip", device="cpu")
         params.append([p.detach().numpy().copy() for p in model.policy.parameters()])
     assert all(np.array_equal(a, b) for a, b in zip(*params, strict=True))
+
+
+@pytest.mark.slow
+def test_rquad_train_sac_exports_and_refuses_resume(tmp_path, capsys):
+    """The CLI target end to end: a tiny config, ``--export``, then ``--resume`` refused."""
+    pytest.importorskip("stable_baselines3")
+    from residual_quad.cli import main
+
+    tiny = tmp_path / "tiny.yaml"
+    configs.dump(_tiny("sac", total_steps=256, checkpoint_freq=0), tiny)
+    run, dest = tmp_path / "run", tmp_path / "sac_export.zip"
+    args = ["train", "sac", str(tiny), "--out", str(run), "--no-progress", "--export", str(dest)]
+    assert main(args) == 0
+    budget = read_meta(dest)["budget"]
+    assert budget["steps"] == 256 and budget["command"].startswith("rquad train sac")
+    assert make_controller("sac", path=dest).action_repeat == 2
+    capsys.readouterr()
+    (run / "final.zip").unlink()  # an "interrupted" run with its config
+    assert main(["train", "sac", "--out", str(run), "--resume", "--no-progress"]) == 2
+    assert "resume is PPO only" in capsys.readouterr().err
