@@ -11,8 +11,8 @@ from residual_quad import configs
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.batch import make_batch_controller
 from residual_quad.controllers.features import FEATURE_DIM
-from residual_quad.controllers.ppo import BatchedPPOController
 from residual_quad.controllers.policy_file import PolicyFileError, algo_module, read_meta
+from residual_quad.controllers.ppo import BatchedPPOController
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.training.ppo_config import ALGOS, OffPolicyHyperparams, PPOTrainConfig
 
