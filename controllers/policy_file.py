@@ -1,7 +1,9 @@
 """The residual-quad PPO policy file: one module to read, check and write it.
 
 A saved policy is one SB3 ``.zip`` with one extra archive entry, ``residual_quad.json``
-(:data:`META_ENTRY`): the controller kind (``ppo`` or ``ppo_res``, with its ``accel_scale``), the
+(:data:`META_ENTRY`): the controller kind (``ppo`` or ``ppo_res``, with its ``accel_scale``;
+``sac``/``tqc`` for the off-policy baselines), the learner ``algo`` (``ppo`` when absent;
+:data:`POLICY_ALGOS`), the ``privileged_columns`` of an asymmetric critic's model, the
 env ``action_mode`` it acts in, the feature version, the observation normalization statistics
 (``VecNormalize`` mean/var/clip, or ``null``) and a record of how it was trained. SB3 ignores
 archive entries that are not ``.pth`` files, so ``PPO.load`` reads the file unchanged, and one

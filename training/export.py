@@ -4,7 +4,8 @@
 :mod:`residual_quad.controllers.policy_file` format, with the record a controller needs (kind,
 action mode and repeat, env arguments, frozen observation statistics) and the run's config;
 :func:`export_policy` copies a run's ``best``/``final`` policy to ``controllers/weights/`` with
-its training budget. Every file loads with ``make_controller("ppo"/"ppo_res", path=...)``.
+its training budget. Every file loads with ``make_controller(kind, path=...)``, ``kind`` the
+record's ``controller`` (``ppo``, ``ppo_res``, ``sac``, ``tqc``).
 """
 
 from __future__ import annotations
