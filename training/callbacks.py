@@ -106,17 +106,24 @@ class TrainingProgress(BaseCallback):
 class RolloutStats(BaseCallback):
     """Mean position error and crash share of the training episodes (TensorBoard), and the
     control periods simulated so far, all envs (``control_steps``, from ``control_steps`` on a
-    resume)."""
+    resume).
 
-    def __init__(self, control_steps: int = 0):
+    PPO records them per rollout (``window`` 0). An off-policy learner's collection is a few
+    vector steps, so its figures are pooled over at least ``window`` policy steps (all envs)
+    before each record."""
+
+    def __init__(self, control_steps: int = 0, window: int = 0):
         super().__init__()
         self.initial_control_steps = control_steps
+        self.window = int(window)
 
     def _on_training_start(self) -> None:
         self.control_steps = self.initial_control_steps
+        self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
 
     def _on_rollout_start(self) -> None:
-        self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
+        if self.err_n >= self.window:  # the last window was recorded: a new one
+            self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
 
     def _on_step(self) -> bool:
         for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
@@ -129,6 +136,8 @@ class RolloutStats(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
+        if self.err_n < self.window:
+            return
         if self.err_n:
             self.logger.record("rollout/pos_err_m", self.err_sum / self.err_n)
         if self.ends:
@@ -252,7 +261,9 @@ def training_callbacks(
 ) -> TrainingCallbacks:
     """Progress bar, rollout tracking stats, tracking evaluation (+ ``best.zip``) and
     checkpoints of a run writing into ``out`` (a resume: from ``state``)."""
-    stats = RolloutStats(state.control_steps)
+    # off-policy: pool the rollout figures over 32 vector steps (PPO's shipped rollout length)
+    window = 0 if cfg.algo == "ppo" else 32 * vec_env.num_envs
+    stats = RolloutStats(state.control_steps, window)
     evaluation = TrackingEval(cfg, out, vec_env, state)
     return TrainingCallbacks(
         progress=TrainingProgress(cfg.total_steps, state.steps, vec_env.num_envs, progress),

@@ -180,6 +180,12 @@ def test_smoke_training_writes_a_loadable_offpolicy_policy(tmp_path, algo):
     meta = read_meta(tmp_path / "final.zip")
     assert (meta["controller"], meta["algo"]) == (algo, algo)
     assert sorted((tmp_path / "checkpoints").glob("ppo_*.zip"))
+    from residual_quad.training.tb_logging import read_scalars
+
+    events = list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    scalars = read_scalars(events[0].parent)
+    for tag in ("rollout/pos_err_m", "eval/crashes", "train/actor_loss"):
+        assert tag in scalars, f"{tag} missing from {sorted(scalars)}"
     for name in ("final.zip", "best.zip"):
         ctrl = make_controller(algo, path=tmp_path / name)
         assert ctrl.network is not None and ctrl.normalizer is not None
