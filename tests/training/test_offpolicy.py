@@ -125,6 +125,18 @@ def test_a_policy_of_another_kind_is_refused(offpolicy_policy, algo):
         make_controller(other, path=path)
 
 
+def test_an_offpolicy_record_with_privileged_columns_is_refused(offpolicy_policy, tmp_path):
+    import shutil
+
+    from residual_quad.controllers.policy_file import write_meta
+
+    path = shutil.copy(offpolicy_policy("sac"), tmp_path / "priv.zip")
+    meta = {"controller": "sac", "algo": "sac", "action_mode": "rotor", "obs_norm": None}
+    write_meta(path, {**meta, "privileged_columns": ["payload_kg"]})
+    with pytest.raises(PolicyFileError, match="PPO only"):
+        make_controller("sac", path=path)
+
+
 def test_no_shipped_offpolicy_policy():
     pytest.importorskip("stable_baselines3")
     with pytest.raises(ValueError, match="no 'sac' policy is shipped: give path="):

@@ -116,6 +116,23 @@ def test_a_policy_file_with_the_wrong_privileged_count_is_refused(asym, tmp_path
         make_controller("ppo", path=path)
 
 
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"privileged_columns": "payload_kg"}, "privileged_columns must be a list"),
+        ({"privileged_columns": [1, 2]}, "privileged_columns must be a list"),
+        ({"algo": "sac"}, "algo 'sac'"),
+    ],
+)
+def test_a_bad_privileged_record_is_refused(asym, tmp_path, changes, match):
+    model, _, _ = asym
+    path = tmp_path / "bad.zip"
+    meta = {"controller": "ppo", "algo": "ppo", "action_mode": "rotor", "obs_norm": None}
+    save_model(model, path, {**meta, "privileged_columns": list(PRIVILEGED_NAMES), **changes})
+    with pytest.raises(PolicyFileError, match=match):
+        make_controller("ppo", path=path)
+
+
 def test_the_env_appends_the_truth_and_leaves_the_features_alone():
     sampler = ScenarioSampler(["none", "heavy"], ["windy"], ["helix"])
     kw = {"episode_s": 0.1, "action_mode": "rotor", "nthread": 1}
