@@ -244,6 +244,7 @@ class PPOTrainConfig:
             raise ValueError(
                 f"privileged_critic must be true or false, got {self.privileged_critic!r}"
             )
+        self.offpolicy.check()  # a section that cannot run is an error whichever algo is used
         if self.algo == "ppo":
             return
         if self.controller != "ppo":
@@ -256,7 +257,6 @@ class PPOTrainConfig:
                 f"privileged_critic is PPO only (an actor-critic with a value head); algo "
                 f"{self.algo!r} has none"
             )
-        self.offpolicy.check()
 
     def deployed_name(self) -> str:
         """The controller the run's policy files fly as (``ppo``, ``ppo_res``, ``sac``, ``tqc``)."""
