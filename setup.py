@@ -57,8 +57,9 @@ setup(
         "scipy>=1.10",
     ],
     extras_require={
-        "rl": [  # PPO training and policies; rliable: the RL statistics (arch < 8 needs pandas < 3)
-            "stable-baselines3>=2.3",
+        "rl": [  # PPO, SAC, TQC training and policies; rliable: the RL statistics (its arch < 8
+            "stable-baselines3>=2.3",  # needs pandas < 3)
+            "sb3-contrib>=2.3",
             "torch>=2.2",
             "rliable>=1.2",
             "pandas<3",

@@ -105,6 +105,8 @@ _REGISTRY: dict[str, str | Factory] = {
     "ppo_res": "residual_quad.controllers.ppo_res:ResidualPPOController",
     "ppo_adapt": "residual_quad.controllers.ppo_adapt:PPOAdaptController",
     "sb3": "residual_quad.controllers.sb3:SB3Policy",
+    "sac": "residual_quad.controllers.ppo:SACController",
+    "tqc": "residual_quad.controllers.ppo:TQCController",
 }
 
 

@@ -8,8 +8,8 @@ here then refuse to build with the install hint, and everything that flies "ever
 from __future__ import annotations
 
 #: the registered controllers that need the ``rl`` extra (stable-baselines3 and torch)
-RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "ppo_adapt", "sb3")
+RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "ppo_adapt", "sb3", "sac", "tqc")
 
 #: the registered controllers that fly a policy file and have none shipped: they need ``path``
-#: (``ppo_adapt``: train one with ``rquad train ppo_adapt``)
-UNSHIPPED_POLICY_CONTROLLERS: tuple[str, ...] = ("ppo_adapt",)
+#: (train one with ``rquad train ppo_adapt|sac|tqc``)
+UNSHIPPED_POLICY_CONTROLLERS: tuple[str, ...] = ("ppo_adapt", "sac", "tqc")

@@ -1,8 +1,10 @@
 """The residual-quad PPO policy file: one module to read, check and write it.
 
 A saved policy is one SB3 ``.zip`` with one extra archive entry, ``residual_quad.json``
-(:data:`META_ENTRY`): the controller kind (``ppo``, ``ppo_res`` with its ``accel_scale``, or
-``ppo_adapt``), the env ``action_mode`` it acts in, the feature version, the input features
+(:data:`META_ENTRY`): the controller kind (``ppo``, ``ppo_res`` with its ``accel_scale``,
+``ppo_adapt``, or ``sac``/``tqc`` for the off-policy baselines), the learner ``algo`` (``ppo``
+when absent; :data:`POLICY_ALGOS`), the ``privileged_columns`` of an asymmetric critic's model,
+the env ``action_mode`` it acts in, the feature version, the input features
 (``features``: a :class:`~residual_quad.controllers.policy_inputs.FeatureSpec` record, absent =
 the base features) and the observation layout they make (``observation_layout``, e.g.
 ``base + history 4 (51)``), the observation normalization statistics
@@ -52,10 +54,17 @@ META_FORMAT = 1
 FEATURE_VERSION = 1
 MAX_ACTION_REPEAT = 1000  # control periods an action may be held
 MAX_META_BYTES = 16 * 2**20  # the record is a few kB
-#: action size of each policy kind: ``ppo`` and ``ppo_adapt`` act on the env (4), ``ppo_res`` on
-#: geo's desired acceleration (3, heading frame; :mod:`residual_quad.controllers.ppo_res`)
-ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4}
+#: action size of each policy kind: ``ppo``, ``ppo_adapt``, ``sac`` and ``tqc`` act on the env
+#: (4), ``ppo_res`` on geo's desired acceleration (3, heading frame;
+#: :mod:`residual_quad.controllers.ppo_res`)
+ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
+#: the learner of each policy kind (the record's ``algo``): ``sac``/``tqc`` policies are trained
+#: off-policy [SAC] [TQC] and fly env actions as ``ppo`` ones do
+POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac", "tqc": "tqc"}
+CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
+#: policy kinds with shipped policies (``controllers/weights``)
+SHIPPED_KINDS = ("ppo", "ppo_res")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
@@ -83,6 +92,25 @@ def import_sb3(purpose: str = rl_purpose("ppo")) -> Any:
             f"{purpose}: stable-baselines3 and torch are needed ({exc}); install them with: "
             f"{INSTALL_HINT}"
         ) from exc
+
+
+def import_sb3_contrib(purpose: str = rl_purpose("tqc")) -> Any:
+    """The ``sb3_contrib`` module (TQC), or ``ImportError`` naming ``purpose`` with the install
+    hint."""
+    import_sb3(purpose)
+    try:
+        return importlib.import_module("sb3_contrib")
+    except ImportError as exc:
+        raise ImportError(
+            f"{purpose}: sb3-contrib is needed ({exc}); install it with: {CONTRIB_INSTALL_HINT}"
+        ) from exc
+
+
+def algo_module(algo: str) -> Any:
+    """The SB3 class that loads an ``algo`` policy (``ppo``, ``sac``, ``tqc``)."""
+    if algo == "tqc":
+        return import_sb3_contrib(rl_purpose("tqc")).TQC
+    return getattr(import_sb3(rl_purpose(algo)), algo.upper())
 
 
 def default_policy_path() -> Path:
@@ -134,6 +162,11 @@ def policy_path(
         raise ValueError("give a policy path or a shipped training_seed/plant, not both")
     if path is not None:
         return Path(path)
+    if kind not in SHIPPED_KINDS:
+        raise ValueError(
+            f"no {kind!r} policy is shipped: give path=POLICY.zip (e.g. {kind}:path=runs/{kind}/"
+            "best.zip)"
+        )
     seed = 0 if training_seed is None else training_seed
     return shipped_policy_path(kind, seed, "ideal" if plant is None else plant)
 
@@ -216,6 +249,14 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
             )
         if meta.get("action_mode") != "rotor":
             raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
+    algo = meta.get("algo", "ppo")
+    if algo != POLICY_ALGOS[kind]:
+        raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {POLICY_ALGOS[kind]!r}")
+    privileged = meta.get("privileged_columns", [])
+    if not (isinstance(privileged, list) and all(isinstance(c, str) for c in privileged)):
+        raise fail("privileged_columns must be a list of column names")
+    if privileged and algo != "ppo":
+        raise fail("privileged_columns (an asymmetric critic) are PPO only")
     mode = meta.get("action_mode")
     if not isinstance(mode, str) or mode not in ACTION_MODES:
         raise fail(f"action_mode {mode!r}; valid choices: {', '.join(ACTION_MODES)}")
@@ -321,9 +362,11 @@ def obs_norm_stats(vec_env: Any) -> dict[str, Any] | None:
 
     if not isinstance(vec_env, VecNormalize) or not vec_env.norm_obs:
         return None
+    # an env with privileged columns after the actor's: the policy file keeps the actor's only
+    cols = getattr(vec_env.unwrapped, "actor_dim", None)
     return {
-        "mean": vec_env.obs_rms.mean.tolist(),
-        "var": vec_env.obs_rms.var.tolist(),
+        "mean": vec_env.obs_rms.mean[:cols].tolist(),
+        "var": vec_env.obs_rms.var[:cols].tolist(),
         "epsilon": float(vec_env.epsilon),
         "clip": float(vec_env.clip_obs),
     }
@@ -390,7 +433,9 @@ _MEAN_HEADS = ("DiagGaussianDistribution", "StateDependentNoiseDistribution")
 
 class NumpyPolicy:
     """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
-    observation and a Gaussian action head), evaluated in float64 numpy.
+    observation and a Gaussian action head, its asymmetric twin
+    :class:`~residual_quad.training.privileged.AsymmetricActorCriticPolicy` with the privileged
+    inputs dropped, or the SAC/TQC actor: latent → mean → ``tanh``), evaluated in float64 numpy.
 
     Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
     more than the whole vehicle step; this forward costs a few µs. Its products are
@@ -400,22 +445,54 @@ class NumpyPolicy:
     (``tests/controllers/test_ppo_numpy.py``).
     """
 
-    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]]):
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
         self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
+        self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
 
     @classmethod
     def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
         """The numpy forward of ``policy``, or ``None`` where its architecture is not a plain
         MLP actor (another extractor, activation or distribution): then ``predict`` is used."""
-        if (
+        if hasattr(policy, "actor") and hasattr(policy.actor, "mu"):
+            return cls._from_squashed(policy.actor)
+        actor_dim = None
+        if type(policy).__name__ == "AsymmetricActorCriticPolicy":
+            if type(policy.pi_features_extractor).__name__ != "ActorColumns":
+                return None
+            actor_dim = int(policy.actor_dim)
+        elif (
             type(policy).__name__ != "ActorCriticPolicy"
             or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
-            or type(policy.action_dist).__name__ not in _MEAN_HEADS
-            or getattr(policy, "squash_output", False)
         ):
             return None
+        if type(policy.action_dist).__name__ not in _MEAN_HEADS or getattr(
+            policy, "squash_output", False
+        ):
+            return None
+        network = cls._mlp([*policy.mlp_extractor.policy_net, policy.action_net])
+        if network is not None and actor_dim is not None:  # inputs always zero: dropped
+            w, b, act = network.layers[0]
+            network.layers[0] = (w[:actor_dim].copy(), b, act)
+        return network
+
+    @classmethod
+    def _from_squashed(cls, actor: Any) -> NumpyPolicy | None:
+        """SAC/TQC's actor: ``tanh(mu(latent_pi(x)))`` (flat extractor, no gSDE)."""
+        if (
+            type(actor.features_extractor).__name__ != "FlattenExtractor"
+            or getattr(actor, "use_sde", False)
+            or type(actor.action_dist).__name__ != "SquashedDiagGaussianDistribution"
+        ):
+            return None
+        network = cls._mlp([*actor.latent_pi, actor.mu])
+        if network is not None:
+            network.squash = True
+        return network
+
+    @classmethod
+    def _mlp(cls, modules: list[Any]) -> NumpyPolicy | None:
+        """Linear layers and their activations as numpy layers (``None``: another module)."""
         layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
-        modules = [*policy.mlp_extractor.policy_net, policy.action_net]
         for module in modules:
             kind = type(module).__name__
             if kind == "Linear":
@@ -434,6 +511,8 @@ class NumpyPolicy:
         h = np.asarray(x, dtype=np.float64)
         for w, b, act in self.layers:
             h = act(np.einsum("nd,dh->nh", h, w) + b)
+        if self.squash:
+            h = np.tanh(h)
         return np.clip(h, -1.0, 1.0)
 
 
@@ -455,18 +534,22 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
             f"{path} is a {found!r} policy, not a {kind!r} one: fly it with the {found!r} "
             "controller"
         )
+    algo = POLICY_ALGOS[kind]
+    loader = sb3.PPO if algo == "ppo" else algo_module(algo)
     try:
-        model = sb3.PPO.load(path, device=device)
+        model = loader.load(path, device=device)
     except Exception as exc:  # SB3 raises many exception types for a broken archive
         raise PolicyFileError(
-            f"cannot load PPO policy {path}: {type(exc).__name__}: {exc}"
+            f"cannot load {algo.upper()} policy {path}: {type(exc).__name__}: {exc}"
         ) from None
     shape = getattr(model.observation_space, "shape", None)
     spec = policy_spec(meta)
-    if shape != (spec.dim(ACTION_DIMS[kind]),):
+    privileged = len(meta.get("privileged_columns", []))
+    if shape != (spec.dim(ACTION_DIMS[kind]) + privileged,):
+        critic = f" and {privileged} privileged critic columns" if privileged else ""
         raise PolicyFileError(
-            f"{path}: its record says trained on {spec.layout_name(ACTION_DIMS[kind])} but the "
-            f"network takes inputs of shape {shape}"
+            f"{path}: its record says trained on {spec.layout_name(ACTION_DIMS[kind])}{critic} "
+            f"but the network takes inputs of shape {shape}"
         )
     shape = getattr(model.action_space, "shape", None)
     if shape != (ACTION_DIMS[kind],):
@@ -484,5 +567,8 @@ def policy_actions(network: NumpyPolicy | None, model: Any, x: np.ndarray) -> np
     numpy forward ``network`` where the architecture allows it, else ``model``'s ``predict``."""
     if network is not None:
         return network(x)
+    width = model.observation_space.shape[0]
+    if x.shape[1] < width:  # an asymmetric actor: its privileged inputs are masked anyway
+        x = np.concatenate([x, np.zeros((len(x), width - x.shape[1]), dtype=x.dtype)], axis=1)
     action, _ = model.predict(x, deterministic=True)
     return np.clip(np.asarray(action, dtype=np.float64).reshape(len(x), -1), -1.0, 1.0)

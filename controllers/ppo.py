@@ -32,10 +32,12 @@ from residual_quad.controllers.options import Choice, Domain, Integer, Optional,
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     INSTALL_HINT,
+    POLICY_ALGOS,
     SHIPPED_PLANTS,
     NumpyPolicy,
     ObsNormalizer,
     PolicyFileError,
+    algo_module,
     default_policy_path,
     load_policy,
     policy_actions,
@@ -48,12 +50,16 @@ from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 
 __all__ = [
     "BatchedPPOController",
+    "BatchedSACController",
+    "BatchedTQCController",
     "FEATURE_DIM",
     "FEATURE_NAMES",
     "INSTALL_HINT",
     "NumpyPolicy",
     "ObsNormalizer",
     "PPOController",
+    "SACController",
+    "TQCController",
     "PolicyFileError",
     "default_policy_path",
     "in_memory",
@@ -100,7 +106,7 @@ class PPOController(ObservationGuard):
     """
 
     OPTIONS: dict[str, Domain] = POLICY_OPTIONS
-    kind = "ppo"  # the policy file's controller kind
+    kind = "ppo"  # the policy kind it flies (the record's ``controller``)
     INFORMATION = InformationUse(
         feedforward_accel=True,
         tuning="PPO hyper-parameters: a first policy and 3 update-size tries within a 30 min "
@@ -116,6 +122,7 @@ class PPOController(ObservationGuard):
         training_seed: int | None = None,
         plant: str | None = None,
     ):
+        algo_module(POLICY_ALGOS[self.kind])  # first: without it the install hint answers
         self.path = policy_path(self.kind, path, training_seed, plant)
         policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy
@@ -268,3 +275,33 @@ class BatchedPPOController(RowBatch):
 
 
 PPOController.batched = BatchedPPOController
+
+
+class BatchedSACController(BatchedPPOController):
+    """``sac`` for N envs: :class:`BatchedPPOController` (the same hold and forward)."""
+
+
+class BatchedTQCController(BatchedPPOController):
+    """``tqc`` for N envs: :class:`BatchedPPOController` (the same hold and forward)."""
+
+
+class SACController(PPOController):
+    """``sac``: a policy file trained by ``rquad train sac`` [SAC] — the ``ppo`` controller's
+    options, hold and batched twin; its deterministic action is ``tanh`` of the actor's mean.
+    No SAC policy is shipped: ``path`` is needed."""
+
+    kind = "sac"
+    batched = BatchedSACController
+
+
+class TQCController(PPOController):
+    """``tqc``: a policy file trained by ``rquad train tqc`` [TQC] (sb3-contrib), flown as
+    :class:`SACController` (the same actor)."""
+
+    kind = "tqc"
+    batched = BatchedTQCController
+
+
+def controller_class(kind: str) -> type[PPOController]:
+    """The controller class flying env-action policies of ``kind`` (``ppo``, ``sac``, ``tqc``)."""
+    return {"ppo": PPOController, "sac": SACController, "tqc": TQCController}[kind]

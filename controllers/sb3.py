@@ -267,9 +267,10 @@ class SB3Policy(ObservationGuard):
         self.path = _existing(path, "policy")
         data, hints = _read_archive(self.path)
         if "feature_version" in hints:
+            kind = hints.get("controller", "ppo")
             raise SB3PolicyError(
                 f"{self.path} is a residual-quad PPO policy file (its own features, frozen "
-                "normalization and action hold): fly it with the 'ppo' controller"
+                f"normalization and action hold): fly it with the {kind!r} controller"
             )
         if algo is None:
             self.algo = detect_algorithm(data, self.path)

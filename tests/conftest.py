@@ -69,3 +69,37 @@ def damaged(data: bytes, cut: int | None, flips: list[tuple[int, int]]) -> bytes
 def damage():
     """The :func:`damaged` function, for the file-mutation property tests."""
     return damaged
+
+
+@pytest.fixture(scope="session")
+def offpolicy_policy(tmp_path_factory):
+    """Factory ``(algo) -> path`` of an untrained, seeded ``sac``/``tqc`` policy file (the
+    record ``rquad train`` writes, no normalization): the controllers' tests fly it without a
+    training run. Skips without the rl extra (sb3-contrib for ``tqc``)."""
+    import importlib.util
+
+    made = {}
+
+    def _make(algo: str = "sac"):
+        need = "sb3_contrib" if algo == "tqc" else "stable_baselines3"
+        if importlib.util.find_spec(need) is None:
+            pytest.skip(f"needs the rl extra ({need})")
+        if algo not in made:
+            from residual_quad.controllers.policy_file import algo_module, save_model
+            from residual_quad.training.ppo_vec import NullVecEnv
+
+            kwargs = {"n_quantiles": 5} if algo == "tqc" else {}
+            model = algo_module(algo)(
+                "MlpPolicy",
+                NullVecEnv(1),
+                seed=0,
+                device="cpu",
+                buffer_size=10,
+                policy_kwargs={"net_arch": [16, 16], "log_std_init": -1.0, **kwargs},
+            )
+            path = tmp_path_factory.mktemp(algo) / f"{algo}.zip"
+            meta = {"controller": algo, "algo": algo, "action_mode": "rotor", "obs_norm": None}
+            made[algo] = save_model(model, path, meta)
+        return made[algo]
+
+    return _make

@@ -24,7 +24,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from residual_quad.controllers.policy_file import ACTION_DIMS, ObsNormalizer, obs_norm_stats
-from residual_quad.controllers.ppo import PPOController
+from residual_quad.controllers.ppo import controller_class
 from residual_quad.episode import RunSpec, fly
 from residual_quad.training.checkpoints import RunState, save_checkpoint
 from residual_quad.training.export import save_policy
@@ -32,8 +32,8 @@ from residual_quad.training.ppo_config import PPOTrainConfig
 
 
 def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
-    """The deployed controller of the in-memory ``model`` (``ppo``, ``ppo_res`` or
-    ``ppo_adapt``), with the normalization statistics of ``vec_env`` as they are now."""
+    """The deployed controller of the in-memory ``model`` (``ppo``, ``ppo_res``, ``ppo_adapt``,
+    ``sac`` or ``tqc``), with the normalization statistics of ``vec_env`` as they are now."""
     spec = cfg.features.spec()
     dim = spec.dim(ACTION_DIMS[cfg.controller])
     normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env), dim)
@@ -49,7 +49,8 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
         return PPOAdaptController.from_model(
             model, cfg.action_mode, normalizer, cfg.action_repeat, spec
         )
-    return PPOController.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat, spec)
+    cls = controller_class(cfg.deployed_name())
+    return cls.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat, spec)
 
 
 def evaluate_tracking(
@@ -113,17 +114,24 @@ class TrainingProgress(BaseCallback):
 class RolloutStats(BaseCallback):
     """Mean position error and crash share of the training episodes (TensorBoard), and the
     control periods simulated so far, all envs (``control_steps``, from ``control_steps`` on a
-    resume)."""
+    resume).
 
-    def __init__(self, control_steps: int = 0):
+    PPO records them per rollout (``window`` 0). An off-policy learner's collection is a few
+    vector steps, so its figures are pooled over at least ``window`` policy steps (all envs)
+    before each record."""
+
+    def __init__(self, control_steps: int = 0, window: int = 0):
         super().__init__()
         self.initial_control_steps = control_steps
+        self.window = int(window)
 
     def _on_training_start(self) -> None:
         self.control_steps = self.initial_control_steps
+        self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
 
     def _on_rollout_start(self) -> None:
-        self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
+        if self.err_n >= self.window:  # the last window was recorded: a new one
+            self.err_sum, self.err_n, self.ends, self.crashes = 0.0, 0, 0, 0
 
     def _on_step(self) -> bool:
         for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
@@ -136,6 +144,8 @@ class RolloutStats(BaseCallback):
         return True
 
     def _on_rollout_end(self) -> None:
+        if self.err_n < self.window:
+            return
         if self.err_n:
             self.logger.record("rollout/pos_err_m", self.err_sum / self.err_n)
         if self.ends:
@@ -259,7 +269,9 @@ def training_callbacks(
 ) -> TrainingCallbacks:
     """Progress bar, rollout tracking stats, tracking evaluation (+ ``best.zip``) and
     checkpoints of a run writing into ``out`` (a resume: from ``state``)."""
-    stats = RolloutStats(state.control_steps)
+    # off-policy: pool the rollout figures over 32 vector steps (PPO's shipped rollout length)
+    window = 0 if cfg.algo == "ppo" else 32 * vec_env.num_envs
+    stats = RolloutStats(state.control_steps, window)
     evaluation = TrackingEval(cfg, out, vec_env, state)
     return TrainingCallbacks(
         progress=TrainingProgress(cfg.total_steps, state.steps, vec_env.num_envs, progress),

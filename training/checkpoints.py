@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.controllers.policy_file import PolicyFileError, read_meta
+from residual_quad.controllers.policy_file import PolicyFileError, algo_module, read_meta
 from residual_quad.training.export import save_policy
 from residual_quad.training.ppo_config import PPOTrainConfig
 from residual_quad.training.ppo_model import prepare_learner
@@ -152,7 +152,6 @@ def load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, An
     naming the file."""
     import pickle
 
-    from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
     meta = read_meta(path)  # missing, corrupt or foreign zip: an error naming it
@@ -183,7 +182,7 @@ def load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, An
         except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as err:
             raise PolicyFileError(f"cannot load the normalization state {pkl}: {err}") from None
     try:
-        model = PPO.load(path, env=venv, device="cpu")
+        model = algo_module(cfg.algo).load(path, env=venv, device="cpu")
     except Exception as err:  # SB3 raises many kinds on a damaged archive
         raise PolicyFileError(f"cannot load checkpoint {path}: {err}") from None
     prepare_learner(model, cfg)

@@ -4,7 +4,8 @@
 :mod:`residual_quad.controllers.policy_file` format, with the record a controller needs (kind,
 action mode and repeat, env arguments, frozen observation statistics) and the run's config;
 :func:`export_policy` copies a run's ``best``/``final`` policy to ``controllers/weights/`` with
-its training budget. Every file loads with ``make_controller("ppo"/"ppo_res", path=...)``.
+its training budget. Every file loads with ``make_controller(kind, path=...)``, ``kind`` the
+record's ``controller`` (``ppo``, ``ppo_res``, ``sac``, ``tqc``).
 """
 
 from __future__ import annotations
@@ -31,13 +32,17 @@ def save_policy(
     model: Any, path: str | Path, cfg: PPOTrainConfig, vec_env: Any, **record: Any
 ) -> Path:
     """Write ``model`` plus the ``residual_quad.json`` record (action mode, obs stats, config)."""
-    kind: dict[str, Any] = {"controller": cfg.controller}
+    kind: dict[str, Any] = {"controller": cfg.deployed_name(), "algo": cfg.algo}
     if cfg.controller == "ppo_res":
         kind["accel_scale"] = cfg.accel_scale
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()
         kind["observation_layout"] = spec.layout_name(ACTION_DIMS[cfg.controller])
+    if cfg.privileged_critic:  # the model's inputs after the actor's (the critic's only)
+        from residual_quad.training.privileged import PRIVILEGED_NAMES
+
+        kind["privileged_columns"] = list(PRIVILEGED_NAMES)
     return save_model(
         model,
         path,
@@ -76,7 +81,8 @@ def export_policy(
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which
     budget["eval_at_selection"] = meta.get("eval")
-    budget["command"] = command or f"rquad train ppo --out {run_dir} --seed {summary['seed']}"
+    kind = meta.get("algo", "ppo") if meta.get("algo") in ("sac", "tqc") else "ppo"
+    budget["command"] = command or f"rquad train {kind} --out {run_dir} --seed {summary['seed']}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(src.read_bytes())
     meta.pop("format", None), meta.pop("feature_version", None)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.controllers.policy_file import import_sb3, rl_purpose
+from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_purpose
 from residual_quad.training.checkpoints import (
     RunState,
     checkpoints,
@@ -75,7 +75,15 @@ def train(
     already holds a run (``final.zip``, ``best.zip``, ``summary.json`` or checkpoints) is refused:
     nothing is overwritten.
     """
-    import_sb3(rl_purpose(cfg.controller))
+    if cfg.algo == "ppo":
+        import_sb3(rl_purpose(cfg.controller))
+    else:
+        algo_module(cfg.algo)  # sb3 (sac) or sb3-contrib (tqc), else the install hint
+        if resume:
+            raise ValueError(
+                f"resume is PPO only: a {cfg.algo} checkpoint does not hold the replay buffer "
+                "(a resumed learner would update on an empty one); train again with a new --out"
+            )
     import torch
 
     from residual_quad.training.callbacks import training_callbacks
@@ -114,7 +122,7 @@ def train(
         model.learn(
             total_timesteps=max(0, cfg.total_steps - state.steps),
             callback=callbacks.as_list(),
-            tb_log_name="ppo",
+            tb_log_name=cfg.algo,
             reset_num_timesteps=not resume,
             progress_bar=False,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from residual_quad.controllers.policy_file import import_sb3, rl_purpose
+from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_purpose
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
@@ -50,6 +50,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         episode_s=cfg.episode_s,
         reward_weights=cfg.reward_weights or None,
         max_position_error=cfg.max_position_error,
+        privileged=cfg.privileged_critic,
         **cfg.env_kwargs,
     )
     return VecMonitor(venv)
@@ -64,14 +65,17 @@ def normalized(venv: Any, cfg: PPOTrainConfig) -> Any:
         norm_obs=cfg.normalize_obs,
         norm_reward=cfg.normalize_reward,
         clip_obs=cfg.clip_obs,
-        gamma=cfg.ppo.gamma,
+        gamma=cfg.discount(),
     )
 
 
 def new_model(
     cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
 ) -> Any:
-    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU)."""
+    """A fresh SB3 ``PPO`` per ``cfg.ppo`` on ``venv`` (seeded ``cfg.seed``, CPU); with
+    ``algo: sac | tqc`` the off-policy learner (:func:`new_offpolicy_model`)."""
+    if cfg.algo != "ppo":
+        return new_offpolicy_model(cfg, venv, tensorboard, verbose)
     sb3 = import_sb3(rl_purpose(cfg.controller))
     import torch
 
@@ -80,8 +84,15 @@ def new_model(
     if h.lr_final is not None:
         lr = LinearSchedule(h.learning_rate, h.lr_final)
     act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    policy: Any = "MlpPolicy"
+    extra: dict[str, Any] = {}
+    if cfg.privileged_critic:
+        from residual_quad.training.privileged import AsymmetricActorCriticPolicy
+
+        policy = AsymmetricActorCriticPolicy
+        extra["actor_dim"] = int(venv.unwrapped.actor_dim)
     model = sb3.PPO(
-        "MlpPolicy",
+        policy,
         venv,
         learning_rate=lr,
         n_steps=h.n_steps,
@@ -100,11 +111,54 @@ def new_model(
             "net_arch": {"pi": list(h.net_arch), "vf": list(h.net_arch)},
             "activation_fn": act,
             "log_std_init": h.log_std_init,
+            **extra,
         },
         tensorboard_log=tensorboard,
         seed=cfg.seed,
         device="cpu",
         verbose=verbose,
+    )
+    prepare_learner(model, cfg)
+    return model
+
+
+def new_offpolicy_model(
+    cfg: PPOTrainConfig, venv: Any, tensorboard: str | None = None, verbose: int = 0
+) -> Any:
+    """A fresh SAC [SAC] or TQC [TQC] per ``cfg.offpolicy`` on ``venv`` (seeded ``cfg.seed``,
+    CPU); gradient steps per update scale with the envs
+    (:meth:`~residual_quad.training.ppo_config.OffPolicyHyperparams.resolved_gradient_steps`)."""
+    import torch
+
+    h = cfg.offpolicy
+    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": list(h.net_arch),
+        "activation_fn": act,
+        "log_std_init": h.log_std_init,
+    }
+    extra: dict[str, Any] = {}
+    if cfg.algo == "tqc":
+        policy_kwargs |= {"n_quantiles": h.n_quantiles, "n_critics": h.n_critics}
+        extra["top_quantiles_to_drop_per_net"] = h.top_quantiles_to_drop_per_net
+    model = algo_module(cfg.algo)(
+        "MlpPolicy",
+        venv,
+        learning_rate=h.learning_rate,
+        buffer_size=h.buffer_size,
+        learning_starts=h.learning_starts,
+        batch_size=h.batch_size,
+        tau=h.tau,
+        gamma=h.gamma,
+        train_freq=h.train_freq,
+        gradient_steps=h.resolved_gradient_steps(venv.num_envs),
+        ent_coef=h.ent_coef,
+        policy_kwargs=policy_kwargs,
+        tensorboard_log=tensorboard,
+        seed=cfg.seed,
+        device="cpu",
+        verbose=verbose,
+        **extra,
     )
     prepare_learner(model, cfg)
     return model
@@ -119,7 +173,7 @@ def prepare_learner(model: Any, cfg: PPOTrainConfig) -> None:
 
 def fix_std(model: Any, cfg: PPOTrainConfig) -> None:
     """Freeze the exploration scale when ``ppo.learn_std`` is off (a new or a loaded model)."""
-    if not cfg.ppo.learn_std:
+    if cfg.algo == "ppo" and not cfg.ppo.learn_std:
         model.policy.log_std.requires_grad_(False)  # Adam skips a parameter without gradient
 
 
@@ -132,8 +186,15 @@ def multi_tensor_adam(model: Any, on: bool = True) -> None:
     ≈ 10 per tensor. The setting lives in the optimizer's parameter groups, which a checkpoint
     saves and restores, hence it is applied again after every load.
     """
-    for group in model.policy.optimizer.param_groups:
-        group["foreach"] = bool(on)
+    policy = model.policy
+    optimizers = [getattr(policy, "optimizer", None)]
+    optimizers += [
+        getattr(getattr(policy, k, None), "optimizer", None) for k in ("actor", "critic")
+    ]
+    optimizers.append(getattr(model, "ent_coef_optimizer", None))
+    for optimizer in optimizers:
+        for group in getattr(optimizer, "param_groups", ()):
+            group["foreach"] = bool(on)
 
 
 class LinearSchedule:

@@ -49,6 +49,7 @@ from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
+from residual_quad.training.privileged import PRIVILEGED_DIM, privileged_columns
 
 
 class ScenarioSampler:
@@ -154,6 +155,9 @@ class QuadVecEnv(VecEnv):
             observation and is told the rotor action applied, as the deployed controller.
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
             ``episode_s``, ``reward_weights``, ``max_position_error``, …).
+        privileged: append the privileged columns
+            (:data:`~residual_quad.training.privileged.PRIVILEGED_NAMES`, truth from the vector
+            env's ``info``) after the ``actor_dim`` feature columns, for an asymmetric critic.
 
     See the module docstring for the conventions. ``get_attr``/``set_attr``/``env_method`` reach
     the single envs that hold each env's scenario and generator (``vector_env.envs``).
@@ -170,6 +174,7 @@ class QuadVecEnv(VecEnv):
         pilot: Any = None,
         features: FeatureSpec | None = None,
         estimator: Any = None,
+        privileged: bool = False,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -196,8 +201,10 @@ class QuadVecEnv(VecEnv):
         self.estimator = estimator
         period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
         self.inputs = PolicyInputs(self.feature_spec, int(num_envs), self.action_dim, period_s)
-        dim = self.inputs.dim
-        observation_space = spaces.Box(-1e6, 1e6, shape=(dim,), dtype=np.float32)
+        self.actor_dim = self.inputs.dim  # the policy's inputs; privileged columns come after
+        self.privileged = bool(privileged)
+        width = self.actor_dim + (PRIVILEGED_DIM if self.privileged else 0)
+        observation_space = spaces.Box(-1e6, 1e6, shape=(width,), dtype=np.float32)
         action_space = spaces.Box(-1.0, 1.0, shape=(self.action_dim,), dtype=np.float32)
         super().__init__(int(num_envs), observation_space, action_space)
         self._actions: np.ndarray | None = None
@@ -211,7 +218,7 @@ class QuadVecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + i``, the sampler
         ``s + num_envs``), each in its current scenario."""
-        obs, _ = self.vector_env.reset(seed=self._seeds[0])
+        obs, info = self.vector_env.reset(seed=self._seeds[0])
         self._reset_seeds()
         self._reset_options()
         self._raw[:] = obs
@@ -220,7 +227,8 @@ class QuadVecEnv(VecEnv):
         if self.estimator is not None:
             self.estimator.reset()
             self._estimate = self.estimator.observe(obs)
-        return self.inputs.features(obs, self._last, self._estimate)
+        features = self.inputs.features(obs, self._last, self._estimate)
+        return self._with_privileged(features, info, np.arange(self.num_envs))
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = actions
@@ -240,6 +248,7 @@ class QuadVecEnv(VecEnv):
         steps = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
         est = self.estimator
+        truth = self._truth_rows(n)
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw, action)
@@ -255,13 +264,15 @@ class QuadVecEnv(VecEnv):
             truncated[active] = trunc[active]
             pos_err[active] = info["position_error"][active]
             steps[active] += 1
+            if truth is not None:
+                truth[active] = privileged_columns(info, active)
             running[active] = ~(term[active] | trunc[active])
             if not running.any():
                 break
         dones = terminated | truncated
         if est is not None:
             self._estimate = est.observe(last)
-        features = self.inputs.features(last, action, self._estimate)
+        features = self._with_privileged(self.inputs.features(last, action, self._estimate), truth)
         self._last[:] = action
         infos = [
             {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
@@ -275,7 +286,8 @@ class QuadVecEnv(VecEnv):
         ]
         ended = np.flatnonzero(dones)
         if len(ended):
-            raw_first = venv.reset_subset(ended)[0][ended]
+            raw_first, reset_info = venv.reset_subset(ended)
+            raw_first = raw_first[ended]
             self._raw[ended] = raw_first
             self._last[ended] = 0.0
             self.inputs.reset_rows(ended)
@@ -287,6 +299,7 @@ class QuadVecEnv(VecEnv):
             first = self.inputs.features(
                 raw_first, self._last[ended], self._estimate[ended], rows=ended
             )
+            first = self._with_privileged(first, reset_info, ended)
             cut = (truncated & ~terminated)[ended].tolist()
             for k, i in enumerate(ended.tolist()):
                 infos[i]["terminal_observation"] = features[i].copy()
@@ -294,6 +307,22 @@ class QuadVecEnv(VecEnv):
                 features[i] = first[k]
                 self._scenario_info[i] = _scenario_info(venv.scenarios[i])
         return features, reward.astype(np.float32), dones, infos
+
+    # ------------------------------------------------------------------ privileged columns
+    def _truth_rows(self, n: int) -> np.ndarray | None:
+        """A step's privileged columns, filled per repeat (``None`` without ``privileged``)."""
+        return np.zeros((n, PRIVILEGED_DIM), dtype=np.float32) if self.privileged else None
+
+    def _with_privileged(
+        self, features: np.ndarray, truth: Any = None, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``features`` with the privileged columns appended when ``privileged``: ``truth`` an
+        array of them, or a batched ``info`` read at ``rows``."""
+        if not self.privileged:
+            return features
+        if isinstance(truth, dict):
+            truth = privileged_columns(truth, rows)
+        return np.concatenate([features, truth], axis=1)
 
     # ------------------------------------------------------------------ the rest of VecEnv
     def close(self) -> None:

@@ -100,6 +100,18 @@ SHIPPED = {
             "features": "action history 4, the error integral and the estimate",
         },
     ),
+    **{
+        algo: (
+            PPOTrainConfig,
+            {
+                "algo": f"the off-policy learner ({algo}, docs/ppo.md)",
+                "n_envs": "64: the off-policy learner's cost grows with the gradient steps",
+                "total_steps": "2 M",
+                "normalize_reward": "off: a fixed reward scale for the replay",
+            },
+        )
+        for algo in ("sac", "tqc")
+    },
     "residual": (ResidualConfig, {}),
     "adaptive": (
         ResidualConfig,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from residual_quad.controllers import available_controllers
-from residual_quad.controllers.extras import RL_EXTRA_CONTROLLERS, UNSHIPPED_POLICY_CONTROLLERS
+from residual_quad.controllers.extras import RL_EXTRA_CONTROLLERS
 from residual_quad.evaluation.sweep import SweepConfig, failed_rows, run_sweep
 
 
@@ -21,9 +21,9 @@ def _rl_extra_installed() -> bool:
     return True
 
 
-def test_every_controller_is_deterministic_across_processes(tmp_path):
-    # controllers without a shipped policy need a path (their tests make tiny policies)
-    names = [n for n in available_controllers() if n not in UNSHIPPED_POLICY_CONTROLLERS]
+def test_every_controller_is_deterministic_across_processes(tmp_path, offpolicy_policy):
+    # ppo_adapt ships no policy and needs a trained file: tests/controllers/test_ppo_adapt.py
+    names = [n for n in available_controllers() if n != "ppo_adapt"]
     options = {}
     if not _rl_extra_installed():  # the rl extra is optional
         names = [n for n in names if n not in RL_EXTRA_CONTROLLERS]
@@ -35,6 +35,8 @@ def test_every_controller_is_deterministic_across_processes(tmp_path):
             tmp_path / "sac.zip"
         )
         options["sb3"] = {"path": str(tmp_path / "sac.zip")}
+        for algo in ("sac", "tqc"):  # no shipped policy: an untrained one
+            options[algo] = {"path": str(offpolicy_policy(algo))}
     cfg = SweepConfig(
         controllers=names,
         payloads=["heavy"],
@@ -68,7 +70,8 @@ from residual_quad.episode import build_controller
 
 for name in available_controllers():
     try:
-        build_controller(name, {}, {"path": "policy.zip"} if name == "sb3" else None)
+        path = name in ("sb3", "sac", "tqc")
+        build_controller(name, {}, {"path": "policy.zip"} if path else None)
     except ImportError as exc:
         assert INSTALL_HINT in str(exc), exc
         print(name)

@@ -94,3 +94,37 @@ def _saved_param_groups(path) -> list[dict]:
 
     _, params, _ = load_from_zip_file(path, device="cpu")
     return params["policy.optimizer"]["param_groups"]
+
+
+@pytest.mark.slow
+def test_multi_tensor_adam_keeps_the_first_sac_updates_bit_for_bit():
+    """SAC's actor, critic and temperature optimizers get the same setting, and it changes no
+    number either (a few dozen gradient steps, same seed)."""
+    from residual_quad.training.ppo_config import OffPolicyHyperparams
+
+    cfg = _config(
+        algo="sac",
+        total_steps=512,
+        normalize_reward=False,
+        offpolicy=OffPolicyHyperparams(
+            buffer_size=1000, batch_size=32, learning_starts=256, net_arch=[16, 16]
+        ),
+    )
+    runs = []
+    for foreach in (True, False):
+        venv = VecNormalize(make_training_env(cfg), norm_reward=False, gamma=cfg.discount())
+        venv.seed(cfg.seed)
+        try:
+            model = new_model(cfg, venv)
+            multi_tensor_adam(model, on=foreach)
+            groups = [*model.actor.optimizer.param_groups, *model.critic.optimizer.param_groups]
+            groups += model.ent_coef_optimizer.param_groups
+            assert all(g["foreach"] is foreach for g in groups)
+            start = [p.detach().numpy().copy() for p in model.policy.parameters()]
+            model.learn(cfg.total_steps)
+            runs.append((start, [p.detach().numpy().copy() for p in model.policy.parameters()]))
+        finally:
+            venv.close()
+    (start_a, fast), (_, plain) = runs
+    assert any(not np.array_equal(a, b) for a, b in zip(start_a, fast, strict=True))  # it learned
+    assert all(np.array_equal(a, b) for a, b in zip(fast, plain, strict=True))

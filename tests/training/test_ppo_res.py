@@ -217,9 +217,12 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
     ctbr = _rewrite(path, tmp_path / "ctbr.zip", action_mode="ctbr")
     with pytest.raises(PolicyFileError, match="ctbr.zip.*action_mode"):
         ResidualPPOController(path=ctbr)
-    kind = _rewrite(path, tmp_path / "kind.zip", controller="sac")
-    with pytest.raises(PolicyFileError, match="kind.zip.*controller 'sac'"):
+    kind = _rewrite(path, tmp_path / "kind.zip", controller="td3")
+    with pytest.raises(PolicyFileError, match="kind.zip.*controller 'td3'"):
         ResidualPPOController(path=kind)
+    algo = _rewrite(path, tmp_path / "algo.zip", algo="sac")  # a ppo_res file is PPO's
+    with pytest.raises(PolicyFileError, match="algo.zip.*algo 'sac'"):
+        ResidualPPOController(path=algo)
     # a ppo_res record on a 4-action network
     four = _rewrite(_ppo_file(), tmp_path / "four.zip", controller="ppo_res", accel_scale=5.0)
     with pytest.raises(PolicyFileError, match=r"four\.zip.*shape \(4,\)"):

@@ -23,6 +23,8 @@ TRAIN_TARGETS: dict[str, str] = {
     "ppo": "residual_quad.commands.train:register_train_ppo",
     "ppo_res": "residual_quad.commands.train:register_train_ppo_res",
     "ppo_adapt": "residual_quad.commands.train:register_train_ppo_adapt",
+    "sac": "residual_quad.commands.train:register_train_sac",
+    "tqc": "residual_quad.commands.train:register_train_tqc",
 }
 
 DEFAULT_DATASET = Path("outputs/residual/dataset.npz")
@@ -31,6 +33,8 @@ DEFAULT_LOGDIR = Path("runs/residual_train")
 DEFAULT_PPO_OUT = Path("runs/ppo")
 DEFAULT_PPO_RES_OUT = Path("runs/ppo_res")
 DEFAULT_PPO_ADAPT_OUT = Path("runs/ppo_adapt")
+#: the policy-training targets (``_cmd_train_ppo``), each also its default shipped config
+POLICY_TARGETS = ("ppo", "ppo_res", "ppo_adapt", "sac", "tqc")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -125,10 +129,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def argv_is_train() -> bool:
-    """Whether this process was started as ``rquad train ppo|ppo_res|ppo_adapt ...`` (to record
-    the command)."""
-    targets = ("ppo", "ppo_res", "ppo_adapt")
-    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in targets
+    """Whether this process was started as ``rquad train ppo|ppo_res|ppo_adapt|sac|tqc ...``
+    (to record the command)."""
+    return len(sys.argv) >= 3 and sys.argv[1] == "train" and sys.argv[2] in POLICY_TARGETS
 
 
 def _cmd_train_ppo(args: argparse.Namespace) -> int:
@@ -220,6 +223,28 @@ def register_train_ppo_adapt(targets: argparse._SubParsersAction) -> None:
         "Train the ppo_adapt policy (PPO whose input holds the RLS residual estimate) with PPO "
         "and domain randomization",
         DEFAULT_PPO_ADAPT_OUT,
+    )
+
+
+def register_train_sac(targets: argparse._SubParsersAction) -> None:
+    """Add the ``sac`` target (off-policy baseline, stable-baselines3 SAC)."""
+    _add_ppo_parser(
+        targets,
+        "sac",
+        "off-policy baseline: stable-baselines3 SAC (needs the rl extra)",
+        "Train the sac policy with SAC on the PPO baseline's env and domain randomization",
+        Path("runs/sac"),
+    )
+
+
+def register_train_tqc(targets: argparse._SubParsersAction) -> None:
+    """Add the ``tqc`` target (off-policy baseline, sb3-contrib TQC)."""
+    _add_ppo_parser(
+        targets,
+        "tqc",
+        "off-policy baseline: sb3-contrib TQC (needs the rl extra)",
+        "Train the tqc policy with TQC on the PPO baseline's env and domain randomization",
+        Path("runs/tqc"),
     )
 
 
