@@ -567,7 +567,8 @@ def policy_actions(network: NumpyPolicy | None, model: Any, x: np.ndarray) -> np
     numpy forward ``network`` where the architecture allows it, else ``model``'s ``predict``."""
     if network is not None:
         return network(x)
-    width = model.observation_space.shape[0]
+    space = getattr(model, "observation_space", None)  # an SB3 model has one
+    width = x.shape[1] if space is None else space.shape[0]
     if x.shape[1] < width:  # an asymmetric actor: its privileged inputs are masked anyway
         x = np.concatenate([x, np.zeros((len(x), width - x.shape[1]), dtype=x.dtype)], axis=1)
     action, _ = model.predict(x, deterministic=True)

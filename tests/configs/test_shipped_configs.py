@@ -93,6 +93,13 @@ SHIPPED = {
             "ppo": "smaller updates, gSDE with a fixed exploration scale",
         },
     ),
+    "ppo_realistic": (
+        PPOTrainConfig,
+        {
+            "env_kwargs": "the realistic plant preset (docs/ppo.md)",
+            "env_threads": "1: trained beside other work",
+        },
+    ),
     "ppo_adapt": (
         PPOTrainConfig,
         {

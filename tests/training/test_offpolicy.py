@@ -41,7 +41,7 @@ def test_gradient_steps_scale_with_the_envs():
     ("kw", "match"),
     [
         ({"algo": "dqn"}, r"algo must be one of \('ppo', 'sac', 'tqc'\)"),
-        ({"algo": "sac", "controller": "ppo_res"}, "ppo_res is PPO only"),
+        ({"algo": "sac", "controller": "ppo_res"}, "ppo_res and ppo_adapt are PPO only"),
         ({"algo": "sac", "privileged_critic": True}, "PPO only"),
         ({"algo": "sac", "offpolicy": {"ent_coef": "x"}}, "ent_coef"),
         ({"algo": "sac", "offpolicy": {"ent_coef": -1.0}}, "ent_coef"),
