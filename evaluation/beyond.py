@@ -64,9 +64,10 @@ def _plant_text(plant: dict[str, Any] | str) -> str:
     return "plant options " + ", ".join(f"`{k}: {v}`" for k, v in plant.items())
 
 
-def _crash_note(diverged: dict[str, int]) -> str:
-    """Which crashes are expected: the shipped RL policies' (trained on the ideal plant)."""
-    rl, other = expected_crashes(diverged)
+def _crash_note(diverged: dict[str, int], retrained: Sequence[str] = ()) -> str:
+    """Which crashes are expected: the shipped RL policies' trained on the ideal plant (not
+    those of ``retrained``, flown with a policy retrained on the sweep's plant)."""
+    rl, other = expected_crashes(diverged, retrained)
     note = ""
     if rl:
         note = (
@@ -95,8 +96,11 @@ def beyond_section(
     extras: Sequence[Extras] = (),
     tables_dir: str | Path | None = None,
     baseline: list[dict[str, Any]] | None = None,
+    retrained: Sequence[str] = (),
 ) -> str:
-    """Markdown of the section for ``rows`` (any sweep's rows). ``plant``: the sweep's ``env``
+    """Markdown of the section for ``rows`` (any sweep's rows). ``retrained``: the RL
+    controllers flown with a policy retrained on the sweep's plant (their crashes are not
+    expected; :func:`retrained_for_plant`). ``plant``: the sweep's ``env``
     options or a sentence; ``rows_path``: where the rows are, as the reader finds them;
     ``extras``: more pieces (added to those of :data:`EXTRA_MAKERS`); figure links are made
     relative to ``out_dir`` (where ``report.md`` lives); ``tables_dir``: also write each table
@@ -145,7 +149,7 @@ def beyond_section(
                 "Diverged runs",
                 ["controller", "runs", "diverged"],
                 [[c, n, d] for c, (n, d) in per.items()],
-                note=_crash_note({c: d for c, (_, d) in per.items() if d}),
+                note=_crash_note({c: d for c, (_, d) in per.items() if d}, retrained),
             )
         )
     pieces = [maker(rows, out) for maker in EXTRA_MAKERS] + list(extras)
@@ -164,15 +168,19 @@ def beyond_section(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def sweep_outcome(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def sweep_outcome(rows: list[dict[str, Any]], retrained: Sequence[str] = ()) -> dict[str, Any]:
     """Runs, failed runs and diverged runs per controller of one sweep's rows (the
-    ``beyond`` entries of a pipeline's ``outcome.json``)."""
+    ``beyond`` entries of a pipeline's ``outcome.json``), and the controllers flown with a
+    policy retrained on the sweep's plant (:func:`retrained_for_plant`) when there are any."""
     flown = flown_rows(rows)
-    return {
+    outcome: dict[str, Any] = {
         "runs": len(flown),
         "failed": len(failed_rows(rows)),
         "diverged": diverged_counts(flown),
     }
+    if retrained:
+        outcome["retrained"] = list(retrained)
+    return outcome
 
 
 def sweep_name(name: str) -> str:
@@ -203,7 +211,8 @@ def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
     if not rows:
         return {}
     name = _saved_pipeline(out).get("beyond")
-    record = {sweep_name(str(name)) if name else BEYOND_DIR: sweep_outcome(rows)}
+    outcome = sweep_outcome(rows, retrained_for_plant(out / BEYOND_DIR))
+    record = {sweep_name(str(name)) if name else BEYOND_DIR: outcome}
     folder = out / RECOVERY_DIR
     names = recovery_names(out)
     if names is None:
@@ -211,14 +220,35 @@ def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
     for n in names:
         rows = read_rows(folder / n)
         if rows:
-            record[n] = sweep_outcome(rows)
+            record[n] = sweep_outcome(rows, retrained_for_plant(folder / n))
     return record
 
 
-def expected_crashes(diverged: dict[str, int]) -> tuple[list[str], list[str]]:
-    """``diverged``'s controllers split into shipped RL policies (trained on the ideal plant, so
-    their crashes on another plant are expected) and the others (not expected)."""
+def expected_crashes(
+    diverged: dict[str, int], retrained: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """``diverged``'s controllers split into shipped RL policies trained on the ideal plant
+    (their crashes on another plant are expected) and the others, ``retrained`` among them —
+    the RL controllers flown with a policy retrained on the sweep's plant (not expected)."""
     from residual_quad.evaluation.rl_seeds import training_seed
 
-    rl = [c for c in diverged if training_seed(c) is not None]
+    rl = [c for c in diverged if training_seed(c) is not None and c not in retrained]
     return rl, [c for c in diverged if c not in rl]
+
+
+def retrained_for_plant(sweep_dir: str | Path) -> list[str]:
+    """The controllers a sweep folder's saved config flies with a policy retrained on its plant
+    (``plant`` option equal to the env's ``preset``: ``ppo: {plant: realistic}``)."""
+    from residual_quad.evaluation.sweep.config import CONFIG_FILE
+
+    path = Path(sweep_dir) / CONFIG_FILE
+    saved = configs.read_yaml(path) if path.is_file() else {}
+    if not isinstance(saved, dict):
+        return []
+    preset = (saved.get("env") or {}).get("preset")
+    options = saved.get("controller_options") or {}
+    return sorted(
+        c
+        for c in saved.get("controllers") or []
+        if preset and isinstance(options.get(c), dict) and options[c].get("plant") == preset
+    )

@@ -267,7 +267,7 @@ def beyond_stage(
     """Fly ``cfg.beyond`` into ``out/beyond/`` and each of ``cfg.recovery`` into
     ``out/recovery/<name>/``; return the report's "Beyond the source" section (tables also as
     ``tables/beyond_*.csv``; ``baseline``: the main matrix's rows, compared run by run)."""
-    from residual_quad.evaluation.beyond import beyond_section
+    from residual_quad.evaluation.beyond import beyond_section, retrained_for_plant
     from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.rl_seeds import training_seed
 
@@ -313,6 +313,7 @@ def beyond_stage(
         extras=[recovery_extras(out, [sweep_name(n) for n in cfg.recovery])],
         tables_dir=out / "tables",
         baseline=baseline,
+        retrained=retrained_for_plant(out / BEYOND_DIR),
     )
     return section
 
@@ -396,7 +397,7 @@ def beyond_lines(beyond: dict[str, Any]) -> list[str]:
             line += f", {o['failed']} failed"
         if n_div:
             line += " (" + ", ".join(f"{c} {n}" for c, n in crashes.items()) + ")"
-            rl, other = expected_crashes(crashes)
+            rl, other = expected_crashes(crashes, o.get("retrained", ()))
             if rl:
                 line += (
                     f"; expected for {', '.join(rl)}: RL policies trained on the ideal plant "

@@ -420,6 +420,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
         beyond_outcome_of,
         beyond_section,
         recovery_names,
+        retrained_for_plant,
     )
     from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
@@ -459,6 +460,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
                 extras=[recovery_extras(out, names)],
                 tables_dir=out / "tables",
                 baseline=rows if len(episodes) == 1 else None,  # the same runs only
+                retrained=retrained_for_plant(beyond_dir),
             )
         )
         beyond_record = beyond_outcome_of(out)

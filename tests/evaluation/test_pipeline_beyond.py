@@ -181,6 +181,27 @@ def test_closing_lines_name_the_rl_crashes_as_expected_and_others_not():
     assert beyond_lines({}) == []
 
 
+def test_a_policy_retrained_on_the_sweeps_plant_is_not_expected_to_crash(tmp_path):
+    """``ppo: {plant: realistic}`` on the realistic preset flies a policy retrained on that
+    plant: its crashes are named as not expected, in the closing lines and the section's note."""
+    from residual_quad.evaluation.beyond import retrained_for_plant
+    from residual_quad.evaluation.sweep.config import CONFIG_FILE
+
+    cfg = {
+        "controllers": ["geo", "ppo", "ppo_res"],
+        "env": {"preset": "realistic"},
+        "controller_options": {"ppo": {"plant": "realistic"}, "geo": {"kp": 1.0}},
+    }
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(cfg))  # JSON is YAML
+    assert retrained_for_plant(tmp_path) == ["ppo"]
+    assert retrained_for_plant(tmp_path / "missing") == []
+    crashes = {"ppo": 2, "ppo_res": 5}
+    assert expected_crashes(crashes, ["ppo"]) == (["ppo_res"], ["ppo"])
+    line = beyond_lines({"m": {"runs": 9, "diverged": crashes, "retrained": ["ppo"]}})[0]
+    assert line.endswith("(docs/rl_policies.md); not expected: ppo")
+    assert "expected for ppo_res:" in line
+
+
 def test_the_beyond_record_is_compared_with_the_committed_one():
     committed = committed_outcome()
     mine = copy.deepcopy(committed)

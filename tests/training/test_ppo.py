@@ -195,6 +195,43 @@ def test_shipped_training_seeds_are_the_committed_configs_within_budget(kind):
 
 
 @needs_sb3
+def test_the_policy_shipped_for_the_realistic_plant():
+    """``ppo:plant=realistic`` flies the policy trained with configs/ppo_realistic.yaml (the
+    realistic preset, ``extra`` held out), which records its budget and the command that rebuilds
+    it; it flies the held-out payload on that plant without a crash. A plant no policy was
+    shipped for, or a path with a plant, is refused."""
+    from residual_quad.controllers.policy_file import shipped_policy_path
+    from residual_quad.episode import run_episode
+
+    path = shipped_policy_path("ppo", 0, "realistic")
+    meta = read_meta(path)
+    budget = meta["budget"]
+    assert meta["env_kwargs"] == {"preset": "realistic"} and budget["steps"] >= 6_000_000
+    assert budget["command"].startswith("rquad train ppo ppo_realistic ") and budget["seed"] == 0
+    committed = configs.to_dict(configs.load(PPOTrainConfig, "ppo_realistic"))
+    assert configs.to_dict(configs.load(PPOTrainConfig, meta["config"])) == committed
+    assert "extra" not in committed["payloads"]
+    ctrl = make_controller("ppo", plant="realistic")
+    assert ctrl.path == path and ctrl.env_kwargs == {"preset": "realistic"}
+    r = run_episode(
+        ctrl,
+        payload="extra",
+        wind="windy",
+        trajectory="hover",
+        seed=0,
+        episode_s=6.0,
+        preset="realistic",
+    )
+    assert not r.diverged and r.rmse < 0.2
+    with pytest.raises(FileNotFoundError, match="'realistic' plant of training seed 4"):
+        make_controller("ppo", plant="realistic", training_seed=4)
+    with pytest.raises(FileNotFoundError, match="no shipped 'ppo_res' policy for the 'realistic'"):
+        make_controller("ppo_res", plant="realistic")
+    with pytest.raises(ValueError, match="not both"):
+        make_controller("ppo", path=path, plant="realistic")
+
+
+@needs_sb3
 def test_missing_and_corrupt_files_give_clear_errors(tmp_path, smoke_run):
     missing = tmp_path / "nope.zip"
     with pytest.raises(FileNotFoundError, match="nope.zip"):
