@@ -236,19 +236,27 @@ def expected_crashes(
     return rl, [c for c in diverged if c not in rl]
 
 
+def plant_matched(
+    controllers: Sequence[str], env: dict[str, Any] | None, options: dict[str, Any] | None
+) -> list[str]:
+    """The ``controllers`` whose ``options`` fly a policy retrained on the plant of ``env``
+    (``plant`` option equal to its ``preset``: ``ppo: {plant: realistic}``)."""
+    preset = (env or {}).get("preset")
+    options = options or {}
+    return sorted(
+        c
+        for c in controllers
+        if preset and isinstance(options.get(c), dict) and options[c].get("plant") == preset
+    )
+
+
 def retrained_for_plant(sweep_dir: str | Path) -> list[str]:
-    """The controllers a sweep folder's saved config flies with a policy retrained on its plant
-    (``plant`` option equal to the env's ``preset``: ``ppo: {plant: realistic}``)."""
+    """:func:`plant_matched` of a sweep folder's saved config (``[]`` without one)."""
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
 
     path = Path(sweep_dir) / CONFIG_FILE
     saved = configs.read_yaml(path) if path.is_file() else {}
     if not isinstance(saved, dict):
         return []
-    preset = (saved.get("env") or {}).get("preset")
-    options = saved.get("controller_options") or {}
-    return sorted(
-        c
-        for c in saved.get("controllers") or []
-        if preset and isinstance(options.get(c), dict) and options[c].get("plant") == preset
-    )
+    controllers = saved.get("controllers") or []
+    return plant_matched(controllers, saved.get("env"), saved.get("controller_options"))

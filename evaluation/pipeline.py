@@ -267,14 +267,21 @@ def beyond_stage(
     """Fly ``cfg.beyond`` into ``out/beyond/`` and each of ``cfg.recovery`` into
     ``out/recovery/<name>/``; return the report's "Beyond the source" section (tables also as
     ``tables/beyond_*.csv``; ``baseline``: the main matrix's rows, compared run by run)."""
-    from residual_quad.evaluation.beyond import beyond_section, retrained_for_plant
+    from residual_quad.evaluation.beyond import (
+        beyond_section,
+        plant_matched,
+        retrained_for_plant,
+    )
     from residual_quad.evaluation.recovery_report import recovery_extras
     from residual_quad.evaluation.rl_seeds import training_seed
 
     s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
     if notes is not None:
         notes += more
-    rl = [c for c in s_cfg.labels if training_seed(c) is not None]
+    matched = plant_matched(s_cfg.controllers, s_cfg.env, s_cfg.controller_options)
+    rl = [c for c in s_cfg.labels if training_seed(c) is not None and c not in matched]
+    if matched:
+        print(f"      {', '.join(matched)}: the policy retrained on this plant")
     if rl and s_cfg.env:
         print(
             f"      {', '.join(rl)} fly as trained, on the ideal plant: a 'diverged:' line of "
