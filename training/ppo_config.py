@@ -177,6 +177,10 @@ class PPOTrainConfig:
     max_position_error: float = 1.5  # m, training episodes end beyond it (evaluation: env's 5 m)
     # env reward overrides; alive 2: with 1 the reward turns negative beyond ~1 m (docs/ppo.md)
     reward_weights: dict[str, float] = field(default_factory=lambda: {"alive": 2.0})
+    # the policy's own action cost per decision, w_smooth·‖u − u_prev‖² + w_magnitude·‖u‖² (u in
+    # [-1, 1]; ppo_res: its correction, which the env's rotor-level terms do not see)
+    action_smooth: float = 0.0
+    action_magnitude: float = 0.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -257,6 +261,10 @@ class PPOTrainConfig:
         for sc in self.eval_scenarios:
             if len(sc) != 3:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")
+        for name in ("action_smooth", "action_magnitude"):
+            w = getattr(self, name)
+            if isinstance(w, bool) or not (math.isfinite(w) and w >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
         if self.total_steps <= 0 or (self.n_envs is not None and self.n_envs < 1):
             raise ValueError("total_steps and n_envs must be positive")
         if self.backend == "subproc":

@@ -51,6 +51,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         reward_weights=cfg.reward_weights or None,
         max_position_error=cfg.max_position_error,
         privileged=cfg.privileged_critic,
+        action_cost=(cfg.action_smooth, cfg.action_magnitude),
         **cfg.env_kwargs,
     )
     return VecMonitor(venv)

@@ -175,6 +175,7 @@ class QuadVecEnv(VecEnv):
         features: FeatureSpec | None = None,
         estimator: Any = None,
         privileged: bool = False,
+        action_cost: tuple[float, float] = (0.0, 0.0),
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -199,6 +200,7 @@ class QuadVecEnv(VecEnv):
         if estimator is not None and pilot is not None:
             raise ValueError("the estimator reads rotor actions: it takes no pilot")
         self.estimator = estimator
+        self.action_cost = tuple(float(w) for w in action_cost)  # (smooth, magnitude) weights
         period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
         self.inputs = PolicyInputs(self.feature_spec, int(num_envs), self.action_dim, period_s)
         self.actor_dim = self.inputs.dim  # the policy's inputs; privileged columns come after
@@ -273,6 +275,7 @@ class QuadVecEnv(VecEnv):
         if est is not None:
             self._estimate = est.observe(last)
         features = self._with_privileged(self.inputs.features(last, action, self._estimate), truth)
+        reward -= self._action_cost(action)
         self._last[:] = action
         infos = [
             {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
@@ -307,6 +310,19 @@ class QuadVecEnv(VecEnv):
                 features[i] = first[k]
                 self._scenario_info[i] = _scenario_info(venv.scenarios[i])
         return features, reward.astype(np.float32), dones, infos
+
+    def _action_cost(self, action: np.ndarray) -> np.ndarray:
+        """The policy's own action cost per env, ``w_s·‖u − u_prev‖² + w_m·‖u‖²`` (``u`` the
+        policy's action, ``u_prev`` the previous one of the episode, zero at its start): the
+        smoothness shaping of [SIMPLEFLIGHT] on what the policy outputs — for ``ppo_res`` its
+        correction, whose rotor-level effect the env's own ``smooth`` term does not see."""
+        w_smooth, w_mag = self.action_cost
+        cost = np.zeros(len(action))
+        if w_smooth:
+            cost += w_smooth * np.sum((action - self._last) ** 2, axis=1)
+        if w_mag:
+            cost += w_mag * np.sum(action**2, axis=1)
+        return cost
 
     # ------------------------------------------------------------------ privileged columns
     def _truth_rows(self, n: int) -> np.ndarray | None:

@@ -140,3 +140,29 @@ def test_smoke_training_of_ppo_adapt(tmp_path):
     obs[29:33] = 1.2
     ctrl.reset()
     assert np.all(np.isfinite(ctrl.policy(obs)))
+
+
+def test_the_policy_action_cost_is_its_smoothness_and_magnitude():
+    """``action_cost=(w_s, w_m)`` lowers each decision's reward by exactly
+    ``w_s·‖u − u_prev‖² + w_m·‖u‖²`` (``u_prev`` zero at an episode's start) and changes
+    nothing else; negative or non-finite weights are config errors."""
+    kw = dict(action_repeat=2, nthread=1, scenarios=SCENARIOS, **ENV_KW)
+    plain = QuadVecEnv(len(SCENARIOS), constant_sampler, **kw)
+    costly = QuadVecEnv(len(SCENARIOS), constant_sampler, action_cost=(0.5, 0.25), **kw)
+    rng = np.random.default_rng(0)
+    for venv in (plain, costly):
+        venv.seed(3)
+        venv.reset()
+    prev = np.zeros((len(SCENARIOS), 4))
+    for _ in range(6):
+        u = rng.uniform(-0.3, 0.1, (len(SCENARIOS), 4)).astype(np.float32)
+        f0, r0, d0, _ = plain.step(u)
+        f1, r1, d1, _ = costly.step(u)
+        want = 0.5 * ((u - prev) ** 2).sum(1) + 0.25 * (u.astype(np.float64) ** 2).sum(1)
+        np.testing.assert_allclose(r0 - r1, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(f0, f1)
+        prev = np.where(d0[:, None], 0.0, u)
+    plain.close(), costly.close()
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="action_smooth must be a finite number >= 0"):
+            PPOTrainConfig(action_smooth=bad)
