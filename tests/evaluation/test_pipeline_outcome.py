@@ -54,7 +54,10 @@ def test_a_run_like_the_committed_one_says_so():
     assert lines[0].startswith(f"targets: {met} of {n} met; missed: ")
     assert "geo_rls RMSE in every payload × wind cell (max 0.0280 m, goal ≤ 0.026 m)" in lines[0]
     assert lines[1] == "diverged runs: 8 of 1296 (ppo_res 8)"
-    assert lines[2].startswith("as expected: the committed run")
+    beyond = committed.get("beyond", {})
+    assert len(lines) == 3 + len(beyond)  # one line per beyond-the-source sweep
+    assert all(line.startswith("beyond the source, ") for line in lines[2:-1])
+    assert lines[-1].startswith("as expected: the committed run")
 
 
 def test_a_different_outcome_is_named():
@@ -67,7 +70,7 @@ def test_a_different_outcome_is_named():
     assert f"{committed['targets'][0]['target']} now met" in diffs
     assert any(d.startswith("target not checked here: ppo ") for d in diffs)
     assert any(d.startswith("diverged runs {}") for d in diffs)
-    assert closing_lines(mine, committed)[2].startswith("differs from the committed run")
+    assert closing_lines(mine, committed)[-1].startswith("differs from the committed run")
 
 
 def test_only_the_default_pipeline_is_compared_with_the_committed_run():
@@ -75,7 +78,7 @@ def test_only_the_default_pipeline_is_compared_with_the_committed_run():
     assert is_committed_run(dataclasses.replace(PipelineConfig(), workers=1, animation=False))
     assert not is_committed_run(QUICK)
     lines = closing_lines(committed_outcome(), None)
-    assert "settings differ from the committed run's" in lines[2]
+    assert "settings differ from the committed run's" in lines[-1]
 
 
 def test_the_committed_report_is_its_rows_rendered(tmp_path):
