@@ -78,13 +78,12 @@ def new_model(
     if cfg.algo != "ppo":
         return new_offpolicy_model(cfg, venv, tensorboard, verbose)
     sb3 = import_sb3(rl_purpose(cfg.controller))
-    import torch
 
     h = cfg.ppo
     lr: Any = h.learning_rate
     if h.lr_final is not None:
         lr = LinearSchedule(h.learning_rate, h.lr_final)
-    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    act = activation(h.activation)
     policy: Any = "MlpPolicy"
     extra: dict[str, Any] = {}
     if cfg.privileged_critic:
@@ -129,10 +128,9 @@ def new_offpolicy_model(
     """A fresh SAC [SAC] or TQC [TQC] per ``cfg.offpolicy`` on ``venv`` (seeded ``cfg.seed``,
     CPU); gradient steps per update scale with the envs
     (:meth:`~residual_quad.training.ppo_config.OffPolicyHyperparams.resolved_gradient_steps`)."""
-    import torch
 
     h = cfg.offpolicy
-    act = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[h.activation]
+    act = activation(h.activation)
     policy_kwargs: dict[str, Any] = {
         "net_arch": list(h.net_arch),
         "activation_fn": act,
@@ -163,6 +161,13 @@ def new_offpolicy_model(
     )
     prepare_learner(model, cfg)
     return model
+
+
+def activation(name: str) -> Any:
+    """The torch activation class of a config's ``activation`` name (tanh, relu, elu)."""
+    import torch
+
+    return {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU, "elu": torch.nn.ELU}[name]
 
 
 def prepare_learner(model: Any, cfg: PPOTrainConfig) -> None:
