@@ -292,6 +292,12 @@ class SACController(PPOController):
 
     kind = "sac"
     batched = BatchedSACController
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="SAC with SB3-zoo-like defaults, untuned here; its budget in the policy file "
+        "(docs/ppo.md)",
+        learned="policy",
+    )
 
 
 class TQCController(PPOController):
@@ -300,6 +306,12 @@ class TQCController(PPOController):
 
     kind = "tqc"
     batched = BatchedTQCController
+    INFORMATION = InformationUse(
+        feedforward_accel=True,
+        tuning="TQC with SB3-zoo-like defaults, untuned here; its budget in the policy file "
+        "(docs/ppo.md)",
+        learned="policy",
+    )
 
 
 def controller_class(kind: str) -> type[PPOController]:

@@ -110,6 +110,7 @@ def test_each_twin_sits_beside_its_single_class_and_is_named_after_it():
         "hnewton_rls",
         "ppo",
         "ppo_res",
+        "ppo_adapt",
         "sac",
         "tqc",
     ]
