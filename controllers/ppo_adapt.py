@@ -104,13 +104,6 @@ class AdaptEstimator:
         """A new episode for the envs ``index``."""
         self.estimator.reset(index)
 
-    def _state(self) -> list[tuple[Any, str]]:
-        est = self.estimator
-        state = [(est, a) for a in est.ROW_STATE]
-        if est.rls is not None:
-            state += [(est.rls, a) for a in est.rls.ROW_STATE]
-        return state
-
     def observe(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Δâ (N, 3), world, m/s², of the new observations ``obs`` (N, ≥ 36); only the envs
         ``rows`` (N,) bool (default: all) advance — the others keep their state and estimate
@@ -120,7 +113,9 @@ class AdaptEstimator:
             R = o[:, L.rot].reshape(-1, 3, 3)
             return self.estimator.estimate(o, R, self._zeros).copy()
         still = ~rows
-        saved = [(h, a, np.array(getattr(h, a))[still].copy()) for h, a in self._state()]
+        saved = [
+            (h, a, np.array(getattr(h, a))[still].copy()) for h, a in self.estimator.row_state()
+        ]
         o = np.where(still[:, None], NEUTRAL_OBS, o)
         self.estimator.estimate(o, o[:, L.rot].reshape(-1, 3, 3), self._zeros)
         for h, a, values in saved:

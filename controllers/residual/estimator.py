@@ -391,6 +391,14 @@ class BatchedResidualEstimator:
         self._ood_idx, self._ood_mean, self._ood_inv_std = ood_statistics(config, net)
         self.reset()
 
+    def row_state(self) -> list[tuple[Any, str]]:
+        """(holder, attribute) of every per-env array: this estimator's :data:`ROW_STATE` and its
+        RLS's — what a caller saves and restores around a batch some rows sit out."""
+        state = [(self, a) for a in self.ROW_STATE]
+        if self.rls is not None:
+            state += [(self.rls, a) for a in self.rls.ROW_STATE]
+        return state
+
     def reset(self, index: int | slice = slice(None)) -> None:
         """Back to the offline network and the RLS prior for the envs ``index`` (default: all)."""
         for buf in (

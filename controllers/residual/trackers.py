@@ -232,11 +232,7 @@ class EstimatorRows:
         self.estimator.reset(index)
 
     def _row_state(self) -> list[tuple[Any, str]]:
-        est = self.estimator
-        state = [(est, a) for a in est.ROW_STATE]
-        if est.rls is not None:
-            state += [(est.rls, a) for a in est.rls.ROW_STATE]
-        return [*super()._row_state(), *state]  # type: ignore[misc]
+        return [*super()._row_state(), *self.estimator.row_state()]  # type: ignore[misc]
 
     def _forget_rows(self, rows: np.ndarray) -> None:
         self.estimator.forget_previous_sample(rows)
