@@ -132,6 +132,11 @@ class ResidualPPOController(Tracker):
             self.inputs = policy_inputs(self, 1)
         self.inputs.reset_rows()
 
+    @property
+    def held_action(self) -> np.ndarray:
+        """The policy's action being held, in [-1, 1]³ (the correction over ``accel_scale``)."""
+        return self._u.copy()
+
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
         return policy_actions(self.network, self.model, x)

@@ -155,7 +155,12 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
             from residual_quad.remote.telemetry import FlightTelemetry, McapSink
 
             telemetry = FlightTelemetry([McapSink(record)])
-        callbacks = [c for c in (logger, telemetry and telemetry.episode_callback()) if c]
+        from residual_quad.evaluation.correction import CorrectionRecorder
+
+        recorder = (
+            CorrectionRecorder(controller) if CorrectionRecorder.applies(controller) else None
+        )
+        callbacks = [c for c in (logger, telemetry and telemetry.episode_callback(), recorder) if c]
         try:
             result = run_episode(
                 controller,
@@ -177,6 +182,8 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
                 telemetry.close()
         if logger is not None:
             logger.close()
+        if recorder is not None:
+            result.extras["correction"] = recorder.stats(STEADY_STATE_FROM_S)
         rows.append((name, result))
     return rows
 
@@ -214,6 +221,8 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
                 max_error_episode=_finite(m["max_error_episode"]),
                 **_recovery(args, r),
             )
+            if "correction" in r.extras:
+                m["correction"] = r.extras["correction"].as_dict()
             out.append(
                 {
                     "controller": name,
@@ -229,6 +238,8 @@ def _print(args: argparse.Namespace, rows: list[tuple[str, EpisodeResult]]) -> N
         print(_scenario_line(args))
         print(format_table(rows))
         for name, r in rows:
+            if "correction" in r.extras:
+                print(r.extras["correction"].line(name))
             rec = _recovery(args, r)
             if rec:
                 back, iae, peak = (
