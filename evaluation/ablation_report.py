@@ -88,7 +88,8 @@ def table(rows: list[dict[str, Any]], eval_flights: int | None = None) -> str:
         f"Mean over training seeds of each run's mean RMSE (m){flights} (a run's mean leaves out"
         " its crashed flights), [lowest–highest seed];"
         " crashes: crashed evaluation flights summed over seeds; the last column compares the"
-        f" final means with {base_label} (— until it has a finished run).",
+        f" final means with {base_label}"
+        + (" (—: it has no finished run yet)." if not math.isfinite(first) else "."),
         "",
         "| variant | " + " | ".join(f"seed {s}" for s in _all_seeds(rows)) + " |",
         "|---|" + "---|" * len(_all_seeds(rows)),
