@@ -91,8 +91,6 @@ class AblationConfig:
             or len(set(self.seeds)) != len(self.seeds)
         ):
             raise ValueError(f"seeds must be distinct non-negative integers, got {self.seeds}")
-        if not self.variants:
-            raise ValueError("variants must not be empty")
         names = [v.name for v in self.variants]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -190,6 +188,8 @@ def plan(cfg: AblationConfig, out: str | Path) -> list[tuple[AblationVariant, in
     """Every (variant, seed) with its :func:`run_status`, in training order (seed-major: the
     first seed of every variant first, so a partial ablation compares all variants; seeds in
     increasing order)."""
+    if not cfg.variants:
+        raise ValueError("the ablation has no variants: list them under `variants:`")
     return [
         (v, seed, run_status(run_dir(out, v, seed), cfg.run_config(v, seed)))
         for seed in sorted({s for v in cfg.variants for s in cfg.seeds_of(v)})

@@ -10,6 +10,7 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.controllers.residual.config import ResidualConfig
+from residual_quad.evaluation.ablation import AblationConfig
 from residual_quad.evaluation.stress import StressConfig
 from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
 from residual_quad.evaluation.sweep import SweepConfig
@@ -81,6 +82,10 @@ SHIPPED = {
             "env": "the rotor-failure event (docs/recovery.md)",
             "series": "every run (the recovery figure)",
         },
+    ),
+    "ablation": (
+        AblationConfig,
+        {"variants": "the study's data; the dataclass has none"},
     ),
     "stress": (StressConfig, {"scenarios": "the study's data; the dataclass has none"}),
     "collect": (CollectConfig, {}),

@@ -54,13 +54,18 @@ def test_merge_keeps_the_base_keys_of_a_mapping_and_replaces_the_rest():
         ([{"name": "A b"}], "folder name"),
         ([{"name": "a", "base": "no_such_config"}], "no config file 'no_such_config'"),
         ([{"name": "a", "overrides": {"features": {"estimate": True}}}], "ppo_adapt"),
-        ([], "variants must not be empty"),
     ],
 )
 def test_bad_ablation_configs_are_errors_naming_the_problem(variants, needle):
     with pytest.raises((ValueError, FileNotFoundError)) as err:
         ablation.load({"variants": variants})
     assert needle in str(err.value)
+
+
+def test_an_ablation_without_variants_trains_nothing_and_says_why(tmp_path):
+    with pytest.raises(ValueError, match="no variants"):
+        ablation.run_ablation(ablation.load({}), tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("seeds", [[], [1, 1], [-1]])
