@@ -206,7 +206,14 @@ class PolicyInputs:
         parts = [base.astype(np.float64)]
         if spec.preview_k:
             if o.shape[1] != self.obs_dim:
-                flown = "base" if o.shape[1] == OBS_DIM else "another layout"
+                extra = o.shape[1] - OBS_DIM
+                flown = (
+                    "base"
+                    if extra == 0
+                    else f"preview {extra // 6}"
+                    if extra % 6 == 0
+                    else "no observation layout"
+                )
                 raise LayoutError(
                     f"trained on {spec.layout_name(self.action_dim)} (observations of "
                     f"{self.obs_dim} values: preview {spec.preview_k}) but flown on observations "

@@ -81,7 +81,8 @@ def export_policy(
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which
     budget["eval_at_selection"] = meta.get("eval")
-    kind = meta.get("algo", "ppo") if meta.get("algo") in ("sac", "tqc") else "ppo"
+    algo = meta.get("algo", "ppo")
+    kind = algo if algo in ("sac", "tqc") else meta.get("controller", "ppo")
     budget["command"] = command or f"rquad train {kind} --out {run_dir} --seed {summary['seed']}"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(src.read_bytes())

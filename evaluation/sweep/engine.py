@@ -31,6 +31,7 @@ from residual_quad.episode import (
     control_dt,
     fly,
     fly_batch,
+    observation_env,
 )
 from residual_quad.evaluation.recovery import recovery_spec
 from residual_quad.evaluation.sweep.config import CONFIG_FILE, SweepConfig, expand, wants_series
@@ -128,25 +129,30 @@ def run_batch(
 
 
 def _fly_together(specs: list[RunSpec], cfg: SweepConfig) -> list[EpisodeResult]:
-    """The results of ``specs`` flown in one batch per action mode, in ``specs`` order; raises
+    """The results of ``specs`` flown in one batch per action mode and observation (a policy's
+    preview: :func:`~residual_quad.episode.observation_env`), in ``specs`` order; raises
     whatever a batch controller or the vector env raises."""
     context = ControlContext(control_dt=control_dt(cfg.env))
     by_label: dict[str, list[int]] = {}
     for i, s in enumerate(specs):
         by_label.setdefault(s.controller, []).append(i)
-    by_mode: dict[str, list[tuple[Any, list[int]]]] = {}
+    by_mode: dict[tuple[str, str], list[tuple[Any, list[int]]]] = {}
+    envs: dict[tuple[str, str], dict[str, Any]] = {}
     for label, idx in by_label.items():
         ctrl = batch_from_spec(
             cfg.controller_spec(label), len(idx), context, **cfg.controller_options.get(label, {})
         )
-        by_mode.setdefault(ctrl.action_mode, []).append((ctrl, idx))
+        own = {**observation_env(ctrl), **cfg.env}  # the sweep's env wins, as in run_episode
+        key = (ctrl.action_mode, repr(sorted(own.items())))
+        by_mode.setdefault(key, []).append((ctrl, idx))
+        envs[key] = own
     out: list[EpisodeResult | None] = [None] * len(specs)
-    for parts in by_mode.values():
+    for key, parts in by_mode.items():
         idx = [i for _, part in parts for i in part]
         local = {i: k for k, i in enumerate(idx)}
         ctrl = BatchedGroups([(c, [local[i] for i in part]) for c, part in parts])
         with blas_threads(1):  # one process per core: a second BLAS thread only contends
-            results = fly_batch([specs[i] for i in idx], ctrl, cfg.env)
+            results = fly_batch([specs[i] for i in idx], ctrl, envs[key])
         for i, res in zip(idx, results, strict=True):
             out[i] = res
     return out  # type: ignore[return-value]

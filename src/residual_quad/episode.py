@@ -27,6 +27,11 @@ from residual_quad.envs.registration import ENV_ID
 from residual_quad.envs.trajectories import make_named_trajectory
 
 STEADY_STATE_FROM_S = 3.0  # s, metrics ignore the take-off transient before this time
+#: env arguments that shape the observation a policy was trained on (its file's ``env_kwargs``):
+#: :func:`run_episode` and :func:`fly_batch` make the env with the controller's own, as they do
+#: with its ``action_mode``, unless the caller sets them. The plant's arguments are not among
+#: them: the plant is the caller's (a policy trained on another plant flies on the one given).
+OBSERVATION_ENV_KWARGS = ("preview",)
 _INITIAL_CAPACITY = 1 << 16  # time-series rows preallocated by run_episode (≈ 11 min at 100 Hz)
 
 
@@ -75,6 +80,19 @@ class EpisodeResult:
             "steps": self.steps,
             "wall_time": self.wall_time,
         }
+
+
+def observation_env(controller: Any) -> dict[str, Any]:
+    """The observation-shaping env arguments (:data:`OBSERVATION_ENV_KWARGS`) ``controller``
+    was trained with — a policy file's ``preview`` — for a single or a batched controller;
+    ``{}`` for one that needs none."""
+    candidates = [controller, getattr(controller, "single", None)]
+    candidates += list(getattr(controller, "controllers", ()))[:1]
+    for c in candidates:
+        kwargs = getattr(c, "env_kwargs", None)
+        if isinstance(kwargs, dict):
+            return {k: kwargs[k] for k in OBSERVATION_ENV_KWARGS if k in kwargs}
+    return {}
 
 
 def run_episode(
@@ -135,8 +153,11 @@ def run_episode(
             control_dt=control_dt(env_kwargs),
         )
         controller = parse_spec(controller).build(context)
-    # the env speaks the controller's action mode unless the caller insists on one
+    # the env speaks the controller's action mode and gives the observation it was trained on
+    # (a policy's preview) unless the caller insists on others
     env_kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
+    for key, value in observation_env(controller).items():
+        env_kwargs.setdefault(key, value)
     made = gym.make(
         env_id or ENV_ID,
         payload="none" if payload is None else payload,
@@ -403,6 +424,8 @@ def fly_batch(
     scenarios = [s.env_scenario(shared) for s in specs]
     kwargs = dict(env or {})
     kwargs.setdefault("action_mode", getattr(controller, "action_mode", "rotor"))
+    for key, value in observation_env(controller).items():
+        kwargs.setdefault(key, value)
     venv = ResidualQuadVectorEnv(
         n, scenarios=scenarios, nthread=nthread, episode_s=lengths[0], **kwargs
     )

@@ -201,3 +201,41 @@ def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
     assert np.array_equal(second[0], first[0]) and batch.adapt.estimator.steps.tolist() == [1, 2]
     assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
     assert np.isfinite(batch.last_estimate).all()
+
+
+PREVIEW = FeatureSpec(preview_k=2, action_history=2, estimate=True)
+
+
+def test_a_preview_policy_flies_in_the_env_of_its_file_alone_and_in_sweeps(tmp_path):
+    """run_episode and both sweep backends make the env with the policy's preview (as with its
+    action mode); the other controllers of the batch fly the plain env, the numbers agree."""
+    from residual_quad.episode import run_episode
+    from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+
+    path = tiny_policy(tmp_path / "p.zip", "ppo_adapt", PREVIEW, env_kwargs={"preview": [2, 0.1]})
+    alone = run_episode(f"ppo_adapt:path={path}", payload="heavy", trajectory="helix", episode_s=2)
+    assert alone.steps > 50  # an untrained policy: it flies (and may crash), no layout error
+    label = f"ppo_adapt:path={path}"
+    cfg = {
+        "controllers": [label, "pid"],
+        "payloads": ["heavy"],
+        "winds": ["windy"],
+        "trajectories": ["helix"],
+        "seeds": [0, 1],
+        "episode_s": 2.0,
+        "series": [],
+    }
+    rows = {}
+    for backend in ("vector", "local"):
+        got = run_sweep(SweepConfig(**cfg), tmp_path / backend, backend=backend, progress=False)
+        assert not [r for r in got if r.get("failed")]
+        rows[backend] = {r["run_id"]: (r["diverged"], r["control_cost"]) for r in got}
+    assert rows["vector"].keys() == rows["local"].keys() and len(rows["vector"]) == 4
+    for run_id, (diverged, cost) in rows["vector"].items():
+        assert diverged == rows["local"][run_id][0]
+        assert cost == pytest.approx(rows["local"][run_id][1], rel=1e-9)
+    # a sweep whose env sets another preview keeps it: the policy refuses that layout at step 0
+    other = SweepConfig(**{**cfg, "controllers": [label], "env": {"preview": [3, 0.1]}})
+    failed = run_sweep(other, tmp_path / "other", backend="local", progress=False)
+    assert all(r.get("failed") for r in failed)
+    assert "preview 2" in failed[0]["error"] and "preview 3" in failed[0]["error"]
