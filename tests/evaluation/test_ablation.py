@@ -252,3 +252,21 @@ def test_the_cli_rejects_an_unknown_variant_listing_the_valid_ones(tmp_path, cap
     code = main(["ablate", "--out", str(tmp_path), "--variants", "ppo,nope"])
     assert code != 0
     assert "no variant 'nope'; variants: ppo, ppo_preview_history" in capsys.readouterr().err
+
+
+def test_cli_seeds_override_every_variant_also_those_with_their_own(tmp_path, capsys):
+    from residual_quad.cli import main
+
+    spec = {"seeds": [0, 1], "variants": [{"name": "a", "seeds": [0, 1, 2, 3]}, {"name": "b"}]}
+    cfg = ablation.load(spec)
+    for name in ("a", "b"):
+        for seed in (0, 1, 2, 3) if name == "a" else (0, 1):
+            _fake_run(cfg, tmp_path, name, seed, [(10, 0, 0.1 * (seed + 1))])
+    yaml_path = tmp_path / "abl.yaml"
+    yaml_path.write_text(json.dumps(spec))
+    argv = ["ablate", str(yaml_path), "--out", str(tmp_path), "--table-only"]
+    assert main([*argv, "--seeds", "1"]) == 0
+    assert {(r["variant"], r["seed"]) for r in ablation.read_rows(tmp_path)} == {("a", 1), ("b", 1)}
+    assert main(argv) == 0
+    assert len(ablation.read_rows(tmp_path)) == 6
+    capsys.readouterr()

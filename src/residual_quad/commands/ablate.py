@@ -13,6 +13,9 @@ DEFAULT_OUT = Path("runs/ablation")
 
 def _cmd(args: argparse.Namespace) -> int:
     cfg = ablation.load(args.config, steps=args.steps, seeds=args.seeds)
+    if args.seeds is not None:  # these seeds for every variant, also those that name their own
+        for v in cfg.variants:
+            v.seeds = None
     out = Path(args.out)
     only = [n.strip() for n in args.variants.split(",") if n.strip()] if args.variants else None
     if args.table_only:
@@ -39,7 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", nargs="?", default="ablation", help="YAML path or shipped name")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"folder (default: {DEFAULT_OUT})")
     p.add_argument("--variants", default=None, help="comma list: train only these variants")
-    p.add_argument("--seeds", type=seed_list, default=None, help="comma list (override)")
+    p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help="comma list: these training seeds for every variant (override)",
+    )
     p.add_argument("--steps", type=positive_int, default=None, help="policy steps (override)")
     p.add_argument(
         "--table-only", action="store_true", help="train nothing: tabulate the finished runs"
