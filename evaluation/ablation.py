@@ -285,12 +285,20 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
 
 
-def collect_rows(cfg: AblationConfig, out: str | Path) -> list[dict[str, Any]]:
-    """The rows of every finished run of ``cfg`` in ``out`` (unfinished runs have none)."""
+def collect_rows(
+    cfg: AblationConfig, out: str | Path, kept: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The rows of every finished run of ``cfg`` in ``out``, in the config's order; a run
+    without a folder keeps its rows from ``kept`` (the rows file's: a folder moved away or
+    never copied, as in the committed results, loses nothing); an unfinished run has none."""
+    old: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in kept or []:
+        old.setdefault((r["variant"], r["seed"]), []).append(r)
     rows: list[dict[str, Any]] = []
     for v in cfg.variants:
         for seed in cfg.seeds_of(v):
-            path = run_dir(out, v, seed) / "summary.json"
+            folder = run_dir(out, v, seed)
+            path = folder / "summary.json"
             if path.is_file():
                 try:
                     summary = json.loads(path.read_text(encoding="utf-8"))
@@ -298,13 +306,17 @@ def collect_rows(cfg: AblationConfig, out: str | Path) -> list[dict[str, Any]]:
                     rows += rows_of_run(v, seed, summary, freq, cfg.variants[0].name)
                 except (ValueError, KeyError, TypeError) as exc:
                     raise ValueError(f"{path}: not a training summary ({exc})") from None
+            elif not folder.is_dir():
+                rows += [{**r, "label": v.shown()} for r in old.get((v.name, seed), [])]
     return rows
 
 
 def write_rows(cfg: AblationConfig, out: str | Path) -> list[dict[str, Any]]:
-    """:func:`collect_rows` written to ``out/ablation_rows.jsonl`` (replaced whole)."""
-    rows = collect_rows(cfg, out)
+    """:func:`collect_rows` written to ``out/ablation_rows.jsonl`` (replaced whole, keeping
+    the rows of runs whose folders are not there)."""
     path = Path(out) / ROWS_FILE
+    kept = read_rows(path) if path.is_file() else []
+    rows = collect_rows(cfg, out, kept)
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(path)

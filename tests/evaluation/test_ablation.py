@@ -270,3 +270,21 @@ def test_cli_seeds_override_every_variant_also_those_with_their_own(tmp_path, ca
     assert main(argv) == 0
     assert len(ablation.read_rows(tmp_path)) == 6
     capsys.readouterr()
+
+
+def test_rows_of_runs_without_folders_are_kept_and_a_folder_replaces_them(tmp_path):
+    """The committed rows carry no run folders: tabulating them again loses nothing."""
+    cfg = _two_variants(tmp_path)
+    _fake_run(cfg, tmp_path, "base", 0, [(10, 0, 0.3)])
+    _fake_run(cfg, tmp_path, "hist", 1, [(10, 1, 0.5)])
+    first = ablation.write_rows(cfg, tmp_path)
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (committed / ablation.ROWS_FILE).write_text((tmp_path / ablation.ROWS_FILE).read_text())
+    assert ablation.write_rows(cfg, committed) == first
+    _fake_run(cfg, committed, "base", 0, [(10, 0, 0.25)])  # a new run of base seed 0
+    again = ablation.write_rows(cfg, committed)
+    assert [(r["variant"], r["seed"], r["rmse_mean"]) for r in again] == [
+        ("base", 0, 0.25),
+        ("hist", 1, 0.5),
+    ]
