@@ -146,17 +146,24 @@ def figure(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
             xs = [sum(r["steps"] for r in by_cp[k]) / len(by_cp[k]) / 1e6 for k in sorted(by_cp)]
             ys = [_mean(by_cp[k]) for k in sorted(by_cp)]
             n = len({r["seed"] for r in mine})
-            ax.plot(xs, ys, color=color, lw=2.2, marker="o", label=f"{label} ({n} seeds)")
+            ax.plot(
+                xs,
+                ys,
+                color=color,
+                lw=2.2,
+                marker="o",
+                label=f"{label} ({n} seed{'s' if n > 1 else ''})",
+            )
     ax.set_yscale("log")
     ax.set_xlabel("policy steps (millions)")
     ax.set_ylabel("evaluation mean RMSE (m)")
     ax.set_title("Ablation at equal budget: seeds thin, their mean thick")
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7.5, loc="upper right")
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
