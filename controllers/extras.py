@@ -12,4 +12,4 @@ RL_EXTRA_CONTROLLERS: tuple[str, ...] = ("ppo", "ppo_res", "ppo_adapt", "sb3", "
 
 #: the registered controllers that fly a policy file and have none shipped: they need ``path``
 #: (train one with ``rquad train ppo_adapt|sac|tqc``)
-UNSHIPPED_POLICY_CONTROLLERS: tuple[str, ...] = ("ppo_adapt", "sac", "tqc")
+UNSHIPPED_POLICY_CONTROLLERS: tuple[str, ...] = ("sac", "tqc")

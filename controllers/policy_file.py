@@ -64,7 +64,7 @@ POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac"
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 #: policy kinds with shipped policies (``controllers/weights``)
-SHIPPED_KINDS = ("ppo", "ppo_res")
+SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_adapt")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}

@@ -136,16 +136,19 @@ class AdaptEstimator:
 class PPOAdaptController(PPOController):
     """``ppo``, whose policy also sees ``geo_rls``'s residual estimate Δâ (module docstring).
 
-    Args: as :class:`~residual_quad.controllers.ppo.PPOController` (a ``ppo_adapt`` policy file,
-    ``rquad train ppo_adapt``; no policy is shipped, so ``path`` is needed). The estimator's
-    state is :attr:`estimator` (:attr:`last_estimate`: Δâ of the last call, world, m/s²).
+    Args: as :class:`~residual_quad.controllers.ppo.PPOController`: the shipped policy of
+    ``training_seed`` (0, 1, 2: ``configs/ppo_adapt.yaml``) or a ``ppo_adapt`` policy file
+    (``rquad train ppo_adapt``). The shipped policies see a 0.6 s reference preview, which
+    :func:`~residual_quad.episode.run_episode` and the sweeps give them by themselves. The
+    estimator's state is :attr:`estimator` (:attr:`last_estimate`: Δâ of the last call, world,
+    m/s²).
     """
 
     INFORMATION = InformationUse(
         feedforward_accel=True,
         memory="RLS state of geo_rls's estimator (λ 0.99, ≈ 1 s)",
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
-        tuning="ppo's hyper-parameters and budget; the estimator as geo_rls ships it",
+        tuning="ppo's hyper-parameters at half its budget; the estimator as geo_rls ships it",
         learned="policy",
     )
     OPTIONS = POLICY_OPTIONS
@@ -160,11 +163,6 @@ class PPOAdaptController(PPOController):
         plant: str | None = None,
     ):
         import_sb3(rl_purpose(self.kind))  # first: without SB3 the install hint is the answer
-        if path is None:
-            raise FileNotFoundError(
-                "no ppo_adapt policy is shipped: give ppo_adapt:path=<policy .zip> (train one "
-                "with `rquad train ppo_adapt`)"
-            )
         super().__init__(context, path, device, training_seed, plant)
         self._start_estimator()
 

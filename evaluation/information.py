@@ -70,12 +70,13 @@ def declared_information(target: str) -> InformationUse | None:
 
 
 def policy_record(target: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The ``residual_quad.json`` record of the policy a ``ppo``/``ppo_res``/``sb3`` label
-    flies (``{}`` when there is none or it cannot be read: a note, never a report failure)."""
-    from residual_quad.controllers.policy_file import policy_path, read_meta
+    """The ``residual_quad.json`` record of the policy a ``ppo``/``ppo_res``/``ppo_adapt``/
+    ``sb3`` label flies (``{}`` when there is none or it cannot be read: a note, never a report
+    failure)."""
+    from residual_quad.controllers.policy_file import SHIPPED_KINDS, policy_path, read_meta
 
     try:
-        if target in ("ppo", "ppo_res"):
+        if target in SHIPPED_KINDS:
             path = policy_path(target, options.get("path"), options.get("training_seed"))
         else:
             path = Path(str(options["path"]))
@@ -202,7 +203,7 @@ def information_table(labels: Sequence[str], **readers: Record) -> Table:
         "learned controllers completed from their training records (policy file: features, "
         "privileged critic, budget; residual network: its weights' metadata). Two controllers "
         "are on equal information when they agree on every column but the budget (history and "
-        "Δâ compared as present or absent). Pooled `ppo`/`ppo_res` rows show training seed 0's "
+        "Δâ compared as present or absent). Pooled RL rows show training seed 0's "
         "record; the RL section lists every seed's budget.",
     )
 

@@ -58,6 +58,8 @@ SWEEP_SAMPLE: tuple[str, ...] = (
     "ppo:training_seed=2|none|breezy|helix|1",
     "ppo_res|heavy|windy|helix|0",
     "ppo_res:training_seed=1|extra|calm|figure8|2",
+    "ppo_adapt|heavy|breezy|helix|2",
+    "ppo_adapt:training_seed=1|light|breezy|figure8|0",
 )
 #: the sampled stress rows (``run_id`` = label|scenario|seed): each stress group, each hnewton
 #: method, a crash and a loss

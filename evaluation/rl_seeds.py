@@ -38,7 +38,7 @@ from residual_quad.evaluation.stats import (
     stratified_mean_intervals,
 )
 
-POLICY_KINDS = ("ppo", "ppo_res")
+POLICY_KINDS = ("ppo", "ppo_res", "ppo_adapt")
 TRACKING = ("helix", "figure8")  # the main table's trajectories
 
 

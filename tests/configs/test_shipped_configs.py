@@ -110,7 +110,9 @@ SHIPPED = {
         PPOTrainConfig,
         {
             "controller": "ppo that also sees geo_rls's residual estimate (docs/ppo.md)",
-            "features": "action history 4, the error integral and the estimate",
+            "features": "the preview, action history 4 and the estimate",
+            "env_kwargs": "the 10-point reference preview",
+            "total_steps": "half ppo's budget: the ablation's",
         },
     ),
     **{

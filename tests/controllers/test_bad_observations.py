@@ -25,9 +25,8 @@ from residual_quad.envs.observation import ObsLayout as L
 HAS_SB3 = importlib.util.find_spec("stable_baselines3") is not None
 needs_sb3 = pytest.mark.skipif(not HAS_SB3, reason="needs the rl extra")
 
-#: every registered name (``sb3`` needs a zip: its own fixture below; ``ppo_adapt``, ``sac``,
-#: ``tqc`` ship no policy: tests/controllers/test_ppo_adapt.py and
-#: tests/training/test_offpolicy.py hold their guards) and every hnewton variant
+#: every registered name (``sb3`` needs a zip: its own fixture below; ``sac`` and ``tqc`` ship
+#: no policy: tests/training/test_offpolicy.py holds their guards) and every hnewton variant
 NEEDS_FILE = ("sb3", *UNSHIPPED_POLICY_CONTROLLERS)
 SPECS = [n for n in available_controllers() if n not in NEEDS_FILE] + [
     "hnewton:gn",
@@ -53,9 +52,25 @@ def test_every_registered_controller_is_covered():
 
 # ----------------------------------------------------------------------------- helpers
 @cache
-def clean_stream(trajectory: str = "hover", seed: int = 0, steps: int = 120) -> np.ndarray:
-    """Observations (steps, 36) of a closed-loop ``geo`` flight from an off-nominal start."""
-    env = gym.make("ResidualQuad-v0", trajectory=trajectory, payload="light", episode_s=3)
+def observation_kwargs(spec: str) -> tuple[tuple[str, Any], ...]:
+    """The env arguments the observation of ``spec`` needs (a shipped policy's preview)."""
+    from residual_quad.episode import observation_env
+
+    return tuple((k, tuple(v)) for k, v in sorted(observation_env(make_controller(spec)).items()))
+
+
+@cache
+def clean_stream(
+    trajectory: str = "hover",
+    seed: int = 0,
+    steps: int = 120,
+    env_kwargs: tuple[tuple[str, Any], ...] = (),
+) -> np.ndarray:
+    """Observations (steps, 36 + preview) of a closed-loop ``geo`` flight from an off-nominal
+    start, in the env ``env_kwargs`` make (:func:`observation_kwargs` of the controller fed)."""
+    env = gym.make(
+        "ResidualQuad-v0", trajectory=trajectory, payload="light", episode_s=3, **dict(env_kwargs)
+    )
     ctrl = make_controller("geo", env)
     obs, _ = env.reset(seed=seed, options={"position_offset": [0.15, -0.1, 0.1]})
     out = []
@@ -104,7 +119,9 @@ def fly_hover(spec: str, bursts: dict[int, list[tuple[int, float]]]) -> tuple[li
     """Fly 1.5 s of calm hover from an offset start; at step k the controller sees the
     observation with ``bursts[k]`` entries ``(index, value)`` overwritten. Returns the actions
     and the position errors (m); an exception or a crash fails the caller."""
-    env = gym.make("ResidualQuad-v0", trajectory="hover", episode_s=1.5)
+    env = gym.make(
+        "ResidualQuad-v0", trajectory="hover", episode_s=1.5, **dict(observation_kwargs(spec))
+    )
     try:
         ctrl = make_controller(spec, env)
         obs, _ = env.reset(seed=1, options={"position_offset": [0.1, 0.05, -0.05]})
@@ -132,7 +149,7 @@ def fly_hover(spec: str, bursts: dict[int, list[tuple[int, float]]]) -> tuple[li
 def test_one_bad_sample_is_held_and_the_state_is_not_poisoned(spec):
     """One NaN in position, velocity or reference: the held action, then exactly the actions
     of a controller that never saw the bad sample (only told that one was dropped)."""
-    stream = clean_stream()
+    stream = clean_stream(env_kwargs=observation_kwargs(spec))
     k = 40
     for where in (L.pos.start, L.vel.start + 2, L.ref_pos.start + 1, L.ref_yaw):
         hit = make_controller(spec)
@@ -167,7 +184,7 @@ def test_a_stateless_controller_acts_after_a_bad_sample_as_if_it_never_came():
 @pytest.mark.parametrize("spec", PARAMS)
 def test_a_bad_first_sample_is_answered_with_hover_then_flies(spec):
     ctrl = make_controller(spec)
-    obs = clean_stream()[0]
+    obs = clean_stream(env_kwargs=observation_kwargs(spec))[0]
     a = ctrl.policy(poisoned(obs, L.pos.start, np.nan))
     assert np.array_equal(a, hover_action(ctrl.action_mode, ctrl.context.airframe))
     b = ctrl.policy(obs)
@@ -260,6 +277,7 @@ BATCH_PARAMS = [
         "hnewton_rls",
         "ppo",
         "ppo_res",
+        "ppo_adapt",  # its preview in the observations, its estimator's rows
     )
 ]
 
@@ -269,7 +287,8 @@ def test_one_envs_bad_sample_does_not_touch_the_other_rows(spec):
     """Env 1 gets NaN/±inf bursts; rows 0 and 2 equal a batch flown without them bit for bit,
     row 1 holds its action, then flies as a single controller that dropped those samples."""
     n, steps = 3, 80
-    streams = np.stack([clean_stream(seed=s, steps=steps) for s in range(n)], axis=1)
+    kw = observation_kwargs(spec)
+    streams = np.stack([clean_stream(seed=s, steps=steps, env_kwargs=kw) for s in range(n)], axis=1)
     bad_steps = {20: np.nan, 21: np.inf, 50: -np.inf}
     hit = make_batch_controller(spec, n)
     clean = make_batch_controller(spec, n)

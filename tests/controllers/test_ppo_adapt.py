@@ -166,9 +166,15 @@ def test_bad_feature_records_are_policy_file_errors(tmp_path, kind, spec, record
         make_controller(kind, path=path)
 
 
-def test_ppo_adapt_needs_a_path():
-    with pytest.raises(FileNotFoundError, match="no ppo_adapt policy is shipped"):
-        make_controller("ppo_adapt")
+def test_the_shipped_ppo_adapt_flies_with_its_preview_and_estimate():
+    """The default policy needs the env's preview: run_episode makes it from the file."""
+    from residual_quad.episode import run_episode
+
+    ctrl = make_controller("ppo_adapt")
+    assert ctrl.env_kwargs == {"preview": [10, 0.06]} and ctrl.spec.estimate
+    r = run_episode(ctrl, payload="heavy", wind="windy", trajectory="hover", seed=0, episode_s=8)
+    assert not r.diverged and r.rmse < 0.3
+    assert np.isfinite(ctrl.last_estimate).all() and np.abs(ctrl.last_estimate).max() > 0.5
 
 
 def test_ppo_res_with_a_history_batched_equals_single(tmp_path):

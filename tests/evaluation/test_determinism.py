@@ -22,8 +22,7 @@ def _rl_extra_installed() -> bool:
 
 
 def test_every_controller_is_deterministic_across_processes(tmp_path, offpolicy_policy):
-    # ppo_adapt ships no policy and needs a trained file: tests/controllers/test_ppo_adapt.py
-    names = [n for n in available_controllers() if n != "ppo_adapt"]
+    names = list(available_controllers())
     options = {}
     if not _rl_extra_installed():  # the rl extra is optional
         names = [n for n in names if n not in RL_EXTRA_CONTROLLERS]
