@@ -12,7 +12,7 @@ Running an ablation again trains only what is missing: a finished run (``summary
 an interrupted PPO run resumes from its last checkpoint, and a folder holding a run of another
 config is an error naming the first key that differs (nothing is overwritten). The training's
 tracking evaluations of every finished run (``summary.json``'s ``evals``) become the rows
-``out/ablation_rows.jsonl``, which the table and figure of
+``out/ablation_rows.json``, which the table and figure of
 :mod:`residual_quad.evaluation.ablation_report` read.
 
 Several ``rquad ablate`` processes may share one folder (one per core): each run is trained under
@@ -37,7 +37,7 @@ from residual_quad.training.ppo_config import PPOTrainConfig
 
 #: a variant's folder name
 VARIANT_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
-ROWS_FILE = "ablation_rows.jsonl"
+ROWS_FILE = "ablation_rows.json"  # one JSON list (a small file, replaced whole)
 #: settings that change a run's speed, not its numbers (a run may have used other values)
 SPEED_KEYS = ("env_threads",)
 CONFIG_FILE = "ablation_config.yaml"
@@ -312,26 +312,28 @@ def collect_rows(
 
 
 def write_rows(cfg: AblationConfig, out: str | Path) -> list[dict[str, Any]]:
-    """:func:`collect_rows` written to ``out/ablation_rows.jsonl`` (replaced whole, keeping
+    """:func:`collect_rows` written to ``out/ablation_rows.json`` (replaced whole, keeping
     the rows of runs whose folders are not there)."""
     path = Path(out) / ROWS_FILE
     kept = read_rows(path) if path.is_file() else []
     rows = collect_rows(cfg, out, kept)
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rows, indent=0) + "\n", encoding="utf-8")
     tmp.replace(path)
     return rows
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of an ``ablation_rows.jsonl`` (a folder: the file in it)."""
+    """The rows of an ``ablation_rows.json`` (a folder: the file in it)."""
     path = Path(path)
     if path.is_dir():
         path = path / ROWS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no ablation rows at {path}: run `rquad ablate` first")
-    lines: Iterable[str] = path.read_text(encoding="utf-8").splitlines()
     try:
-        return [json.loads(line) for line in lines if line.strip()]
+        rows = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ValueError(f"{path}: not ablation rows ({exc})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: not ablation rows (expected a JSON list of objects)")
+    return rows

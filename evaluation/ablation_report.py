@@ -1,4 +1,4 @@
-"""The ablation's table and figure, read only from its rows (``ablation_rows.jsonl``).
+"""The ablation's table and figure, read only from its rows (``ablation_rows.json``).
 
 Per variant and evaluation checkpoint: the mean over training seeds of the evaluation set's mean
 RMSE, the seeds' range (with three seeds a range says more than an interval would), the crashed

@@ -197,7 +197,7 @@ def test_bad_records_and_configs_are_value_errors():
     with pytest.raises(ValueError, match=r"features: unknown key\(s\) \['history'\]"):
         configs.load(PPOTrainConfig, {"features": {"history": 2}})
     assert configs.load(PPOTrainConfig, "ppo_adapt").features.spec() == FeatureSpec(
-        0, 4, True, True
+        10, 4, False, True
     )
     with pytest.raises(ValueError, match="period_s"):
         PolicyInputs(FeatureSpec(), 1, period_s=0.0)

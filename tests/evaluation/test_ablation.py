@@ -176,6 +176,10 @@ def test_missing_rows_and_corrupt_summaries_are_readable_errors(tmp_path):
     (ablation.run_dir(tmp_path, "base", 0) / "summary.json").write_text("{not json")
     with pytest.raises(ValueError, match="not a training summary"):
         ablation.write_rows(cfg, tmp_path)
+    for bad in ("[{", '{"a": 1}', "[1, 2]"):
+        (tmp_path / ablation.ROWS_FILE).write_text(bad)
+        with pytest.raises(ValueError, match="not ablation rows"):
+            ablation.read_rows(tmp_path)
 
 
 def _tiny_base(tmp_path: Path) -> Path:

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Train every variant of an ablation config with every seed for the same number of "
             "policy steps (missing runs only: finished ones are kept, interrupted ones resume), "
-            "then write ablation_rows.jsonl, ablation.md and ablation.png under --out. Several "
+            "then write ablation_rows.json, ablation.md and ablation.png under --out. Several "
             "processes may share one --out (one per core): each skips the runs another holds."
         ),
     )
