@@ -22,6 +22,7 @@ skips the runs another one holds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -204,20 +205,36 @@ def run_ablation(
     progress: bool = True,
     log: Callable[[str], None] | None = None,
     only: Iterable[str] | None = None,
+    seeds: Iterable[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every missing run of ``cfg`` into ``out``; write and return the rows of every
     finished run (all variants, also those ``only`` leaves out).
 
     ``only``: the names of the variants to train (default: all; an unknown name is a
-    ``ValueError`` listing the variants). ``log`` gets one line per run (default: stderr). The
-    resolved ablation config is saved as ``out/ablation_config.yaml``.
+    ``ValueError`` listing the variants); ``seeds``: the training seeds to train (default: each
+    variant's), also seeds a variant does not list. ``log`` gets one line per run (default:
+    stderr). The resolved ablation config is saved as ``out/ablation_config.yaml``.
     """
     from residual_quad.training.ppo import train
 
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(out)
     chosen = {cfg.variant(name).name for name in only} if only is not None else None
-    todo = [t for t in plan(cfg, out) if chosen is None or t[0].name in chosen]
+    if seeds is not None:
+        wanted = list(dict.fromkeys(int(s) for s in seeds))
+        check_seeds(wanted, "seeds")
+        cfg = dataclasses.replace(
+            cfg,
+            variants=[
+                dataclasses.replace(v, seeds=sorted({*cfg.seeds_of(v), *wanted}))
+                for v in cfg.variants
+            ],
+        )
+    todo = [
+        t
+        for t in plan(cfg, out)
+        if (chosen is None or t[0].name in chosen) and (seeds is None or t[1] in wanted)
+    ]
     # ↑ every folder checked before the first (long) run starts
     out.mkdir(parents=True, exist_ok=True)
     configs.dump(cfg, out / CONFIG_FILE)
@@ -288,15 +305,22 @@ def _finite(x: Any) -> float | None:
 def collect_rows(
     cfg: AblationConfig, out: str | Path, kept: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
-    """The rows of every finished run of ``cfg`` in ``out``, in the config's order; a run
-    without a folder keeps its rows from ``kept`` (the rows file's: a folder moved away or
-    never copied, as in the committed results, loses nothing); an unfinished run has none."""
+    """The rows of every finished run of ``cfg``'s variants in ``out`` — the config's seeds and
+    any other seed trained there (``--seeds``) —, in the config's order; a run without a folder
+    keeps its rows from ``kept`` (the rows file's: a folder moved away or never copied, as in
+    the committed results, loses nothing); an unfinished run has none."""
     old: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for r in kept or []:
         old.setdefault((r["variant"], r["seed"]), []).append(r)
     rows: list[dict[str, Any]] = []
     for v in cfg.variants:
-        for seed in cfg.seeds_of(v):
+        on_disk = {
+            int(m.group(1))
+            for p in (Path(out) / v.name).glob("seed*")
+            if (m := re.fullmatch(r"seed(\d+)", p.name))
+        }
+        in_file = {seed for name, seed in old if name == v.name}
+        for seed in sorted({*cfg.seeds_of(v), *on_disk, *in_file}):
             folder = run_dir(out, v, seed)
             path = folder / "summary.json"
             if path.is_file():

@@ -258,22 +258,27 @@ def test_the_cli_rejects_an_unknown_variant_listing_the_valid_ones(tmp_path, cap
     assert "no variant 'nope'; variants: ppo, ppo_preview_history" in capsys.readouterr().err
 
 
-def test_cli_seeds_override_every_variant_also_those_with_their_own(tmp_path, capsys):
+def test_cli_seeds_train_those_seeds_of_every_variant_and_the_table_keeps_all(tmp_path, capsys):
     from residual_quad.cli import main
 
     spec = {"seeds": [0, 1], "variants": [{"name": "a", "seeds": [0, 1, 2, 3]}, {"name": "b"}]}
     cfg = ablation.load(spec)
     for name in ("a", "b"):
-        for seed in (0, 1, 2, 3) if name == "a" else (0, 1):
+        for seed in (0, 1, 2, 3, 5) if name == "a" else (0, 1, 5):
             _fake_run(cfg, tmp_path, name, seed, [(10, 0, 0.1 * (seed + 1))])
     yaml_path = tmp_path / "abl.yaml"
     yaml_path.write_text(json.dumps(spec))
-    argv = ["ablate", str(yaml_path), "--out", str(tmp_path), "--table-only"]
-    assert main([*argv, "--seeds", "1"]) == 0
-    assert {(r["variant"], r["seed"]) for r in ablation.read_rows(tmp_path)} == {("a", 1), ("b", 1)}
-    assert main(argv) == 0
-    assert len(ablation.read_rows(tmp_path)) == 6
-    capsys.readouterr()
+    argv = ["ablate", str(yaml_path), "--out", str(tmp_path), "--no-progress"]
+    assert main([*argv, "--seeds", "1,5"]) == 0  # every run finished: nothing trains
+    err = capsys.readouterr().err
+    assert "[1/4] a seed 1: done" in err and "[2/4] b seed 1: done" in err
+    assert "[3/4] a seed 5: done" in err and "[4/4] b seed 5: done" in err
+    assert "seed 0" not in err and "seed 2" not in err
+    # the table keeps every finished run: the config's seeds and seed 5 trained beside them
+    got = {(r["variant"], r["seed"]) for r in ablation.read_rows(tmp_path)}
+    assert got == {("a", s) for s in (0, 1, 2, 3, 5)} | {("b", s) for s in (0, 1, 5)}
+    assert main([*argv, "--table-only"]) == 0
+    assert len(ablation.read_rows(tmp_path)) == 8
 
 
 def test_rows_of_runs_without_folders_are_kept_and_a_folder_replaces_them(tmp_path):

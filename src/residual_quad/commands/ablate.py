@@ -12,16 +12,15 @@ DEFAULT_OUT = Path("runs/ablation")
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    cfg = ablation.load(args.config, steps=args.steps, seeds=args.seeds)
-    if args.seeds is not None:  # these seeds for every variant, also those that name their own
-        for v in cfg.variants:
-            v.seeds = None
+    cfg = ablation.load(args.config, steps=args.steps)
     out = Path(args.out)
     only = [n.strip() for n in args.variants.split(",") if n.strip()] if args.variants else None
     if args.table_only:
         rows = ablation.write_rows(cfg, out)
     else:
-        rows = ablation.run_ablation(cfg, out, progress=not args.no_progress, only=only)
+        rows = ablation.run_ablation(
+            cfg, out, progress=not args.no_progress, only=only, seeds=args.seeds
+        )
     flights = len(cfg.run_config(cfg.variants[0], cfg.seeds[0]).eval_scenarios)
     print(ablation_report.write_report(rows, out, flights), end="")
     print(f"table: {out / ablation_report.TABLE_FILE}, figure: {out / ablation_report.FIGURE_FILE}")
@@ -46,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seeds",
         type=seed_list,
         default=None,
-        help="comma list: these training seeds for every variant (override)",
+        help="comma list: train these training seeds of every variant (also seeds a variant "
+        "does not list); the table keeps every finished run",
     )
     p.add_argument("--steps", type=positive_int, default=None, help="policy steps (override)")
     p.add_argument(
