@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.features import FEATURE_NAMES, ppo_features, ppo_features_batch
-from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import OBS_DIM, is_observation_width
 from residual_quad.envs.observation import ObsLayout as L
 
 INTEGRAL_TAU_S = 2.0  # s, time constant of the error integral's leak
@@ -136,6 +136,14 @@ def heading_frame(R: np.ndarray, v_w: np.ndarray) -> np.ndarray:
     )
 
 
+def _flown_layout(width: int) -> str:
+    """The env layout observations of ``width`` values come from, for layout errors."""
+    if not is_observation_width(width):
+        return "no observation layout"
+    k = (width - OBS_DIM) // 6
+    return f"preview {k}" if k else "base"
+
+
 class PolicyInputs:
     """The policy input of ``n_envs`` envs for a :class:`FeatureSpec`, with the per-env memory
     the spec needs (action history, error integral). One implementation for training (the
@@ -206,14 +214,7 @@ class PolicyInputs:
         parts = [base.astype(np.float64)]
         if spec.preview_k:
             if o.shape[1] != self.obs_dim:
-                extra = o.shape[1] - OBS_DIM
-                flown = (
-                    "base"
-                    if extra == 0
-                    else f"preview {extra // 6}"
-                    if extra % 6 == 0
-                    else "no observation layout"
-                )
+                flown = _flown_layout(o.shape[1])
                 raise LayoutError(
                     f"trained on {spec.layout_name(self.action_dim)} (observations of "
                     f"{self.obs_dim} values: preview {spec.preview_k}) but flown on observations "
