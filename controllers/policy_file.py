@@ -63,6 +63,7 @@ ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
 POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac", "tqc": "tqc"}
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
+MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
 #: policy kinds with shipped policies (``controllers/weights``)
 SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_adapt")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
@@ -249,6 +250,15 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
             )
         if meta.get("action_mode") != "rotor":
             raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
+        rate = meta.get("correction_rate")
+        if rate is not None:
+            if not (_is_number(rate) and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE):
+                raise fail(
+                    f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] "
+                    f"m/s³, got {rate!r}"
+                )
+    elif "correction_rate" in meta:
+        raise fail(f"correction_rate is a ppo_res entry, not a {kind!r} one")
     algo = meta.get("algo", "ppo")
     if algo != POLICY_ALGOS[kind]:
         raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {POLICY_ALGOS[kind]!r}")

@@ -4,13 +4,26 @@ The RL counterpart of ``geo_res``: the tracker is ``geo`` (feed-forward + PD out
 shared geometric inner loop), and a PPO policy adds a bounded correction to the desired
 acceleration,
 
-``a_eff = a_ref + K_p·e_p + K_d·e_v + R_z(ψ)·δa_h``,  ``δa_h = accel_scale · u``, ``u ∈ [-1, 1]³``,
+``a_eff = a_ref + K_p·e_p + K_d·e_v + R_z(ψ)·δa_h``,  ``δa_h = accel_scale · c``, ``c ∈ [-1, 1]³``,
 
 where ``δa_h`` (m/s²) is expressed in the vehicle's heading frame (world rotated by the current
 yaw ψ; the frame of the policy's input :func:`~residual_quad.controllers.features.ppo_features`) and
 ``accel_scale`` (m/s²) is the bound stored in the policy file. The policy sees the same features
 as ``ppo`` and acts every ``action_repeat`` control periods; ``geo`` runs every period with the
-held correction. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
+held correction. What the policy's action ``u ∈ [-1, 1]³`` sets is the file's choice:
+
+* **absolute** (no ``correction_rate`` in the file): the correction itself, ``c = u``;
+* **rate** (``correction_rate`` r, m/s³): the correction's rate of change — every decision
+  ``c ← clip(c + (r·T/accel_scale)·u, −1, 1)`` with ``T`` the decision period, ``c = 0`` at a
+  reset. The correction is then an integrator the policy steers: it changes by at most ``r·T``
+  m/s² per decision (no bang-bang between the bounds) and holds a steady value at ``u = 0``
+  (a constant disturbance costs no action). With an action history the policy sees ``c``;
+  without one it sees only the tracking errors, so ``c`` can rest only where the policy's
+  action is zero — a learned integral action.
+
+In both modes :attr:`ResidualPPOController.held_action` is ``c`` and the action history holds
+``c`` (:func:`advance_correction`), so an absolute file flies exactly as before the rate mode
+existed. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
 the sweep's residual-bias metric reads it like ``geo_res``'s estimate.
 
 Policy files are ``ppo``'s format (one SB3 ``.zip`` with its ``residual_quad.json`` record:
@@ -48,6 +61,27 @@ from residual_quad.controllers.ppo import (
 )
 from residual_quad.controllers.trackers import BatchedTracker, Tracker
 from residual_quad.envs.observation import ObsLayout as L
+
+
+def correction_step(
+    correction_rate: float | None, accel_scale: float, period_s: float
+) -> float | None:
+    """The largest change of the normalized correction ``c`` per decision in rate mode,
+    ``r·T/accel_scale`` (``correction_rate`` r in m/s³, ``period_s`` T in s); ``None`` in
+    absolute mode (``correction_rate`` ``None``)."""
+    if correction_rate is None:
+        return None
+    return float(correction_rate) * float(period_s) / float(accel_scale)
+
+
+def advance_correction(held: np.ndarray, u: np.ndarray, step: float | None) -> np.ndarray:
+    """The normalized correction after a decision ``u`` (n, 3) in [-1, 1] given the held one
+    ``held`` (n, 3): ``u`` itself in absolute mode (``step`` ``None``), else
+    ``clip(held + step·u, −1, 1)`` — the one rule of the single, batched and training paths."""
+    u = np.asarray(u, dtype=np.float64)
+    if step is None:
+        return u.copy()
+    return np.clip(held + step * u, -1.0, 1.0)
 
 
 def heading_to_world(R: np.ndarray, v_h: np.ndarray) -> np.ndarray:
@@ -103,10 +137,12 @@ class ResidualPPOController(Tracker):
             self.path, "ppo_res", device
         )
         self.accel_scale = float(self.meta["accel_scale"])  # m/s²
+        self.correction_rate: float | None = self.meta.get("correction_rate")  # m/s³ or None
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.spec = policy_spec(self.meta)
         super().__init__(context)
+        self.step = self._correction_step()
 
     @classmethod
     def from_model(
@@ -116,25 +152,33 @@ class ResidualPPOController(Tracker):
         normalizer: ObsNormalizer | None = None,
         action_repeat: int = 1,
         spec: FeatureSpec | None = None,
+        correction_rate: float | None = None,
     ) -> ResidualPPOController:
         """Wrap an in-memory SB3 model (the training's evaluation callback)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
+        self.correction_rate = correction_rate
         Tracker.__init__(self, None)
+        self.step = self._correction_step()
         return self
+
+    def _correction_step(self) -> float | None:
+        period_s = self.context.control_dt * self.action_repeat  # s per decision
+        return correction_step(self.correction_rate, self.accel_scale, period_s)
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self._k = 0
         self._held = np.zeros(3)  # m/s², heading frame: the correction being held
-        self._u = np.zeros(3)  # the action being held, [-1, 1]
+        self._u = np.zeros(3)  # the correction being held over its bound, [-1, 1]
         if getattr(self, "inputs", None) is None:
             self.inputs = policy_inputs(self, 1)
         self.inputs.reset_rows()
 
     @property
     def held_action(self) -> np.ndarray:
-        """The policy's action being held, in [-1, 1]³ (the correction over ``accel_scale``)."""
+        """The correction being held over ``accel_scale``, in [-1, 1]³ (absolute mode: the
+        policy's last action)."""
         return self._u.copy()
 
     def actions(self, x: np.ndarray) -> np.ndarray:
@@ -143,8 +187,9 @@ class ResidualPPOController(Tracker):
 
     def correction(self, obs: np.ndarray) -> np.ndarray:
         """The policy's correction δa_h (m/s², heading frame) for one raw observation (its
-        inputs advance one decision: the held action enters the history)."""
-        self._u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :])[0]
+        inputs advance one decision: the held correction enters the history)."""
+        u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :])
+        self._u = advance_correction(self._u[None, :], u, self.step)[0]
         return self._u * self.accel_scale
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
@@ -173,9 +218,10 @@ class BatchedResidualPPOController(BatchedTracker):
         self.single = controller
         self.accel_scale = controller.accel_scale
         self.action_repeat = controller.action_repeat
+        self.step = controller.step  # rate mode: largest change of c per decision
         self._k = np.zeros(n_envs, dtype=np.int64)
         self._held = np.zeros((n_envs, 3))
-        self._u = np.zeros((n_envs, 3))  # the actions being held, [-1, 1]
+        self._u = np.zeros((n_envs, 3))  # the corrections being held over their bound
         self.inputs = policy_inputs(controller, n_envs)
         super().__init__(controller.context, n_envs, kp=controller.kp, kd=controller.kd)
 
@@ -195,8 +241,8 @@ class BatchedResidualPPOController(BatchedTracker):
         due = np.flatnonzero(self._k % self.action_repeat == 0)
         if len(due):
             u = observation_actions(self.single, obs[due], self.inputs, self._u[due], None, due)
-            self._u[due] = u
-            self._held[due] = u * self.accel_scale
+            self._u[due] = advance_correction(self._u[due], u, self.step)
+            self._held[due] = self._u[due] * self.accel_scale
         self._k += 1
         return -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
 
@@ -218,24 +264,48 @@ ResidualPPOController.batched = BatchedResidualPPOController
 
 
 class ResidualPilot:
-    """What a ``ppo_res`` policy acts through in training: per control period, the actions
-    ``u`` (N, 3) in [-1, 1] → ``geo``'s rotor actions (N, 4) with the correction
-    ``R_z(ψ)·(accel_scale·u)`` for the raw observations (N, OBS_DIM). ``geo`` is stateless
-    between periods, so no env needs a reset here.
+    """What a ``ppo_res`` policy acts through in training: :meth:`decide` takes the policy's
+    actions ``u`` (N, 3) in [-1, 1] once per decision (the held correction follows the file's
+    mode, :func:`advance_correction`), and each control period :meth:`__call__` gives ``geo``'s
+    rotor actions (N, 4) with the correction ``R_z(ψ)·(accel_scale·c)`` for the raw observations
+    (N, OBS_DIM). ``geo`` is stateless between periods; in rate mode the held correction is
+    state, which :meth:`reset_rows` clears for the envs that start an episode.
 
     Args:
         n_envs: number of envs.
         accel_scale: the correction bound, m/s² per heading-frame axis.
         context: nominal airframe and control period.
+        correction_rate: ``None`` (absolute mode) or the rate mode's r, m/s³.
+        action_repeat: control periods per decision (sets the rate mode's step).
     """
 
     action_dim = 3
 
-    def __init__(self, n_envs: int, accel_scale: float, context: ControlContext | None = None):
+    def __init__(
+        self,
+        n_envs: int,
+        accel_scale: float,
+        context: ControlContext | None = None,
+        correction_rate: float | None = None,
+        action_repeat: int = 1,
+    ):
         self.accel_scale = float(accel_scale)
         self.geo = _CorrectedGeo(context, n_envs)
+        period_s = self.geo.context.control_dt * action_repeat  # s per decision
+        self.step = correction_step(correction_rate, self.accel_scale, period_s)
+        self.held = np.zeros((n_envs, 3))  # the corrections over their bound, [-1, 1]
 
-    def __call__(self, obs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    def decide(self, u: np.ndarray) -> np.ndarray:
+        """Take one decision's actions ``u`` (N, 3); return the held corrections ``c`` (N, 3)
+        (what the action history remembers)."""
+        self.held = advance_correction(self.held, u, self.step)
+        return self.held
+
+    def reset_rows(self, index: Any = slice(None)) -> None:
+        """Zero the held corrections of the envs ``index`` (a new episode)."""
+        self.held[index] = 0.0
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
         R = obs[:, L.rot].reshape(-1, 3, 3)
-        self.geo.correction = heading_to_world_batch(R, self.accel_scale * u)
+        self.geo.correction = heading_to_world_batch(R, self.accel_scale * self.held)
         return self.geo.policy_batch(obs)

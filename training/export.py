@@ -35,6 +35,8 @@ def save_policy(
     kind: dict[str, Any] = {"controller": cfg.deployed_name(), "algo": cfg.algo}
     if cfg.controller == "ppo_res":
         kind["accel_scale"] = cfg.accel_scale
+        if cfg.correction_rate is not None:  # rate mode; absolute files carry no entry
+            kind["correction_rate"] = cfg.correction_rate
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()

@@ -17,7 +17,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from residual_quad.controllers.policy_file import MAX_ACCEL_SCALE, preview_points
+from residual_quad.controllers.policy_file import (
+    MAX_ACCEL_SCALE,
+    MAX_CORRECTION_RATE,
+    preview_points,
+)
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
@@ -163,6 +167,9 @@ class PPOTrainConfig:
     # ppo: actions are the env's; ppo_res: a correction to geo (m/s²); ppo_adapt: ppo seeing Δâ
     controller: str = "ppo"
     accel_scale: float = 8.0  # m/s², ppo_res: bound of the correction per heading-frame axis
+    # m/s³, ppo_res: null — the action is the correction; a number r — the action is its rate of
+    # change (the correction moves by at most r·T per decision; an action history shows it)
+    correction_rate: float | None = None
     total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # one ResidualQuadVectorEnv (subproc is retired: SUBPROC_RETIRED)
@@ -218,12 +225,18 @@ class PPOTrainConfig:
                 raise ValueError(
                     f"accel_scale must be in (0, {MAX_ACCEL_SCALE}] m/s², got {self.accel_scale}"
                 )
+            self._check_correction_rate()
             if self.action_mode != "rotor" or self.backend != "vector":
                 raise ValueError(
                     "ppo_res acts through geo's inner loop on the vector env: it needs "
                     f"action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
                     f"{self.backend!r})"
                 )
+        elif self.correction_rate is not None:
+            raise ValueError(
+                f"correction_rate is ppo_res's (the rate of its correction), not "
+                f"{self.controller!r}'s"
+            )
         spec = self.features.spec()
         if self.controller == "ppo_adapt":
             if self.action_mode != "rotor" or not spec.estimate:
@@ -283,6 +296,18 @@ class PPOTrainConfig:
             raise ValueError(f"env_kwargs may not set {clash}: they have their own keys")
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
+
+    def _check_correction_rate(self) -> None:
+        """``correction_rate``: null, or a finite rate in (0, MAX_CORRECTION_RATE] m/s³."""
+        rate = self.correction_rate
+        if rate is None:
+            return
+        number = isinstance(rate, int | float) and not isinstance(rate, bool)
+        if not (number and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE):
+            raise ValueError(
+                f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] m/s³, "
+                f"got {rate!r}"
+            )
 
     def _check_learner(self) -> None:
         """``algo``, ``offpolicy`` and ``privileged_critic`` (separate from the PPO checks)."""

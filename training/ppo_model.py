@@ -31,7 +31,12 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
     if cfg.controller == "ppo_res":
         from residual_quad.controllers.ppo_res import ResidualPilot
 
-        pilot = ResidualPilot(n_envs, cfg.accel_scale)
+        pilot = ResidualPilot(
+            n_envs,
+            cfg.accel_scale,
+            correction_rate=cfg.correction_rate,
+            action_repeat=cfg.action_repeat,
+        )
     estimator = None
     if cfg.controller == "ppo_adapt":
         from residual_quad.controllers.ppo_adapt import AdaptEstimator

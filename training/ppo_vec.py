@@ -143,8 +143,9 @@ class QuadVecEnv(VecEnv):
         pilot: ``None`` — the actions are the env's (4 rotor or ``ctbr`` values); or what
             the actions act through (``ppo_res``: a
             :class:`~residual_quad.controllers.ppo_res.ResidualPilot`, actions of
-            ``pilot.action_dim`` values → rotor actions, every control period from that
-            period's raw observations).
+            ``pilot.action_dim`` values: ``pilot.decide(actions)`` once per decision gives
+            what the action history remembers, ``pilot(raw_obs)`` the rotor actions of every
+            control period; ``pilot.reset_rows(index)`` at each env's new episode).
         features: the policy's inputs beyond the base features
             (:class:`~residual_quad.controllers.policy_inputs.FeatureSpec`; ``None``: none),
             built by one :class:`~residual_quad.controllers.policy_inputs.PolicyInputs`
@@ -226,6 +227,8 @@ class QuadVecEnv(VecEnv):
         self._raw[:] = obs
         self._last[:] = 0.0
         self.inputs.reset_rows()
+        if self.pilot is not None:
+            self.pilot.reset_rows()
         if self.estimator is not None:
             self.estimator.reset()
             self._estimate = self.estimator.observe(obs)
@@ -251,9 +254,11 @@ class QuadVecEnv(VecEnv):
         running = np.ones(n, dtype=bool)
         est = self.estimator
         truth = self._truth_rows(n)
+        # what the history remembers: the action, or the correction a pilot holds after it
+        held = action if self.pilot is None else self.pilot.decide(action)
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
-            act = action if self.pilot is None else self.pilot(self._raw, action)
+            act = action if self.pilot is None else self.pilot(self._raw)
             if est is not None:  # as ppo_adapt: Δâ of the new observation, then the command
                 if k:
                     self._estimate = est.observe(self._raw, running)
@@ -274,7 +279,7 @@ class QuadVecEnv(VecEnv):
         dones = terminated | truncated
         if est is not None:
             self._estimate = est.observe(last)
-        features = self._with_privileged(self.inputs.features(last, action, self._estimate), truth)
+        features = self._with_privileged(self.inputs.features(last, held, self._estimate), truth)
         reward -= self._action_cost(action)
         self._last[:] = action
         infos = [
@@ -294,6 +299,8 @@ class QuadVecEnv(VecEnv):
             self._raw[ended] = raw_first
             self._last[ended] = 0.0
             self.inputs.reset_rows(ended)
+            if self.pilot is not None:
+                self.pilot.reset_rows(ended)
             if est is not None:
                 est.reset(ended)
                 start = np.zeros(n, dtype=bool)

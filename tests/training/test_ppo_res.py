@@ -21,6 +21,8 @@ from residual_quad.controllers.ppo_res import (  # noqa: E402
     BatchedResidualPPOController,
     ResidualPilot,
     ResidualPPOController,
+    advance_correction,
+    correction_step,
     heading_to_world,
     heading_to_world_batch,
 )
@@ -29,7 +31,11 @@ from residual_quad.envs.observation import ObsLayout as L  # noqa: E402
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv  # noqa: E402
 from residual_quad.episode import RunSpec, fly  # noqa: E402
 from residual_quad.training.ppo import train  # noqa: E402
-from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig  # noqa: E402
+from residual_quad.training.ppo_config import (  # noqa: E402
+    FeatureConfig,
+    PPOHyperparams,
+    PPOTrainConfig,
+)
 from residual_quad.training.tb_logging import read_scalars  # noqa: E402
 
 
@@ -62,6 +68,17 @@ def _config(**kw) -> PPOTrainConfig:
 def res_run(tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("ppo_res")
     return out, train(_config(), out, progress=False)
+
+
+RATE = 30.0  # m/s³, the rate-mode test policy's correction rate
+
+
+@pytest.fixture(scope="module")
+def rate_run(tmp_path_factory) -> tuple[Path, dict]:
+    """A tiny rate-mode policy: the action steers the correction's rate, the history holds it."""
+    out = tmp_path_factory.mktemp("ppo_res_rate")
+    cfg = _config(correction_rate=RATE, features=FeatureConfig(action_history=1))
+    return out, train(cfg, out, progress=False)
 
 
 def _observations(n: int = 24) -> np.ndarray:
@@ -102,7 +119,8 @@ def test_training_pilot_equals_geo_with_the_correction():
     obs = _observations()
     u = np.random.default_rng(2).uniform(-1.0, 1.0, (len(obs), 3))
     pilot = ResidualPilot(len(obs), accel_scale=6.0)
-    actions = pilot(obs, u)
+    np.testing.assert_array_equal(pilot.decide(u), u)  # absolute mode: the correction is u
+    actions = pilot(obs)
     for i, o in enumerate(obs):
         geo = GeoTracker()
         R = o[L.rot].reshape(3, 3)
@@ -110,8 +128,9 @@ def test_training_pilot_equals_geo_with_the_correction():
         geo.residual_world = lambda *a, c=correction: -c  # noqa: B023
         np.testing.assert_allclose(actions[i], geo.policy(o), rtol=0, atol=1e-12)
     # no correction: geo itself
+    pilot.decide(np.zeros_like(u))
     np.testing.assert_allclose(
-        pilot(obs, np.zeros_like(u)), np.stack([GeoTracker().policy(o) for o in obs]), atol=1e-12
+        pilot(obs), np.stack([GeoTracker().policy(o) for o in obs]), atol=1e-12
     )
 
 
@@ -161,10 +180,11 @@ def test_deployed_correction_is_bounded_and_held(res_run):
     assert not np.array_equal(held[0], held[2])
 
 
-def test_batched_controller_equals_the_single_one(res_run):
+@pytest.mark.parametrize("run", ["res_run", "rate_run"])
+def test_batched_controller_equals_the_single_one(run, request):
     """Corrections bit for bit, rotor actions as batched geo equals geo (≤ 1e-12), on a flight
-    where the single controller's observations drive both."""
-    path = res_run[0] / "final.zip"
+    where the single controller's observations drive both (absolute and rate mode)."""
+    path = request.getfixturevalue(run)[0] / "final.zip"
     single = make_controller("ppo_res", path=path)
     batch = make_batch_controller("ppo_res", 3, path=path)
     assert isinstance(batch, BatchedResidualPPOController)
@@ -183,6 +203,7 @@ def test_batched_controller_equals_the_single_one(res_run):
             obs[i] = env.step(a)[0]
     batch.reset_env(1)
     assert batch._k[1] == 0 and not batch._held[1].any() and batch._k[0] == 30
+    assert not batch._u[1].any() and not batch.inputs.history[1].any()
     assert single.kp == batch.kp and single.kd == batch.kd
 
 
@@ -191,6 +212,89 @@ def test_fly_and_sweep_row_carry_the_correction_as_residual(res_run):
     r = fly(RunSpec("ppo_res", "heavy", "breezy", "hover", 0, episode_s=3.0), {}, controller=ctrl)
     assert not r.diverged and math.isfinite(r.rmse)
     assert np.any(ctrl.last_residual != 0.0)
+
+
+def test_correction_rule_absolute_and_rate():
+    """Absolute mode: the correction is the action. Rate mode: it moves by step·u per decision
+    and stays within its bound; the step is r·T/accel_scale."""
+    held = np.array([[0.5, -0.99, 0.0]])
+    u = np.array([[1.0, -1.0, 0.25]])
+    out = advance_correction(held, u, None)
+    np.testing.assert_array_equal(out, u)
+    assert out is not u
+    np.testing.assert_array_equal(advance_correction(held, u, 0.1), [[0.6, -1.0, 0.025]])
+    assert correction_step(None, 8.0, 0.02) is None
+    assert correction_step(20.0, 8.0, 0.02) == pytest.approx(0.05)  # 0.4 m/s² of 8 per decision
+    pilot = ResidualPilot(2, accel_scale=8.0, correction_rate=20.0, action_repeat=2)
+    assert pilot.step == pytest.approx(20.0 * 0.02 / 8.0)
+    for _ in range(30):  # full rate for 30 decisions: the bound, not beyond
+        c = pilot.decide(np.array([[1.0, -1.0, 0.5], [0.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(c, [[1.0, -1.0, 0.75], [0.0, 0.0, 0.0]], atol=1e-12)
+    pilot.reset_rows([0])
+    assert not pilot.held.any()
+
+
+def test_rate_mode_policy_moves_its_correction_by_at_most_one_step(rate_run):
+    """A rate-mode file flies in rate mode: the held correction changes by at most r·T per
+    decision, stays within the bound, is held between decisions, and is what the history
+    shows the policy at the next decision."""
+    ctrl = make_controller("ppo_res", path=rate_run[0] / "final.zip")
+    assert ctrl.correction_rate == RATE and ctrl.spec.action_history == 1
+    step = RATE * ctrl.context.control_dt * ctrl.action_repeat / ctrl.accel_scale
+    assert ctrl.step == pytest.approx(step)
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=0)
+    ctrl.reset()
+    held = [ctrl.held_action]
+    for k in range(40):
+        before = ctrl.held_action
+        obs, *_ = env.step(ctrl.policy(obs))
+        if k % 2 == 0:  # a decision: the history's newest entry is the correction held before
+            np.testing.assert_array_equal(ctrl.inputs.history[0, 0], before)
+        held.append(ctrl.held_action)
+    held = np.array(held)
+    assert np.all(np.abs(held) <= 1.0)
+    assert np.max(np.abs(np.diff(held, axis=0))) <= step + 1e-12
+    assert np.any(held != 0.0)
+    np.testing.assert_allclose(ctrl._held, ctrl.accel_scale * held[-1], rtol=0, atol=1e-12)
+
+
+def test_rate_mode_training_env_shows_the_policy_its_held_correction():
+    """In training the history column is the pilot's held correction, not the raw action,
+    and an episode's start zeroes both."""
+    from residual_quad.controllers.features import FEATURE_DIM
+    from residual_quad.controllers.policy_inputs import FeatureSpec
+    from residual_quad.training.ppo_vec import QuadVecEnv
+
+    scenarios = [{"payload": "heavy", "wind": "calm", "trajectory": "hover"}] * 2
+    pilot = ResidualPilot(2, 6.0, correction_rate=RATE, action_repeat=2)
+    venv = QuadVecEnv(
+        2,
+        lambda rng: dict(scenarios[0]),
+        action_repeat=2,
+        nthread=1,
+        scenarios=scenarios,
+        pilot=pilot,
+        features=FeatureSpec(action_history=1),
+        action_mode="rotor",
+        episode_s=0.2,
+    )
+    venv.seed(0)
+    venv.reset()
+    u = np.array([[1.0, -0.5, 0.2], [0.0, 0.3, -1.0]], dtype=np.float32)
+    expected = np.zeros((2, 3))
+    for _ in range(5):
+        obs, _, dones, _ = venv.step(u)
+        assert not dones.any()
+        expected = np.clip(expected + pilot.step * u, -1.0, 1.0)
+        np.testing.assert_allclose(obs[:, FEATURE_DIM : FEATURE_DIM + 3], expected, atol=1e-6)
+    for _ in range(10):  # to the end of the 0.2 s episode: the next one starts from zero
+        obs, _, dones, _ = venv.step(u)
+        if dones.any():
+            break
+    assert dones.all()
+    assert not obs[:, FEATURE_DIM : FEATURE_DIM + 3].any() and not pilot.held.any()
+    venv.close()
 
 
 def _rewrite(src: Path, dest: Path, **changes) -> Path:
@@ -229,6 +333,17 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
         ResidualPPOController(path=four)
     with pytest.raises(FileNotFoundError, match="nope.zip"):
         ResidualPPOController(path=tmp_path / "nope.zip")
+    # a correction rate is ppo_res's entry only
+    ppo_rate = _rewrite(_ppo_file(), tmp_path / "ppo_rate.zip", correction_rate=20.0)
+    with pytest.raises(PolicyFileError, match=r"ppo_rate\.zip.*ppo_res entry"):
+        make_controller("ppo", path=ppo_rate)
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, 1e4, float("nan"), float("inf"), "20", True])
+def test_rate_files_with_a_bad_rate_name_the_file(rate_run, tmp_path, bad):
+    damaged = _rewrite(rate_run[0] / "final.zip", tmp_path / "rate.zip", correction_rate=bad)
+    with pytest.raises(PolicyFileError, match=r"rate\.zip.*correction_rate must be"):
+        ResidualPPOController(path=damaged)
 
 
 def _ppo_file() -> Path:
@@ -246,6 +361,11 @@ def _ppo_file() -> Path:
         ({"accel_scale": 21.0}, r"accel_scale must be in \(0, 20"),
         ({"accel_scale": float("nan")}, "accel_scale"),
         ({"controller": "sac"}, r"controller must be one of \('ppo', 'ppo_res', 'ppo_adapt'\)"),
+        ({"correction_rate": 0.0}, r"correction_rate must be null or a number in \(0, 1000"),
+        ({"correction_rate": float("nan")}, "correction_rate must be null"),
+        ({"correction_rate": True}, "correction_rate must be null"),
+        ({"correction_rate": 2000.0}, "correction_rate must be null"),
+        ({"controller": "ppo", "correction_rate": 20.0}, "correction_rate is ppo_res's"),
     ],
 )
 def test_bad_configs_fail_before_training(changes, message):
@@ -293,10 +413,10 @@ def test_adapter_with_the_pilot_equals_geo_stepping_the_vector_env():
         obs, _ = env.reset(seed=seed + i)
         records = []
         for _ in range(steps):
-            u = actions(ppo_features_batch(obs))
+            pilot.decide(actions(ppo_features_batch(obs)))
             total, done = 0.0, False
             for _ in range(repeat):
-                obs, rew, term, trunc, _ = env.step(pilot(obs, u))
+                obs, rew, term, trunc, _ = env.step(pilot(obs))
                 total += rew[0]
                 if term[0] or trunc[0]:
                     done = True
