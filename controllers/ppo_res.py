@@ -120,7 +120,8 @@ class ResidualPPOController(Tracker):
     OPTIONS = POLICY_OPTIONS
     INFORMATION = InformationUse(
         feedforward_accel=True,
-        tuning="ppo's try-3 update size; exploration: 3 tries (docs/ppo.md)",
+        tuning="ppo's try-3 update size; exploration: 3 tries; rate mode: 4 tries and a "
+        "3-seed ablation (docs/ppo.md)",
         learned="policy",
     )
 

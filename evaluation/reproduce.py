@@ -56,10 +56,12 @@ SWEEP_SAMPLE: tuple[str, ...] = (
     "hnewton_rls|heavy|breezy|figure8|2",
     "ppo|extra|windy|figure8|0",
     "ppo:training_seed=2|none|breezy|helix|1",
+    "ppo:training_seed=4|light|calm|figure8|0",
     "ppo_res|heavy|windy|helix|0",
     "ppo_res:training_seed=1|extra|calm|figure8|2",
     "ppo_adapt|heavy|breezy|helix|2",
     "ppo_adapt:training_seed=1|light|breezy|figure8|0",
+    "ppo_adapt:training_seed=3|extra|breezy|hover|1",
 )
 #: the sampled stress rows (``run_id`` = label|scenario|seed): each stress group, each hnewton
 #: method, a crash and a loss

@@ -3,7 +3,7 @@
 A learned controller is one draw of its training run; a fair head-to-head gives its numbers over
 several training seeds with an interval [DRLM], [RLIQM]. The sweep flies each shipped
 policy as its own label — ``ppo`` (training seed 0), ``ppo:training_seed=1``,
-``ppo:training_seed=2`` and the same for ``ppo_res`` — and the report pools them:
+… and the same for ``ppo_res`` and ``ppo_adapt`` — and the report pools them:
 
 - :func:`pool_training_seeds` relabels the rows of ``<kind>:training_seed=K`` as ``<kind>``
   (keeping ``training_seed`` in the row), so every table shows one column per RL controller:
@@ -86,6 +86,14 @@ def _seed_cell(values: list[float]) -> tuple[float, int, int]:
     return (float(np.mean(ok)) if ok else math.nan), len(values) - len(ok), len(values)
 
 
+def _seed_text(mean: float, crashed: int, runs: int) -> str:
+    """One policy's value in a cell: its mean and diverged runs; ``all N div.`` when every run
+    diverged (no mean to show)."""
+    if not math.isfinite(mean):
+        return f"– (all {runs} div.)"
+    return f"{mean:.4f}" + (f" ({crashed} div.)" if crashed else "")
+
+
 def _rmse(r: dict[str, Any]) -> float:
     v = r.get("rmse")
     return math.inf if r.get("diverged") or v is None else float(v)
@@ -116,6 +124,14 @@ def budget_text(b: dict[str, Any] | None) -> str:
         f"{b['steps'] / 1e6:.2f} M policy steps, {b['train_wall_s'] / 60:.1f} min on "
         f"{b['cpu_count']} cores ({b.get('host', '?')}), {b['n_envs']} envs"
     )
+
+
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+
+
+def _count_words(counts: list[int]) -> str:
+    """``[3, 5]`` → ``"three or five"`` (numbers beyond seven as digits)."""
+    return " or ".join(_WORDS.get(n, str(n)) for n in counts)
 
 
 def rl_section(
@@ -157,9 +173,10 @@ def rl_section(
         "policy (as the main table: over the runs that did not diverge, their count noted); the "
         "cell is the mean over training seeds with its 95 % percentile-bootstrap interval over "
         f"training seeds ({RESAMPLES:,} resamples, seeded), then the per-seed values. The main "
-        "tables' `ppo`/`ppo_res` columns are the means over all their runs. With three seeds "
-        "the interval is coarse (it spans at most the seeds' range): it says how much a "
-        "retraining moves the numbers, not a population statistic.",
+        "tables' RL columns are the means over all their runs. With "
+        f"{_count_words(sorted({len(v) for v in seeds.values()}))} seeds the interval is coarse "
+        "(it spans at most the seeds' range): it says how much a retraining moves the numbers, "
+        "not a population statistic.",
         "",
     ]
     for k in kinds:
@@ -205,7 +222,7 @@ def rl_section(
             note = f" ({crashed}/{sum(n for _, _, n in stats)} div.)" if crashed else ""
             line += [
                 f"{iv.estimate:.4f}{iv.suffix()}{note}" if iv.kind != "empty" else "–",
-                " / ".join(f"{v:.4f}" + (f" ({c} div.)" if c else "") for v, c, _ in stats),
+                " / ".join(_seed_text(*st) for st in stats),
             ]
         if pid:
             v = pid.get((payload, wind))

@@ -130,7 +130,11 @@ def _cell(rows: list[dict[str, Any]], metric: str) -> Any:
     div = sum(r["diverged"] for r in rows)
     if not rows:
         return None
-    return m if div == 0 else f"{m:.4f} ({div}/{len(rows)} div.)"
+    if div == 0:
+        return m
+    if not np.isfinite(m):  # every run diverged: no mean to show
+        return f"– ({div}/{len(rows)} div.)"
+    return f"{m:.4f} ({div}/{len(rows)} div.)"
 
 
 Groups = dict[tuple, dict[str, list[dict[str, Any]]]]

@@ -75,7 +75,8 @@ class ControllerLabels:
 class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
     four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and the RL controllers
-    ``ppo``, ``ppo_res`` and ``ppo_adapt`` in their three shipped training seeds (1 620 runs)."""
+    ``ppo`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res`` in its three
+    (2 052 runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
@@ -90,12 +91,16 @@ class SweepConfig(ControllerLabels):
             "ppo",
             "ppo:training_seed=1",
             "ppo:training_seed=2",
+            "ppo:training_seed=3",
+            "ppo:training_seed=4",
             "ppo_res",
             "ppo_res:training_seed=1",
             "ppo_res:training_seed=2",
             "ppo_adapt",
             "ppo_adapt:training_seed=1",
             "ppo_adapt:training_seed=2",
+            "ppo_adapt:training_seed=3",
+            "ppo_adapt:training_seed=4",
         ]
     )
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy", "extra"])

@@ -95,7 +95,13 @@ SHIPPED = {
         PPOTrainConfig,
         {
             "controller": "the residual-RL policy (docs/ppo.md)",
-            "ppo": "smaller updates, gSDE with a fixed exploration scale",
+            "accel_scale": "a 10 m/s² bound (extra needs 7.7 on z)",
+            "correction_rate": "rate mode: the action steers the correction's rate",
+            "total_steps": "3 M: the ablation's budget",
+            "action_magnitude": "a cost on the rate",
+            "features": "the held correction (action history 1)",
+            "normalize_obs": "off: fixed feature scales",
+            "ppo": "smaller updates, a fixed exploration scale",
         },
     ),
     "ppo_realistic": (

@@ -32,9 +32,14 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     assert adapt["features"]["estimate"] and adapt["env_kwargs"] == {"preview": [10, 0.06]}
     smooth = cfg.run_config(cfg.variant("ppo_res_smooth"), 0)
     shipped_res = configs.load(PPOTrainConfig, "ppo_res")
-    # a mapping merges key by key: the ppo_res section keeps its gSDE settings
-    assert smooth.ppo == shipped_res.ppo and smooth.action_smooth == 0.5
+    # a mapping merges key by key: the ppo section changes only the keys the override names
+    assert smooth.ppo.use_sde and smooth.ppo.log_std_init == -3.5
+    assert smooth.ppo.n_steps == shipped_res.ppo.n_steps == 16
+    assert smooth.action_smooth == 0.5 and smooth.correction_rate is None
     assert smooth.features.action_history == 4 and smooth.total_steps == cfg.steps
+    # the shipped ppo_res is the rate-mode variant, unchanged
+    rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
+    assert configs.to_dict(rate) == configs.to_dict(shipped_res)
 
 
 def test_merge_keeps_the_base_keys_of_a_mapping_and_replaces_the_rest():

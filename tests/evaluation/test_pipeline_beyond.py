@@ -104,7 +104,7 @@ def test_the_section_has_the_matrix_the_paired_table_the_crashes_and_the_recover
     _, out, section, report = flown
     assert section.startswith("## Beyond the source: realistic_tiny\n")
     assert "6 runs of 3 controllers under plant options `preset: realistic`" in section
-    assert "| heavy | windy | " in section and "nan (2/2 div.)" in section  # ppo crashes
+    assert "| heavy | windy | " in section and "– (2/2 div.)" in section  # ppo crashes
     assert "**Paired comparisons" in section
     assert "`ppo`: shipped RL policies, trained on the ideal plant" in section
     assert "**Recovery after the first event" in section

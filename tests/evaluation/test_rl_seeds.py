@@ -144,3 +144,24 @@ def test_a_hover_only_sweep_with_rl_controllers_has_no_pooled_line_and_no_error(
     section = rl_section(rows)
     assert section is not None and "No rliable statistics" in section
     assert "| ppo | " not in section.split("No rliable statistics")[1]
+
+
+def test_a_policy_whose_every_run_in_a_cell_diverged_shows_no_mean():
+    """The per-seed value of a cell where every run of one policy diverged is named as such,
+    and the cell's interval is over the seeds with a value."""
+    rows = _rows(
+        {
+            "pid": {c: 0.05 for c in CELLS},
+            "ppo": {c: 0.06 for c in CELLS},
+            "ppo:training_seed=1": {c: 0.09 for c in CELLS},
+            "ppo:training_seed=2": {c: 0.12 for c in CELLS},
+        }
+    )
+    for r in rows:
+        if r["controller"] == "ppo:training_seed=1" and r["payload"] == "none":
+            r["diverged"], r["rmse"] = True, math.nan
+    section = rl_section(rows)
+    assert "nan" not in section
+    line = next(ln for ln in section.splitlines() if ln.startswith("| none | calm |"))
+    assert "(4/12 div.)" in line and "0.0605 / – (all 4 div.) / 0.1205" in line
+    assert "With three seeds the interval is coarse" in section

@@ -63,7 +63,7 @@ def _two_updates(cfg: PPOTrainConfig, foreach: bool) -> tuple[list[np.ndarray], 
 def test_multi_tensor_adam_keeps_the_first_updates_bit_for_bit(ppo):
     """The shipped speed setting changes no number: same seed, same parameters after the first
     updates as torch's per-parameter Adam (SB3's default on the CPU) — with a learned and with a
-    frozen exploration scale (``ppo`` and ``ppo_res``'s settings)."""
+    frozen gSDE exploration scale (``ppo``'s and the absolute ``ppo_res``'s settings)."""
     cfg = _config(ppo=ppo)
     start_a, fast = _two_updates(cfg, foreach=True)
     start_b, plain = _two_updates(cfg, foreach=False)
