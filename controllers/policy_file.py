@@ -228,6 +228,12 @@ def read_json_entries(
     return entries
 
 
+def is_correction_rate(rate: Any) -> bool:
+    """Whether ``rate`` is a valid ``ppo_res`` correction rate: a real number in
+    (0, :data:`MAX_CORRECTION_RATE`] m/s³ (a bool is not one)."""
+    return _is_number(rate) and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE
+
+
 def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     """Check the fields :class:`PPOController` uses: ``action_mode`` (one of
     :data:`~residual_quad.envs.actions.ACTION_MODES`), ``action_repeat`` (an integer in
@@ -252,7 +258,7 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
             raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
         rate = meta.get("correction_rate")
         if rate is not None:
-            if not (_is_number(rate) and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE):
+            if not is_correction_rate(rate):
                 raise fail(
                     f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] "
                     f"m/s³, got {rate!r}"

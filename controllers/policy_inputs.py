@@ -140,7 +140,7 @@ def _flown_layout(width: int) -> str:
     """The env layout observations of ``width`` values come from, for layout errors."""
     if not is_observation_width(width):
         return "no observation layout"
-    k = (width - OBS_DIM) // 6
+    k = (width - OBS_DIM) // PREVIEW_WIDTH
     return f"preview {k}" if k else "base"
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from residual_quad.controllers.policy_file import (
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
+    is_correction_rate,
     preview_points,
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
@@ -300,10 +301,7 @@ class PPOTrainConfig:
     def _check_correction_rate(self) -> None:
         """``correction_rate``: null, or a finite rate in (0, MAX_CORRECTION_RATE] m/s³."""
         rate = self.correction_rate
-        if rate is None:
-            return
-        number = isinstance(rate, int | float) and not isinstance(rate, bool)
-        if not (number and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE):
+        if rate is not None and not is_correction_rate(rate):
             raise ValueError(
                 f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] m/s³, "
                 f"got {rate!r}"
