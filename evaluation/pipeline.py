@@ -250,8 +250,20 @@ def _prepared_sweep(
     options = {k: dict(v) for k, v in s_cfg.controller_options.items()}
     for ctrl in RESIDUAL_CONTROLLERS:
         if ctrl in s_cfg.controllers:
-            options.setdefault(ctrl, {})["weights"] = str(weights.resolve())
+            options.setdefault(ctrl, {})["weights"] = portable_path(weights)
     return dataclasses.replace(s_cfg, controller_options=options), notes
+
+
+def portable_path(path: Path) -> str:
+    """``path`` as the sweep config saved next to the rows names it: relative to the working
+    directory when it lies under it (a results folder inside a clone names its network the same
+    in every clone, so committed configs do not carry one machine's folders), absolute otherwise.
+    The sweep's workers share the working directory, so both forms find the same file."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(resolved)
 
 
 def beyond_stage(

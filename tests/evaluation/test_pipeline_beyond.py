@@ -257,3 +257,21 @@ def test_record_outcome_is_refused_for_other_settings(tmp_path, capsys):
     assert main(["pipeline", "--quick", "--record-outcome", "--out", str(tmp_path)]) != 0
     assert "only the default pipeline" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_sweep_configs_name_the_network_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """A results folder inside the working directory (a clone) gets the same saved configs in
+    every clone; one outside keeps the absolute path, which is the only one that finds it."""
+    inside = tmp_path / "clone"
+    (inside / "out" / "model").mkdir(parents=True)
+    monkeypatch.chdir(inside)
+    weights = inside / "out" / "model" / "residual.npz"
+    shutil.copy(DEFAULT_WEIGHTS, weights)  # the sweep config checks that the file loads
+    assert pipeline.portable_path(weights) == "out/model/residual.npz"
+    assert pipeline.portable_path(weights.relative_to(inside)) == "out/model/residual.npz"
+    elsewhere = tmp_path / "elsewhere" / "residual.npz"
+    assert pipeline.portable_path(elsewhere) == str(elsewhere.resolve())
+    s_cfg, _ = pipeline._prepared_sweep("sweep_quick", {}, weights)
+    named = {c: o["weights"] for c, o in s_cfg.controller_options.items() if "weights" in o}
+    assert named and set(named.values()) == {"out/model/residual.npz"}
+    assert set(named) == set(pipeline.RESIDUAL_CONTROLLERS) & set(s_cfg.controllers)
