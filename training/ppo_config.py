@@ -25,7 +25,7 @@ from residual_quad.controllers.policy_file import (
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
-from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
+from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 
 HELD_OUT_PAYLOADS = ("extra",)
@@ -177,7 +177,9 @@ class PPOTrainConfig:
     env_threads: int | None = None  # vector: rollout threads (None → the cores)
     action_mode: str = "rotor"  # beat ctbr at equal budget (docs/ppo.md)
     action_repeat: int = 2  # control periods each policy action is held (the adapter does too)
-    payloads: list[str] = field(default_factory=lambda: ["none", "light", "heavy"])
+    # drawn uniformly: level names or masses in kg (a grid of masses randomizes the payload
+    # beyond the named levels); all lighter than the held-out payloads
+    payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy"])
     winds: list[str] = field(default_factory=lambda: ["calm", "breezy", "windy"])
     trajectories: list[str] = field(default_factory=lambda: ["hover", "helix", "figure8"])
     episode_s: float = 20.0  # s per training episode
@@ -214,6 +216,29 @@ class PPOTrainConfig:
     offpolicy: OffPolicyHyperparams = field(default_factory=OffPolicyHyperparams)
     # ppo: the critic also sees PRIVILEGED_NAMES (truth from the env's info), the actor never
     privileged_critic: bool = False
+
+    def _check_payloads(self) -> None:
+        """Names or masses (kg), each lighter than every held-out payload: the held-out mass is
+        never trained on, nor anything at or beyond it (that would make it an interpolation)."""
+        if not self.payloads:
+            raise ValueError("payloads must not be empty")
+        lightest_held = min(PAYLOAD_LEVELS[h] for h in HELD_OUT_PAYLOADS)
+        for p in self.payloads:
+            if isinstance(p, str) and p not in PAYLOAD_LEVELS:
+                raise ValueError(
+                    f"unknown payloads [{p!r}]; valid: {', '.join(PAYLOAD_LEVELS)} or a mass in kg"
+                )
+            if p in HELD_OUT_PAYLOADS:
+                raise ValueError(
+                    f"payload(s) [{p!r}] are held out for evaluation; never train on them"
+                )
+            mass = resolve_payload(p)  # a ValueError for a bool, NaN, inf or a negative mass
+            if mass >= lightest_held:
+                held = ", ".join(f"{h} ({PAYLOAD_LEVELS[h]:g} kg)" for h in HELD_OUT_PAYLOADS)
+                raise ValueError(
+                    f"payload {p!r} ({mass:g} kg) reaches the held-out {held}: training payloads "
+                    "must stay lighter"
+                )
 
     def __post_init__(self) -> None:
         self._check_learner()
@@ -259,8 +284,8 @@ class PPOTrainConfig:
             )
         if self.action_mode not in ACTION_MODES:
             raise ValueError(f"action_mode must be one of {ACTION_MODES}, got {self.action_mode!r}")
+        self._check_payloads()
         for kind, values, valid in (
-            ("payloads", self.payloads, PAYLOAD_LEVELS),
             ("winds", self.winds, WIND_LEVELS),
             ("trajectories", self.trajectories, TRAJECTORIES),
         ):
@@ -269,9 +294,6 @@ class PPOTrainConfig:
             bad = [v for v in values if v not in valid]
             if bad:
                 raise ValueError(f"unknown {kind} {bad}; valid: {', '.join(valid)}")
-        held = sorted(set(self.payloads) & set(HELD_OUT_PAYLOADS))
-        if held:
-            raise ValueError(f"payload(s) {held} are held out for evaluation; never train on them")
         for sc in self.eval_scenarios:
             if len(sc) != 3:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")

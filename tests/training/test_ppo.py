@@ -305,6 +305,25 @@ def test_config_is_strict_and_holds_extra_out():
     assert cfg.total_steps == 16384 and cfg.seed == 0 and "extra" not in cfg.payloads
 
 
+def test_training_payloads_may_be_masses_lighter_than_the_held_out_one():
+    """A grid of masses randomizes the payload beyond the named levels; a mass at or beyond the
+    held-out ``extra`` (0.75 kg) would train on it (or make it an interpolation) and is refused,
+    as are masses that are no masses."""
+    grid = [round(0.05 * i, 2) for i in range(13)]  # 0 … 0.6 kg
+    assert load_config({"payloads": grid}).payloads == grid
+    assert load_config({"payloads": ["none", 0.35, "heavy"]}).payloads == ["none", 0.35, "heavy"]
+    for bad in ([0.75], [0.3, 0.8], [0.7499999, 1.0]):
+        with pytest.raises(ValueError, match=r"reaches the held-out extra \(0.75 kg\)"):
+            load_config({"payloads": bad})
+    for bad in ([float("nan")], [float("inf")], [-0.1], [True]):
+        with pytest.raises(ValueError, match="payload must be one of"):
+            load_config({"payloads": bad})
+    with pytest.raises(ValueError, match="unknown payloads.*valid: none, light, heavy, extra"):
+        load_config({"payloads": ["huge"]})
+    with pytest.raises(ValueError, match="must not be empty"):
+        load_config({"payloads": []})
+
+
 def test_features_are_heading_invariant_and_scaled():
     env = ResidualQuadEnv(payload="light", wind="breezy", trajectory="helix")
     obs, _ = env.reset(seed=1)
@@ -340,6 +359,18 @@ def test_training_envs_randomize_scenarios_and_honour_given_ones():
             *_, dones, infos = venv.step(np.zeros((2, 4), dtype=np.float32))
             seen |= {info["scenario"] for info, done in zip(infos, dones, strict=True) if done}
         assert len(seen) >= 6  # of 8
+    finally:
+        venv.close()
+    masses = ScenarioSampler([0.1, 0.35, 0.6], ["calm"], ["hover"])  # a mass grid flies as drawn
+    venv = QuadVecEnv(2, masses, nthread=1, action_mode="ctbr", episode_s=0.02)
+    try:
+        venv.seed(0)
+        venv.reset()
+        flown = set(venv.get_attr("payload_kg"))
+        for _ in range(40):
+            venv.step(np.zeros((2, 4), dtype=np.float32))
+            flown |= set(venv.get_attr("payload_kg"))
+        assert flown == {0.1, 0.35, 0.6}
     finally:
         venv.close()
     given = [{"payload": "heavy", "wind": "windy", "trajectory": "figure8"}]
