@@ -119,6 +119,7 @@ SHIPPED = {
             "features": "the preview, action history 4 and the estimate",
             "env_kwargs": "the 10-point reference preview",
             "total_steps": "half ppo's budget: the ablation's",
+            "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
         },
     ),
     **{

@@ -40,6 +40,12 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     # the shipped ppo_res is the rate-mode variant, unchanged
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(shipped_res)
+    # the shipped ppo_adapt is the payload-grid variant; the ppo_adapt variant differs only there
+    shipped_adapt = configs.to_dict(configs.load(PPOTrainConfig, "ppo_adapt"))
+    grid = configs.to_dict(cfg.run_config(cfg.variant("ppo_adapt_payload_grid"), 0))
+    assert grid == shipped_adapt and max(grid["payloads"]) == 0.6
+    named = configs.to_dict(cfg.run_config(cfg.variant("ppo_adapt"), 0))
+    assert sorted(k for k in named if named[k] != grid[k]) == ["payloads"]
 
 
 def test_merge_keeps_the_base_keys_of_a_mapping_and_replaces_the_rest():
