@@ -48,7 +48,8 @@ def resolve_payload(payload: str | float) -> float:
                 "payload", payload, PAYLOAD_LEVELS, f"a mass in kg in [0, {MAX_PAYLOAD_KG:g}]"
             )
         return PAYLOAD_LEVELS[payload]
-    if not is_real(payload) or not 0.0 <= float(payload) <= MAX_PAYLOAD_KG:
+    # compared as given: float() of a huge int would overflow before the range check
+    if not is_real(payload) or not 0.0 <= payload <= MAX_PAYLOAD_KG:
         raise ValueError(
             f"payload must be one of {', '.join(PAYLOAD_LEVELS)} or a finite mass in "
             f"[0, {MAX_PAYLOAD_KG:g}] kg, got {payload!r}"

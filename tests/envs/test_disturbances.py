@@ -25,6 +25,11 @@ def test_payload_float_and_negative():
         resolve_payload(-0.2)
     with pytest.raises(ValueError, match="payload"):
         resolve_payload(float("nan"))
+    # an integer too large for a float (a YAML literal can be one) is out of range, not an
+    # OverflowError; an integer mass in range is a mass
+    with pytest.raises(ValueError, match="payload"):
+        resolve_payload(10**400)
+    assert resolve_payload(1) == 1.0 and resolve_payload(np.float32(0.25)) == 0.25
 
 
 # ------------------------------------------------------------------------------------ wind

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from residual_quad import configs
 from residual_quad.controllers import make_controller
@@ -322,6 +324,32 @@ def test_training_payloads_may_be_masses_lighter_than_the_held_out_one():
         load_config({"payloads": ["huge"]})
     with pytest.raises(ValueError, match="must not be empty"):
         load_config({"payloads": []})
+
+
+_PAYLOAD_ITEMS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.sampled_from(["none", "light", "heavy", "extra", "huge", ""]),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_PAYLOAD_ITEMS, max_size=4))
+def test_any_payload_list_loads_below_the_held_out_mass_or_is_a_value_error(payloads):
+    """Whatever a YAML list holds, the config either trains only on known names and masses in
+    [0, 0.75) kg, or says why not with a ValueError — never another exception."""
+    try:
+        cfg = PPOTrainConfig(payloads=payloads)
+    except ValueError:
+        return
+    for p in cfg.payloads:
+        if isinstance(p, str):
+            assert p in ("none", "light", "heavy")
+        else:
+            assert not isinstance(p, bool) and 0.0 <= float(p) < 0.75
 
 
 def test_features_are_heading_invariant_and_scaled():
