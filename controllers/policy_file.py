@@ -64,6 +64,9 @@ POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac"
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
+#: the trackers a ppo_res correction may add to: geo (every file without a ``tracker`` entry),
+#: or pid (geo plus the PID's position-error integral at its default gains)
+RESIDUAL_TRACKERS = ("geo", "pid")
 #: policy kinds with shipped policies (``controllers/weights``)
 SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_adapt")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
@@ -263,8 +266,13 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
                     f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] "
                     f"m/s³, got {rate!r}"
                 )
-    elif "correction_rate" in meta:
-        raise fail(f"correction_rate is a ppo_res entry, not a {kind!r} one")
+        tracker = meta.get("tracker", "geo")
+        if not (isinstance(tracker, str) and tracker in RESIDUAL_TRACKERS):
+            raise fail(f"tracker {tracker!r}; valid choices: {', '.join(RESIDUAL_TRACKERS)}")
+    else:
+        for entry in ("correction_rate", "tracker"):
+            if entry in meta:
+                raise fail(f"{entry} is a ppo_res entry, not a {kind!r} one")
     algo = meta.get("algo", "ppo")
     if algo != POLICY_ALGOS[kind]:
         raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {POLICY_ALGOS[kind]!r}")

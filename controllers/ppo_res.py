@@ -59,8 +59,14 @@ from residual_quad.controllers.ppo import (
     observation_actions,
     policy_inputs,
 )
-from residual_quad.controllers.trackers import BatchedTracker, Tracker
+from residual_quad.controllers.trackers import DEFAULT_KI, BatchedPIDTracker, PIDTracker
 from residual_quad.envs.observation import ObsLayout as L
+
+
+def tracker_ki(tracker: str) -> float:
+    """The integral gain (1/s³) of the tracker a correction adds to: 0 for ``geo`` (no
+    integrator), ``pid``'s default for ``pid``."""
+    return DEFAULT_KI if tracker == "pid" else 0.0
 
 
 def correction_step(
@@ -99,8 +105,9 @@ def heading_to_world_batch(R: np.ndarray, v_h: np.ndarray) -> np.ndarray:
     return np.stack((c * v_h[:, 0] - s * v_h[:, 1], s * v_h[:, 0] + c * v_h[:, 1], v_h[:, 2]), 1)
 
 
-class ResidualPPOController(Tracker):
-    """``geo`` plus a PPO policy's bounded correction of the desired acceleration.
+class ResidualPPOController(PIDTracker):
+    """``geo`` (or ``pid``: the file's ``tracker``) plus a PPO policy's bounded correction of
+    the desired acceleration.
 
     Args:
         context: nominal airframe and control period (``geo``'s).
@@ -111,8 +118,9 @@ class ResidualPPOController(Tracker):
             ``controllers/weights/ppo_res_default.zip``); not together with ``path``.
         plant: fly the shipped policy retrained for this plant (as ``ppo``'s ``plant``).
 
-    The gains are ``geo``'s defaults, the ones the policy was trained with. Call :meth:`reset`
-    at the start of every episode (it restarts the action-hold cycle).
+    The gains are the tracker's defaults, the ones the policy was trained with (``geo``: no
+    integral, ``ki`` 0). Call :meth:`reset` at the start of every episode (it restarts the
+    action-hold cycle).
     """
 
     name = "ppo_res"
@@ -142,7 +150,8 @@ class ResidualPPOController(Tracker):
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.spec = policy_spec(self.meta)
-        super().__init__(context)
+        self.tracker: str = self.meta.get("tracker", "geo")
+        super().__init__(context, ki=tracker_ki(self.tracker))
         self.step = self._correction_step()
 
     @classmethod
@@ -154,12 +163,14 @@ class ResidualPPOController(Tracker):
         action_repeat: int = 1,
         spec: FeatureSpec | None = None,
         correction_rate: float | None = None,
+        tracker: str = "geo",
     ) -> ResidualPPOController:
         """Wrap an in-memory SB3 model (the training's evaluation callback)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
-        Tracker.__init__(self, None)
+        self.tracker = tracker
+        PIDTracker.__init__(self, None, ki=tracker_ki(tracker))
         self.step = self._correction_step()
         return self
 
@@ -200,11 +211,11 @@ class ResidualPPOController(Tracker):
         return -heading_to_world(R, self._held)
 
 
-class BatchedResidualPPOController(BatchedTracker):
-    """``ppo_res`` for N envs: batched ``geo``, one policy forward for the envs due, per-env
-    action hold. The corrections equal the single controller's bit for bit (per-row features,
-    the numpy forward's batch-invariant products, per-row heading rotation); the rotor actions
-    then equal it as batched ``geo`` equals ``geo`` (≤ 1e-12).
+class BatchedResidualPPOController(BatchedPIDTracker):
+    """``ppo_res`` for N envs: batched ``geo`` (or ``pid``), one policy forward for the envs
+    due, per-env action hold. The corrections equal the single controller's bit for bit
+    (per-row features, the numpy forward's batch-invariant products, per-row heading
+    rotation); the rotor actions then equal it as batched ``geo`` equals ``geo`` (≤ 1e-12).
 
     Args:
         controller: a loaded :class:`ResidualPPOController` (its network, normalizer, bound and
@@ -224,7 +235,9 @@ class BatchedResidualPPOController(BatchedTracker):
         self._held = np.zeros((n_envs, 3))
         self._u = np.zeros((n_envs, 3))  # the corrections being held over their bound
         self.inputs = policy_inputs(controller, n_envs)
-        super().__init__(controller.context, n_envs, kp=controller.kp, kd=controller.kd)
+        super().__init__(
+            controller.context, n_envs, kp=controller.kp, kd=controller.kd, ki=controller.ki
+        )
 
     def _reset_rows(self, index: int | slice) -> None:
         super()._reset_rows(index)
@@ -248,14 +261,15 @@ class BatchedResidualPPOController(BatchedTracker):
         return -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
 
 
-class _CorrectedGeo(BatchedTracker):
-    """Batched ``geo`` whose desired acceleration gets :attr:`correction` (N, 3) world m/s²."""
+class _CorrectedTracker(BatchedPIDTracker):
+    """Batched ``geo`` (``ki`` 0) or ``pid`` whose desired acceleration gets
+    :attr:`correction` (N, 3) world m/s²."""
 
     name = "ppo_res"
 
-    def __init__(self, context: ControlContext | None, n_envs: int):
+    def __init__(self, context: ControlContext | None, n_envs: int, ki: float):
         self.correction = np.zeros((n_envs, 3))
-        super().__init__(context, n_envs)
+        super().__init__(context, n_envs, ki=ki)
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return -self.correction
@@ -267,10 +281,11 @@ ResidualPPOController.batched = BatchedResidualPPOController
 class ResidualPilot:
     """What a ``ppo_res`` policy acts through in training: :meth:`decide` takes the policy's
     actions ``u`` (N, 3) in [-1, 1] once per decision (the held correction follows the file's
-    mode, :func:`advance_correction`), and each control period :meth:`__call__` gives ``geo``'s
-    rotor actions (N, 4) with the correction ``R_z(ψ)·(accel_scale·c)`` for the raw observations
-    (N, OBS_DIM). ``geo`` is stateless between periods; in rate mode the held correction is
-    state, which :meth:`reset_rows` clears for the envs that start an episode.
+    mode, :func:`advance_correction`), and each control period :meth:`__call__` gives the
+    tracker's rotor actions (N, 4) with the correction ``R_z(ψ)·(accel_scale·c)`` for the raw
+    observations (N, OBS_DIM). ``geo`` is stateless between periods; ``pid``'s integral and the
+    rate mode's held correction are state, which :meth:`reset_rows` clears for the envs that
+    start an episode.
 
     Args:
         n_envs: number of envs.
@@ -278,6 +293,7 @@ class ResidualPilot:
         context: nominal airframe and control period.
         correction_rate: ``None`` (absolute mode) or the rate mode's r, m/s³.
         action_repeat: control periods per decision (sets the rate mode's step).
+        tracker: the tracker the correction adds to, ``geo`` or ``pid``.
     """
 
     action_dim = 3
@@ -289,9 +305,10 @@ class ResidualPilot:
         context: ControlContext | None = None,
         correction_rate: float | None = None,
         action_repeat: int = 1,
+        tracker: str = "geo",
     ):
         self.accel_scale = float(accel_scale)
-        self.geo = _CorrectedGeo(context, n_envs)
+        self.geo = _CorrectedTracker(context, n_envs, tracker_ki(tracker))
         period_s = self.geo.context.control_dt * action_repeat  # s per decision
         self.step = correction_step(correction_rate, self.accel_scale, period_s)
         self.held = np.zeros((n_envs, 3))  # the corrections over their bound, [-1, 1]
@@ -303,8 +320,10 @@ class ResidualPilot:
         return self.held
 
     def reset_rows(self, index: Any = slice(None)) -> None:
-        """Zero the held corrections of the envs ``index`` (a new episode)."""
+        """Zero the held corrections and the tracker's state (``pid``'s integrals) of the envs
+        ``index`` (a new episode)."""
         self.held[index] = 0.0
+        self.geo._reset_rows(index)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         R = obs[:, L.rot].reshape(-1, 3, 3)

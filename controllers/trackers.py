@@ -46,6 +46,8 @@ _ZERO3 = np.zeros(3)
 
 DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δa: Δa/K_p)
 DEFAULT_KD = 8.0  # 1/s, velocity gain
+DEFAULT_KI = 15.0  # 1/s³, ``pid``'s integral gain
+DEFAULT_I_MAX = 1.0  # m·s, ``pid``'s integral bound per axis
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
 ATTITUDE = Instance(
@@ -200,8 +202,8 @@ class PIDTracker(Tracker):
         self,
         context: ControlContext | None = None,
         *,
-        ki: float = 15.0,  # 1/s³
-        i_max: float = 1.0,  # m·s, integral bound per axis
+        ki: float = DEFAULT_KI,  # 1/s³
+        i_max: float = DEFAULT_I_MAX,  # m·s, integral bound per axis
         **kw,
     ):
         self.ki = float(ki)
@@ -213,6 +215,8 @@ class PIDTracker(Tracker):
         self.integral = np.zeros(3)  # m·s
 
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        if not self.ki:  # a PD: geo's command exactly
+            return super().desired_accel(obs, e_p, e_v)
         self.integral = pid_integral_step(
             self.integral, e_p, self.dt, self.inner.saturated, self.i_max
         )
@@ -352,8 +356,8 @@ class BatchedPIDTracker(BatchedTracker):
         context: ControlContext | None = None,
         n_envs: int = 1,
         *,
-        ki: float = 15.0,  # 1/s³
-        i_max: float = 1.0,  # m·s
+        ki: float = DEFAULT_KI,  # 1/s³
+        i_max: float = DEFAULT_I_MAX,  # m·s
         **kw: Any,
     ):
         self.ki = float(ki)
@@ -369,6 +373,8 @@ class BatchedPIDTracker(BatchedTracker):
         return [*super()._row_state(), (self, "integral")]
 
     def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+        if not self.ki:  # a PD: geo's command exactly
+            return super().desired_accel(obs, e_p, e_v)
         self.integral = pid_integral_step(
             self.integral, e_p, self.dt, self.inner.saturated[:, None], self.i_max
         )

@@ -41,7 +41,13 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
         from residual_quad.controllers.ppo_res import ResidualPPOController
 
         return ResidualPPOController.from_model(
-            model, cfg.accel_scale, normalizer, cfg.action_repeat, spec, cfg.correction_rate
+            model,
+            cfg.accel_scale,
+            normalizer,
+            cfg.action_repeat,
+            spec,
+            cfg.correction_rate,
+            cfg.tracker,
         )
     if cfg.controller == "ppo_adapt":
         from residual_quad.controllers.ppo_adapt import PPOAdaptController

@@ -37,6 +37,8 @@ def save_policy(
         kind["accel_scale"] = cfg.accel_scale
         if cfg.correction_rate is not None:  # rate mode; absolute files carry no entry
             kind["correction_rate"] = cfg.correction_rate
+        if cfg.tracker != "geo":  # files of geo's corrections carry no entry
+            kind["tracker"] = cfg.tracker
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()

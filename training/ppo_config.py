@@ -20,6 +20,7 @@ from typing import Any
 from residual_quad.controllers.policy_file import (
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
+    RESIDUAL_TRACKERS,
     is_correction_rate,
     preview_points,
 )
@@ -171,6 +172,9 @@ class PPOTrainConfig:
     # m/s³, ppo_res: null — the action is the correction; a number r — the action is its rate of
     # change (the correction moves by at most r·T per decision; an action history shows it)
     correction_rate: float | None = None
+    # ppo_res: the tracker the correction adds to — geo, or pid (geo + the PID's error integral,
+    # so a constant offset of the correction is integrated away: it rests only at zero error)
+    tracker: str = "geo"
     total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # one ResidualQuadVectorEnv (subproc is retired: SUBPROC_RETIRED)
@@ -252,6 +256,11 @@ class PPOTrainConfig:
                     f"accel_scale must be in (0, {MAX_ACCEL_SCALE}] m/s², got {self.accel_scale}"
                 )
             self._check_correction_rate()
+            if self.tracker not in RESIDUAL_TRACKERS:
+                raise ValueError(
+                    f"tracker must be one of {RESIDUAL_TRACKERS} (the tracker the correction adds "
+                    f"to), got {self.tracker!r}"
+                )
             if self.action_mode != "rotor" or self.backend != "vector":
                 raise ValueError(
                     "ppo_res acts through geo's inner loop on the vector env: it needs "
@@ -261,6 +270,11 @@ class PPOTrainConfig:
         elif self.correction_rate is not None:
             raise ValueError(
                 f"correction_rate is ppo_res's (the rate of its correction), not "
+                f"{self.controller!r}'s"
+            )
+        elif self.tracker != "geo":
+            raise ValueError(
+                f"tracker is ppo_res's (the tracker its correction adds to), not "
                 f"{self.controller!r}'s"
             )
         spec = self.features.spec()

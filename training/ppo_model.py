@@ -36,6 +36,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
             cfg.accel_scale,
             correction_rate=cfg.correction_rate,
             action_repeat=cfg.action_repeat,
+            tracker=cfg.tracker,
         )
     estimator = None
     if cfg.controller == "ppo_adapt":

@@ -34,6 +34,32 @@ def test_pid_removes_the_hover_offset(payload):
     assert float(np.linalg.norm(result.pos[-1] - result.ref[-1])) < 0.01
 
 
+def test_pid_without_integral_gain_flies_geo_bit_for_bit():
+    """``pid:ki=0`` is a PD: geo's command exactly, single and batched (the ``geo`` tracker
+    of a ``ppo_res`` correction is this PD)."""
+    pd = run_episode("pid:ki=0", payload="heavy", wind="windy", trajectory="helix", episode_s=3)
+    geo = run_episode("geo", payload="heavy", wind="windy", trajectory="helix", episode_s=3)
+    np.testing.assert_array_equal(pd.thrusts, geo.thrusts)
+    from residual_quad.controllers.batch import make_batch_controller
+
+    batch = make_batch_controller("pid", 2, ki=0.0)
+    obs = np.stack([_stepped_obs(seed) for seed in (3, 4)])
+    np.testing.assert_array_equal(
+        batch.policy_batch(obs), make_batch_controller("geo", 2).policy_batch(obs)
+    )
+    assert not batch.integral.any()
+
+
+def _stepped_obs(seed: int) -> np.ndarray:
+    from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=seed)
+    for _ in range(20):
+        obs, *_ = env.step(np.full(4, 0.1))
+    return obs
+
+
 def test_hover_thrust_equals_true_weight():
     for payload in (0.0, 0.5):
         r = run_episode("pid", payload=payload, trajectory="hover", ground_effect=False)

@@ -26,7 +26,7 @@ from residual_quad.controllers.ppo_res import (  # noqa: E402
     heading_to_world,
     heading_to_world_batch,
 )
-from residual_quad.controllers.trackers import GeoTracker  # noqa: E402
+from residual_quad.controllers.trackers import GeoTracker, PIDTracker  # noqa: E402
 from residual_quad.envs.observation import ObsLayout as L  # noqa: E402
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv  # noqa: E402
 from residual_quad.episode import RunSpec, fly  # noqa: E402
@@ -78,6 +78,14 @@ def rate_run(tmp_path_factory) -> tuple[Path, dict]:
     """A tiny rate-mode policy: the action steers the correction's rate, the history holds it."""
     out = tmp_path_factory.mktemp("ppo_res_rate")
     cfg = _config(correction_rate=RATE, features=FeatureConfig(action_history=1))
+    return out, train(cfg, out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def pid_run(tmp_path_factory) -> tuple[Path, dict]:
+    """A tiny rate-mode policy whose correction adds to ``pid`` (geo + the error integral)."""
+    out = tmp_path_factory.mktemp("ppo_res_pid")
+    cfg = _config(correction_rate=RATE, features=FeatureConfig(action_history=1), tracker="pid")
     return out, train(cfg, out, progress=False)
 
 
@@ -134,6 +142,45 @@ def test_training_pilot_equals_geo_with_the_correction():
     )
 
 
+def test_training_pilot_on_pid_equals_pid_with_the_correction():
+    """With ``tracker: pid`` the pilot is the single ``pid`` (its integral and anti-windup
+    carried over control periods) plus the correction; a new episode clears the integral."""
+    obs = _observations(12)
+    u = np.random.default_rng(3).uniform(-1.0, 1.0, (len(obs), 3))
+    pilot = ResidualPilot(len(obs), accel_scale=6.0, tracker="pid")
+    pilot.decide(u)
+    pids = [PIDTracker() for _ in obs]
+    for i, (pid, o) in enumerate(zip(pids, obs, strict=True)):
+        correction = heading_to_world(o[L.rot].reshape(3, 3), 6.0 * u[i])
+        pid.residual_world = lambda *a, c=correction: -c  # noqa: B023
+    for _ in range(5):  # the same observations: the integrals grow every period
+        actions = pilot(obs)
+        for i, o in enumerate(obs):
+            np.testing.assert_allclose(actions[i], pids[i].policy(o), rtol=0, atol=1e-12)
+    assert pilot.geo.integral.any()
+    np.testing.assert_allclose(pilot.geo.integral, [p.integral for p in pids], atol=1e-15)
+    pilot.reset_rows(np.array([2, 5]))
+    assert not pilot.geo.integral[[2, 5]].any() and pilot.geo.integral[0].any()
+    assert not pilot.held[[2, 5]].any()
+
+
+def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
+    """A file trained on ``pid`` records its tracker and deploys on ``pid``'s gains; with its
+    correction held at zero it flies ``pid`` exactly. Files without the entry stay on geo."""
+    path = pid_run[0] / "final.zip"
+    with zipfile.ZipFile(path) as archive:
+        assert json.loads(archive.read(META_ENTRY))["tracker"] == "pid"
+    ctrl = make_controller("ppo_res", path=path)
+    assert ctrl.tracker == "pid" and ctrl.ki == PIDTracker().ki > 0
+    geo_file = make_controller("ppo_res", path=res_run[0] / "final.zip")
+    assert geo_file.tracker == "geo" and geo_file.ki == 0.0
+    ctrl.correction = lambda obs: np.zeros(3)
+    spec = RunSpec("ppo_res", "heavy", "breezy", "helix", 0, episode_s=3.0)
+    flown = fly(spec, {}, controller=ctrl)
+    reference = fly(spec, {}, controller=PIDTracker())
+    np.testing.assert_array_equal(flown.thrusts, reference.thrusts)
+
+
 def test_smoke_training_writes_a_ppo_res_policy(res_run):
     out, summary = res_run
     assert summary["steps"] == 2048 and summary["backend"] == "vector"
@@ -180,10 +227,11 @@ def test_deployed_correction_is_bounded_and_held(res_run):
     assert not np.array_equal(held[0], held[2])
 
 
-@pytest.mark.parametrize("run", ["res_run", "rate_run"])
+@pytest.mark.parametrize("run", ["res_run", "rate_run", "pid_run"])
 def test_batched_controller_equals_the_single_one(run, request):
     """Corrections bit for bit, rotor actions as batched geo equals geo (≤ 1e-12), on a flight
-    where the single controller's observations drive both (absolute and rate mode)."""
+    where the single controller's observations drive both (absolute and rate mode, on geo and
+    on pid)."""
     path = request.getfixturevalue(run)[0] / "final.zip"
     single = make_controller("ppo_res", path=path)
     batch = make_batch_controller("ppo_res", 3, path=path)
@@ -204,7 +252,7 @@ def test_batched_controller_equals_the_single_one(run, request):
     batch.reset_env(1)
     assert batch._k[1] == 0 and not batch._held[1].any() and batch._k[0] == 30
     assert not batch._u[1].any() and not batch.inputs.history[1].any()
-    assert single.kp == batch.kp and single.kd == batch.kd
+    assert single.kp == batch.kp and single.kd == batch.kd and single.ki == batch.ki
 
 
 def test_fly_and_sweep_row_carry_the_correction_as_residual(res_run):
@@ -337,6 +385,14 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
     ppo_rate = _rewrite(_ppo_file(), tmp_path / "ppo_rate.zip", correction_rate=20.0)
     with pytest.raises(PolicyFileError, match=r"ppo_rate\.zip.*ppo_res entry"):
         make_controller("ppo", path=ppo_rate)
+    # so is the tracker it corrects, one of geo and pid
+    ppo_tracker = _rewrite(_ppo_file(), tmp_path / "ppo_tracker.zip", tracker="pid")
+    with pytest.raises(PolicyFileError, match=r"ppo_tracker\.zip.*tracker is a ppo_res entry"):
+        make_controller("ppo", path=ppo_tracker)
+    for bad in ("lqr", "PID", None, 1, ["pid"]):
+        damaged = _rewrite(path, tmp_path / "tracker.zip", tracker=bad)
+        with pytest.raises(PolicyFileError, match=r"tracker\.zip.*valid choices: geo, pid"):
+            ResidualPPOController(path=damaged)
 
 
 @pytest.mark.parametrize("bad", [0.0, -5.0, 1e4, float("nan"), float("inf"), "20", True])
@@ -366,6 +422,9 @@ def _ppo_file() -> Path:
         ({"correction_rate": True}, "correction_rate must be null"),
         ({"correction_rate": 2000.0}, "correction_rate must be null"),
         ({"controller": "ppo", "correction_rate": 20.0}, "correction_rate is ppo_res's"),
+        ({"tracker": "lqr"}, r"tracker must be one of \('geo', 'pid'\)"),
+        ({"tracker": None}, "tracker must be one of"),
+        ({"controller": "ppo", "tracker": "pid"}, "tracker is ppo_res's"),
     ],
 )
 def test_bad_configs_fail_before_training(changes, message):
