@@ -110,6 +110,8 @@ def with_policy_record(info: InformationUse, record: dict[str, Any]) -> Informat
         memory.append(f"last {int(features['action_history'])} actions")
     if features.get("error_integral"):
         memory.append("position-error integral")
+    if record.get("tracker") == "pid":  # a ppo_res correction of pid: the tracker integrates
+        memory.append("pid's position-error integral")
     estimate = info.residual_estimate
     if features.get("estimate"):
         estimate = "; ".join(filter(None, (estimate, "a disturbance estimate input")))

@@ -109,9 +109,10 @@ def test_markers_name_equal_and_unequal_comparisons():
     integral=st.booleans(),
     estimate=st.booleans(),
     critic=st.booleans(),
+    tracker=st.sampled_from([None, "geo", "pid"]),
 )
 def test_equal_information_is_symmetric_and_lists_exactly_the_differences(
-    k, hist, integral, estimate, critic
+    k, hist, integral, estimate, critic, tracker
 ):
     base = InformationUse(feedforward_accel=True, tuning="t", learned="policy")
     record = {
@@ -123,11 +124,15 @@ def test_equal_information_is_symmetric_and_lists_exactly_the_differences(
         },
         "privileged_critic": critic,
     }
+    if tracker is not None:
+        record["tracker"] = tracker
     other = with_policy_record(base, record)
     assert equal_information(base, other) == equal_information(other, base)
     assert equal_information(base, other) == (not differences(base, other))
     assert ("preview" in differences(base, other)) == (k > 0)
-    assert ("history / memory" in differences(base, other)) == (hist > 0 or integral)
+    memory = hist > 0 or integral or tracker == "pid"
+    assert ("history / memory" in differences(base, other)) == memory
+    assert ("pid's position-error integral" in other.memory) == (tracker == "pid")
     assert ("privileged training" in differences(base, other)) == critic
 
 
