@@ -95,6 +95,20 @@ SHIPPED = {
         PPOTrainConfig,
         {
             "controller": "the residual-RL policy (docs/ppo.md)",
+            "tracker": "pid: its error integral carries the steady correction",
+            "accel_scale": "a 4 m/s² bound: the gusts' share",
+            "total_steps": "3 M: the ablation's budget",
+            "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
+            "action_smooth": "a cost on the correction's change",
+            "action_magnitude": "a cost on the correction's size",
+            "features": "the last 4 corrections",
+            "ppo": "smaller updates, a fixed gSDE exploration scale",
+        },
+    ),
+    "ppo_res_rate": (
+        PPOTrainConfig,
+        {
+            "controller": "the rate mode on geo shipped before (the ablation's base)",
             "accel_scale": "a 10 m/s² bound (extra needs 7.7 on z)",
             "correction_rate": "rate mode: the action steers the correction's rate",
             "total_steps": "3 M: the ablation's budget",

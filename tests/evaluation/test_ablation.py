@@ -31,15 +31,23 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     assert changed == ["controller", "env_kwargs", "features"]
     assert adapt["features"]["estimate"] and adapt["env_kwargs"] == {"preview": [10, 0.06]}
     smooth = cfg.run_config(cfg.variant("ppo_res_smooth"), 0)
-    shipped_res = configs.load(PPOTrainConfig, "ppo_res")
+    rate_res = configs.load(PPOTrainConfig, "ppo_res_rate")
     # a mapping merges key by key: the ppo section changes only the keys the override names
     assert smooth.ppo.use_sde and smooth.ppo.log_std_init == -3.5
-    assert smooth.ppo.n_steps == shipped_res.ppo.n_steps == 16
+    assert smooth.ppo.n_steps == rate_res.ppo.n_steps == 16
     assert smooth.action_smooth == 0.5 and smooth.correction_rate is None
     assert smooth.features.action_history == 4 and smooth.total_steps == cfg.steps
-    # the shipped ppo_res is the rate-mode variant, unchanged
+    assert smooth.tracker == "geo"
+    # the rate mode on geo (shipped before) is its own config, unchanged
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
-    assert configs.to_dict(rate) == configs.to_dict(shipped_res)
+    assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
+    # the shipped ppo_res is the pid variant with the action costs; the grid variant differs
+    # from it only in those costs
+    shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    costs = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_costs"), 0))
+    assert costs == shipped_res and costs["tracker"] == "pid"
+    grid = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_grid"), 0))
+    assert sorted(k for k in grid if grid[k] != costs[k]) == ["action_magnitude", "action_smooth"]
     # the shipped ppo_adapt is the payload-grid variant; the ppo_adapt variant differs only there
     shipped_adapt = configs.to_dict(configs.load(PPOTrainConfig, "ppo_adapt"))
     grid = configs.to_dict(cfg.run_config(cfg.variant("ppo_adapt_payload_grid"), 0))
