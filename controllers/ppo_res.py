@@ -128,8 +128,8 @@ class ResidualPPOController(PIDTracker):
     OPTIONS = POLICY_OPTIONS
     INFORMATION = InformationUse(
         feedforward_accel=True,
-        tuning="ppo's try-3 update size; exploration: 3 tries; rate mode: 4 tries and a "
-        "3-seed ablation (docs/ppo.md)",
+        tuning="ppo's try-3 update size; exploration: 3 tries; rate mode on geo: 4 tries; on "
+        "pid: 3 tries and 3 variants × 3 seeds of the ablation (docs/ppo.md)",
         learned="policy",
     )
 
