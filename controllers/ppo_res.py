@@ -1,15 +1,17 @@
-"""``ppo_res``: residual RL [RESRL] — a PPO policy corrects ``geo``'s desired acceleration.
+"""``ppo_res``: residual RL [RESRL] — a PPO policy corrects a tracker's desired acceleration.
 
-The RL counterpart of ``geo_res``: the tracker is ``geo`` (feed-forward + PD outer loop, the
-shared geometric inner loop), and a PPO policy adds a bounded correction to the desired
-acceleration,
+The RL counterpart of ``geo_res``: the tracker is the file's ``tracker`` — ``geo`` (feed-forward
++ PD outer loop, the shared geometric inner loop; files without the entry) or ``pid`` (the same
+plus the PID's position-error integral, which takes any constant offset of the correction away)
+— and a PPO policy adds a bounded correction to the desired acceleration,
 
-``a_eff = a_ref + K_p·e_p + K_d·e_v + R_z(ψ)·δa_h``,  ``δa_h = accel_scale · c``, ``c ∈ [-1, 1]³``,
+``a_eff = a_ref + K_p·e_p + K_d·e_v [+ K_i·∫e_p] + R_z(ψ)·δa_h``,  ``δa_h = accel_scale · c``,
+``c ∈ [-1, 1]³``,
 
 where ``δa_h`` (m/s²) is expressed in the vehicle's heading frame (world rotated by the current
 yaw ψ; the frame of the policy's input :func:`~residual_quad.controllers.features.ppo_features`) and
 ``accel_scale`` (m/s²) is the bound stored in the policy file. The policy sees the same features
-as ``ppo`` and acts every ``action_repeat`` control periods; ``geo`` runs every period with the
+as ``ppo`` and acts every ``action_repeat`` control periods; the tracker runs every period with the
 held correction. What the policy's action ``u ∈ [-1, 1]³`` sets is the file's choice:
 
 * **absolute** (no ``correction_rate`` in the file): the correction itself, ``c = u``;
@@ -308,8 +310,8 @@ class ResidualPilot:
         tracker: str = "geo",
     ):
         self.accel_scale = float(accel_scale)
-        self.geo = _CorrectedTracker(context, n_envs, tracker_ki(tracker))
-        period_s = self.geo.context.control_dt * action_repeat  # s per decision
+        self.base = _CorrectedTracker(context, n_envs, tracker_ki(tracker))
+        period_s = self.base.context.control_dt * action_repeat  # s per decision
         self.step = correction_step(correction_rate, self.accel_scale, period_s)
         self.held = np.zeros((n_envs, 3))  # the corrections over their bound, [-1, 1]
 
@@ -323,9 +325,9 @@ class ResidualPilot:
         """Zero the held corrections and the tracker's state (``pid``'s integrals) of the envs
         ``index`` (a new episode)."""
         self.held[index] = 0.0
-        self.geo._reset_rows(index)
+        self.base._reset_rows(index)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         R = obs[:, L.rot].reshape(-1, 3, 3)
-        self.geo.correction = heading_to_world_batch(R, self.accel_scale * self.held)
-        return self.geo.policy_batch(obs)
+        self.base.correction = heading_to_world_batch(R, self.accel_scale * self.held)
+        return self.base.policy_batch(obs)

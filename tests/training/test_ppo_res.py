@@ -157,10 +157,10 @@ def test_training_pilot_on_pid_equals_pid_with_the_correction():
         actions = pilot(obs)
         for i, o in enumerate(obs):
             np.testing.assert_allclose(actions[i], pids[i].policy(o), rtol=0, atol=1e-12)
-    assert pilot.geo.integral.any()
-    np.testing.assert_allclose(pilot.geo.integral, [p.integral for p in pids], atol=1e-15)
+    assert pilot.base.integral.any()
+    np.testing.assert_allclose(pilot.base.integral, [p.integral for p in pids], atol=1e-15)
     pilot.reset_rows(np.array([2, 5]))
-    assert not pilot.geo.integral[[2, 5]].any() and pilot.geo.integral[0].any()
+    assert not pilot.base.integral[[2, 5]].any() and pilot.base.integral[0].any()
     assert not pilot.held[[2, 5]].any()
 
 
