@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("stable_baselines3")
 
@@ -430,6 +432,16 @@ def _ppo_file() -> Path:
 def test_bad_configs_fail_before_training(changes, message):
     with pytest.raises(ValueError, match=message):
         _config(**changes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tracker=st.one_of(st.text(max_size=12), st.integers(), st.none(), st.booleans()))
+def test_any_tracker_but_geo_or_pid_is_refused_naming_the_choices(tracker):
+    if tracker in ("geo", "pid"):
+        assert _config(tracker=tracker).tracker == tracker
+        return
+    with pytest.raises(ValueError, match=r"tracker must be one of \('geo', 'pid'\)"):
+        _config(tracker=tracker)
 
 
 def test_cli_target_uses_the_shipped_ppo_res_config(tmp_path, capsys):
