@@ -125,11 +125,12 @@ def figure(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    colors = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
+    colors = plt.get_cmap("tab20")  # 20 distinct colours, and a marker cycle beyond them
+    markers = ("o", "s", "^", "D")
     for i, (name, label) in enumerate(_variants(rows)):
         mine = [r for r in rows if r["variant"] == name and r["rmse_mean"] is not None]
-        color = colors(i % 10)
+        color = colors(i % 20)
         for seed in sorted({r["seed"] for r in mine}):
             curve = sorted((r["steps"], r["rmse_mean"]) for r in mine if r["seed"] == seed)
             ax.plot(
@@ -151,7 +152,7 @@ def figure(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
                 ys,
                 color=color,
                 lw=2.2,
-                marker="o",
+                marker=markers[(i // 20 + i) % len(markers)],
                 label=f"{label} ({n} seed{'s' if n > 1 else ''})",
             )
     ax.set_yscale("log")
@@ -160,7 +161,7 @@ def figure(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
     ax.set_title("Ablation at equal budget: seeds thin, their mean thick")
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120, bbox_inches="tight")
