@@ -55,7 +55,7 @@ FEATURE_VERSION = 1
 MAX_ACTION_REPEAT = 1000  # control periods an action may be held
 MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 #: action size of each policy kind: ``ppo``, ``ppo_adapt``, ``sac`` and ``tqc`` act on the env
-#: (4), ``ppo_res`` on geo's desired acceleration (3, heading frame;
+#: (4), ``ppo_res`` on its tracker's desired acceleration (3, heading frame;
 #: :mod:`residual_quad.controllers.ppo_res`)
 ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
 #: the learner of each policy kind (the record's ``algo``): ``sac``/``tqc`` policies are trained

@@ -203,12 +203,13 @@ def register_train_ppo(targets: argparse._SubParsersAction) -> None:
 
 
 def register_train_ppo_res(targets: argparse._SubParsersAction) -> None:
-    """Add the ``ppo_res`` target (residual RL on geo) to the ``rquad train`` sub-parsers."""
+    """Add the ``ppo_res`` target (residual RL on pid or geo) to the ``rquad train`` sub-parsers."""
     _add_ppo_parser(
         targets,
         "ppo_res",
-        "residual RL: PPO corrects geo's desired acceleration (needs the rl extra)",
-        "Train the ppo_res policy (a bounded correction to geo's desired acceleration) with PPO "
+        "residual RL: PPO corrects pid's (or geo's) desired acceleration (needs the rl extra)",
+        "Train the ppo_res policy (a bounded correction to the desired acceleration of its "
+        "tracker, pid or geo: the config's `tracker`) with PPO "
         "and domain randomization",
         DEFAULT_PPO_RES_OUT,
     )
