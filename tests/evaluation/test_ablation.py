@@ -42,10 +42,17 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
     # the shipped ppo_res is the pid variant with the action costs; the grid variant differs
-    # from it only in those costs
+    # from it only in those costs, the exploration variant in its scale, the no-history one
+    # also in its inputs
     shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
     costs = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_costs"), 0))
     assert costs == shipped_res and costs["tracker"] == "pid"
+    explore = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_explore"), 0))
+    assert sorted(k for k in explore if explore[k] != costs[k]) == ["ppo"]
+    assert explore["ppo"]["log_std_init"] == -4.5 and explore["ppo"]["n_steps"] == 16
+    lean = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_no_history"), 0))
+    assert sorted(k for k in lean if lean[k] != explore[k]) == ["features"]
+    assert lean["features"]["action_history"] == 0
     grid = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_grid"), 0))
     assert sorted(k for k in grid if grid[k] != costs[k]) == ["action_magnitude", "action_smooth"]
     # the shipped ppo_adapt is the payload-grid variant; the ppo_adapt variant differs only there
