@@ -41,15 +41,16 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     # the rate mode on geo (shipped before) is its own config, unchanged
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
-    # the shipped ppo_res is the pid variant with the action costs; the grid variant differs
-    # from it only in those costs, the exploration variant in its scale, the no-history one
-    # also in its inputs
+    # the shipped ppo_res is the pid variant with a third of the exploration scale; the one
+    # shipped before differs from it only there, the no-history one only in its inputs, and the
+    # grid variant from the one before only in the action costs
     shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
-    costs = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_costs"), 0))
-    assert costs == shipped_res and costs["tracker"] == "pid"
     explore = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_explore"), 0))
-    assert sorted(k for k in explore if explore[k] != costs[k]) == ["ppo"]
-    assert explore["ppo"]["log_std_init"] == -4.5 and explore["ppo"]["n_steps"] == 16
+    assert explore == shipped_res and explore["tracker"] == "pid"
+    assert explore["ppo"]["log_std_init"] == -4.5
+    costs = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_costs"), 0))
+    assert sorted(k for k in costs if costs[k] != explore[k]) == ["ppo"]
+    assert costs["ppo"]["log_std_init"] == -3.5 and costs["ppo"]["n_steps"] == 16
     lean = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_no_history"), 0))
     assert sorted(k for k in lean if lean[k] != explore[k]) == ["features"]
     assert lean["features"]["action_history"] == 0
