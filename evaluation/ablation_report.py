@@ -152,7 +152,8 @@ def figure(rows: list[dict[str, Any]], path: str | Path) -> Path | None:
                 ys,
                 color=color,
                 lw=2.2,
-                marker=markers[(i // 20 + i) % len(markers)],
+                # variants i and i + 20 share a colour, so their markers differ by one step
+                marker=markers[(i + i // 20) % len(markers)],
                 label=f"{label} ({n} seed{'s' if n > 1 else ''})",
             )
     ax.set_yscale("log")
