@@ -126,8 +126,9 @@ def test_parent_watch_thread_ends_an_orphan():
     child = (
         "import os, time\n"
         "from residual_quad.parallel import _watch_parent\n"
+        "parent = os.getppid()\n"  # before the pid goes out: the parent may die right after
         "print(os.getpid(), flush=True)\n"
-        "_watch_parent(os.getppid(), 0.1)\n"
+        "_watch_parent(parent, 0.1)\n"
     )
     middle = (
         "import subprocess, sys, time\n"
