@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.controllers.policy_file import PolicyFileError, algo_module, read_meta
+from residual_quad.controllers.policy_file import PolicyFileError, read_meta
 from residual_quad.training.export import save_policy
 from residual_quad.training.ppo_config import PPOTrainConfig
-from residual_quad.training.ppo_model import prepare_learner
+from residual_quad.training.ppo_model import learner_class, prepare_learner
 
 
 @dataclass
@@ -182,7 +182,7 @@ def load_checkpoint(path: Path, venv: Any, cfg: PPOTrainConfig) -> tuple[Any, An
         except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as err:
             raise PolicyFileError(f"cannot load the normalization state {pkl}: {err}") from None
     try:
-        model = algo_module(cfg.algo).load(path, env=venv, device="cpu")
+        model = learner_class(cfg).load(path, env=venv, device="cpu")
     except Exception as err:  # SB3 raises many kinds on a damaged archive
         raise PolicyFileError(f"cannot load checkpoint {path}: {err}") from None
     prepare_learner(model, cfg)

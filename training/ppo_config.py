@@ -56,6 +56,10 @@ class PPOHyperparams:
     use_sde: bool = False
     sde_sample_freq: int = -1
     learn_std: bool = True  # False: the exploration scale stays exp(log_std_init) (no collapse)
+    # CAPS spatial smoothness [CAPS] (training/smoothness.py): every minibatch step also descends
+    # spatial_smoothness·mean‖μ(s) − μ(s + σε)‖², σ = smoothness_sigma in normalized-feature units
+    spatial_smoothness: float = 0.0  # λ_S ≥ 0 (0: SB3's PPO as is)
+    smoothness_sigma: float = 0.05  # σ > 0
 
 
 @dataclass
@@ -333,6 +337,15 @@ class PPOTrainConfig:
             raise ValueError(f"env_kwargs may not set {clash}: they have their own keys")
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
+        self._check_smoothness()
+
+    def _check_smoothness(self) -> None:
+        """``ppo.spatial_smoothness`` finite ≥ 0 and ``ppo.smoothness_sigma`` finite > 0."""
+        lam, sigma = self.ppo.spatial_smoothness, self.ppo.smoothness_sigma
+        if isinstance(lam, bool) or not (math.isfinite(lam) and lam >= 0):
+            raise ValueError(f"ppo.spatial_smoothness must be a finite number >= 0, got {lam!r}")
+        if isinstance(sigma, bool) or not (math.isfinite(sigma) and sigma > 0):
+            raise ValueError(f"ppo.smoothness_sigma must be a finite number > 0, got {sigma!r}")
 
     def _check_correction_rate(self) -> None:
         """``correction_rate``: null, or a finite rate in (0, MAX_CORRECTION_RATE] m/s³."""

@@ -83,7 +83,7 @@ def new_model(
     ``algo: sac | tqc`` the off-policy learner (:func:`new_offpolicy_model`)."""
     if cfg.algo != "ppo":
         return new_offpolicy_model(cfg, venv, tensorboard, verbose)
-    sb3 = import_sb3(rl_purpose(cfg.controller))
+    import_sb3(rl_purpose(cfg.controller))  # the install hint names this controller
 
     h = cfg.ppo
     lr: Any = h.learning_rate
@@ -97,7 +97,7 @@ def new_model(
 
         policy = AsymmetricActorCriticPolicy
         extra["actor_dim"] = int(venv.unwrapped.actor_dim)
-    model = sb3.PPO(
+    model = learner_class(cfg)(
         policy,
         venv,
         learning_rate=lr,
@@ -123,9 +123,30 @@ def new_model(
         seed=cfg.seed,
         device="cpu",
         verbose=verbose,
+        **smoothness_kwargs(cfg),
     )
     prepare_learner(model, cfg)
     return model
+
+
+def learner_class(cfg: PPOTrainConfig) -> Any:
+    """The SB3 class that trains (and resumes) ``cfg``: SB3's ``PPO``, or
+    :class:`~residual_quad.training.smoothness.SmoothPPO` with a spatial smoothness term;
+    ``algo: sac | tqc`` their classes."""
+    if cfg.algo == "ppo" and cfg.ppo.spatial_smoothness > 0:
+        from residual_quad.training.smoothness import SmoothPPO
+
+        return SmoothPPO
+    return algo_module(cfg.algo)
+
+
+def smoothness_kwargs(cfg: PPOTrainConfig) -> dict[str, Any]:
+    """:class:`~residual_quad.training.smoothness.SmoothPPO`'s arguments of ``cfg`` (none for
+    SB3's ``PPO``)."""
+    if learner_class(cfg).__name__ != "SmoothPPO":
+        return {}
+    h = cfg.ppo
+    return {"spatial_smoothness": h.spatial_smoothness, "smoothness_sigma": h.smoothness_sigma}
 
 
 def new_offpolicy_model(
