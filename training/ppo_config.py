@@ -59,7 +59,7 @@ class PPOHyperparams:
     # CAPS spatial smoothness [CAPS] (training/smoothness.py): every minibatch step also descends
     # spatial_smoothness·mean‖μ(s) − μ(s + σε)‖², σ = smoothness_sigma in normalized-feature units
     spatial_smoothness: float = 0.0  # λ_S ≥ 0 (0: SB3's PPO as is)
-    smoothness_sigma: float = 0.05  # σ > 0
+    smoothness_sigma: float = 0.1  # σ > 0
 
 
 @dataclass

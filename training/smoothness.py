@@ -60,7 +60,7 @@ class SmoothPPO(PPO):
         self,
         *args: Any,
         spatial_smoothness: float = 0.0,
-        smoothness_sigma: float = 0.05,
+        smoothness_sigma: float = 0.1,
         **kwargs: Any,
     ):
         self.spatial_smoothness = float(spatial_smoothness)

@@ -41,16 +41,23 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     # the rate mode on geo (shipped before) is its own config, unchanged
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
-    # the shipped ppo_res is the pid variant with a third of the exploration scale; the one
-    # shipped before differs from it only there, the no-history one only in its inputs, and the
-    # grid variant from the one before only in the action costs
+    # the shipped ppo_res is the pid variant with a third of the exploration scale and CAPS's
+    # spatial term; the one shipped before differs from it only in the term, the one before that
+    # also in the exploration scale, the no-history one also in its inputs, and the grid variant
+    # from the costs one only in the action costs
     shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    caps = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_caps"), 0))
+    assert caps == shipped_res and caps["tracker"] == "pid"
+    assert caps["ppo"]["spatial_smoothness"] == 1.0 and caps["ppo"]["smoothness_sigma"] == 0.1
     explore = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_explore"), 0))
-    assert explore == shipped_res and explore["tracker"] == "pid"
+    assert sorted(k for k in explore if explore[k] != caps[k]) == ["ppo"]
+    changed_ppo = sorted(k for k in caps["ppo"] if caps["ppo"][k] != explore["ppo"][k])
+    assert changed_ppo == ["spatial_smoothness"] and explore["ppo"]["spatial_smoothness"] == 0
     assert explore["ppo"]["log_std_init"] == -4.5
     costs = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_costs"), 0))
     assert sorted(k for k in costs if costs[k] != explore[k]) == ["ppo"]
     assert costs["ppo"]["log_std_init"] == -3.5 and costs["ppo"]["n_steps"] == 16
+    assert costs["ppo"]["spatial_smoothness"] == 0
     lean = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_no_history"), 0))
     assert sorted(k for k in lean if lean[k] != explore[k]) == ["features"]
     assert lean["features"]["action_history"] == 0
