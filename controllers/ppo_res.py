@@ -131,7 +131,7 @@ class ResidualPPOController(PIDTracker):
     INFORMATION = InformationUse(
         feedforward_accel=True,
         tuning="ppo's try-3 update size; exploration: 3 tries; rate mode on geo: 4 tries; on "
-        "pid: 20 tries and 6 variants × 3 seeds of the ablation (docs/ppo.md)",
+        "pid: 22 tries and 6 variants × 3 seeds of the ablation (docs/ppo.md)",
         learned="policy",
     )
 
