@@ -171,7 +171,7 @@ def test_the_term_makes_the_policy_flatter():
     assert sensitivity(smooth) < sensitivity(start)
 
 
-def test_a_resumed_run_keeps_its_smoothness_and_its_files_fly(tmp_path):
+def test_a_resumed_run_keeps_its_smoothness_its_curve_is_logged_and_its_files_fly(tmp_path):
     cfg = _config(spatial_smoothness=3.0, smoothness_sigma=0.2, **GSDE)
     cfg.checkpoint_freq = 512
     train(cfg, tmp_path, progress=False)
@@ -182,6 +182,11 @@ def test_a_resumed_run_keeps_its_smoothness_and_its_files_fly(tmp_path):
         assert model._minibatch_obs is None
     finally:
         venv.close()
+    from residual_quad.training.tb_logging import read_scalars
+
+    (run,) = (tmp_path / "tb").iterdir()
+    curve = [v for _, v in read_scalars(run)["train/spatial_smoothness_loss"]]
+    assert curve and all(math.isfinite(v) and v > 0 for v in curve)  # TensorBoard shows it
     ctrl = make_controller("ppo", path=tmp_path / "final.zip")
     from residual_quad.episode import run_episode
 
