@@ -129,11 +129,16 @@ def new_model(
     return model
 
 
+def _smoothed(cfg: PPOTrainConfig) -> bool:
+    """Whether ``cfg`` trains with CAPS's spatial smoothness term."""
+    return cfg.algo == "ppo" and cfg.ppo.spatial_smoothness > 0
+
+
 def learner_class(cfg: PPOTrainConfig) -> Any:
     """The SB3 class that trains (and resumes) ``cfg``: SB3's ``PPO``, or
     :class:`~residual_quad.training.smoothness.SmoothPPO` with a spatial smoothness term;
     ``algo: sac | tqc`` their classes."""
-    if cfg.algo == "ppo" and cfg.ppo.spatial_smoothness > 0:
+    if _smoothed(cfg):
         from residual_quad.training.smoothness import SmoothPPO
 
         return SmoothPPO
@@ -143,7 +148,7 @@ def learner_class(cfg: PPOTrainConfig) -> Any:
 def smoothness_kwargs(cfg: PPOTrainConfig) -> dict[str, Any]:
     """:class:`~residual_quad.training.smoothness.SmoothPPO`'s arguments of ``cfg`` (none for
     SB3's ``PPO``)."""
-    if learner_class(cfg).__name__ != "SmoothPPO":
+    if not _smoothed(cfg):
         return {}
     h = cfg.ppo
     return {"spatial_smoothness": h.spatial_smoothness, "smoothness_sigma": h.smoothness_sigma}

@@ -77,7 +77,7 @@ class SmoothPPO(PPO):
         """Keep each minibatch's observations on their way into the loss and add ``∇L_S`` at
         every optimizer step (``_setup_model`` runs again on ``load``, so does this)."""
         policy = self.policy
-        evaluate = type(policy).evaluate_actions.__get__(policy)
+        evaluate = policy.evaluate_actions  # the class's method: every load builds a new policy
 
         def evaluate_actions(obs: torch.Tensor, actions: torch.Tensor) -> Any:
             self._minibatch_obs = obs  # SB3's train hands every minibatch here first

@@ -154,10 +154,7 @@ def test_the_term_makes_the_policy_flatter():
     sigma = 0.1
     _, _, plain = _trained(_config(**GSDE))
     _, _, smooth = _trained(_config(spatial_smoothness=1e4, smoothness_sigma=sigma, **GSDE))
-    start = SmoothPPO(
-        "MlpPolicy", plain.env, seed=5, device="cpu", n_steps=64, batch_size=128,
-        use_sde=True, policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}},
-    )  # fmt: skip
+    start = new_model(_config(**GSDE), plain.env)  # the same seed's policy before any update
     obs = torch.randn(
         2048, plain.observation_space.shape[0], generator=torch.Generator().manual_seed(3)
     )
