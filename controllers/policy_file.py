@@ -307,8 +307,8 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     if kind == "ppo_adapt":
         if mode != "rotor" or not spec.estimate:
             raise fail("a ppo_adapt policy acts in action_mode 'rotor' and sees the estimate")
-    elif spec.estimate:
-        raise fail(f"the estimate feature comes from ppo_adapt's estimator, not {kind!r}'s")
+    elif spec.estimate and kind != "ppo_res":
+        raise fail(f"the estimate feature is ppo_adapt's and ppo_res's, not {kind!r}'s")
     layout = spec.layout_name(ACTION_DIMS[kind])
     recorded = meta.get("observation_layout", layout)
     if recorded != layout:

@@ -14,8 +14,8 @@ to the policy [DATT]. A :class:`FeatureSpec` appends, in this order:
   time constant — ``z_k = λ·z_{k−1} + (1 − λ)·e_k``, ``λ = exp(−T/τ)`` with ``T`` the decision
   period and τ = :data:`INTEGRAL_TAU_S` — clipped to ±:data:`INTEGRAL_CLIP_M` per axis: the
   steady error a constant disturbance leaves, which a memoryless policy cannot see;
-* ``estimate``: the residual acceleration estimate Δâ (``ppo_adapt``'s RLS estimator, world
-  frame) rotated into the heading frame and divided by :data:`ESTIMATE_SCALE`.
+* ``estimate``: the residual acceleration estimate Δâ (``geo_rls``'s RLS estimator, run in the
+  loop by ``ppo_adapt`` and ``ppo_res``; world frame) rotated into the heading frame and divided by :data:`ESTIMATE_SCALE`.
 
 The empty spec adds nothing: its features are today's, bit for bit, and so is every policy file
 without a ``features`` record.
@@ -63,7 +63,7 @@ class FeatureSpec:
     preview_k: int = 0  # reference points ahead the env supplies
     action_history: int = 0  # last actions, newest first
     error_integral: bool = False  # leaky integral of the heading-frame position error
-    estimate: bool = False  # residual estimate Δâ, heading frame (ppo_adapt)
+    estimate: bool = False  # residual estimate Δâ, heading frame (ppo_adapt, ppo_res)
 
     def __post_init__(self) -> None:
         for key, top in (("preview_k", MAX_PREVIEW_K), ("action_history", MAX_ACTION_HISTORY)):

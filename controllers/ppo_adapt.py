@@ -128,6 +128,13 @@ class AdaptEstimator:
         command at the next :meth:`observe`."""
         o = np.asarray(obs, dtype=np.float64)
         a = commanded_acceleration(actions, o[:, L.rot].reshape(-1, 3, 3), self.context.airframe)
+        self.set_command(a, rows)
+
+    def set_command(self, a_eff: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """Record the accelerations ``a_eff`` (N, 3) (world, m/s²) the inner loops of the envs
+        ``rows`` (default: all) were given — a tracker's command (``ppo_res``) — as the
+        regressor's command at the next :meth:`observe`."""
+        a = np.asarray(a_eff, dtype=np.float64)
         if rows is not None:
             a = np.where(rows[:, None], a, self.estimator.last_a_eff)
         self.estimator.set_command(a)

@@ -28,6 +28,16 @@ In both modes :attr:`ResidualPPOController.held_action` is ``c`` and the action 
 existed. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
 the sweep's residual-bias metric reads it like ``geo_res``'s estimate.
 
+**The residual estimate.** A file whose features have ``estimate`` also shows the policy
+``geo_rls``'s residual estimate Δâ [DATT] (``ppo_adapt``'s input; heading frame, scaled:
+:mod:`~residual_quad.controllers.policy_inputs`), from the controller's own
+:class:`~residual_quad.controllers.residual.estimator.ResidualEstimator` with ``geo_rls``'s
+network and RLS settings, run every control period exactly as ``geo_rls`` runs it: asked for Δâ
+of each new observation with the tracker's ``a_cmd``, then told the acceleration the inner loop
+was actually given, ``a_cmd + R_z(ψ)·δa_h`` — what ``a_cmd − Δâ`` is for ``geo_rls``. The policy
+decides after seeing Δâ, so in calm air, where Δâ stays near zero, it can tell that there is
+nothing to correct.
+
 Policy files are ``ppo``'s format (one SB3 ``.zip`` with its ``residual_quad.json`` record:
 normalization, action repeat, training record) with ``controller: ppo_res`` and
 ``accel_scale``; :func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
@@ -61,6 +71,10 @@ from residual_quad.controllers.ppo import (
     observation_actions,
     policy_inputs,
 )
+from residual_quad.controllers.residual.estimator import (
+    BatchedResidualEstimator,
+    ResidualEstimator,
+)
 from residual_quad.controllers.trackers import DEFAULT_KI, BatchedPIDTracker, PIDTracker
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -90,6 +104,21 @@ def advance_correction(held: np.ndarray, u: np.ndarray, step: float | None) -> n
     if step is None:
         return u.copy()
     return np.clip(held + step * u, -1.0, 1.0)
+
+
+def residual_estimator(
+    spec: FeatureSpec, context: ControlContext, n_envs: int | None = None
+) -> ResidualEstimator | BatchedResidualEstimator | None:
+    """``geo_rls``'s estimator (its network and RLS settings, learning online) for a policy whose
+    features have ``estimate``: single (``n_envs`` ``None``) or for ``n_envs`` envs; ``None`` for
+    a policy without the estimate."""
+    if not spec.estimate:
+        return None
+    from residual_quad.controllers.ppo_adapt import estimator_settings
+
+    if n_envs is None:
+        return ResidualEstimator(context, estimator_settings(), learn=True)
+    return BatchedResidualEstimator(context, estimator_settings(), n_envs, learn=True)
 
 
 def heading_to_world(R: np.ndarray, v_h: np.ndarray) -> np.ndarray:
@@ -153,6 +182,8 @@ class ResidualPPOController(PIDTracker):
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.spec = policy_spec(self.meta)
         self.tracker: str = self.meta.get("tracker", "geo")
+        context = context or ControlContext()
+        self.estimator = residual_estimator(self.spec, context)
         super().__init__(context, ki=tracker_ki(self.tracker))
         self.step = self._correction_step()
 
@@ -172,7 +203,9 @@ class ResidualPPOController(PIDTracker):
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
         self.tracker = tracker
-        PIDTracker.__init__(self, None, ki=tracker_ki(tracker))
+        context = ControlContext()
+        self.estimator = residual_estimator(self.spec, context)
+        PIDTracker.__init__(self, context, ki=tracker_ki(tracker))
         self.step = self._correction_step()
         return self
 
@@ -188,6 +221,18 @@ class ResidualPPOController(PIDTracker):
         if getattr(self, "inputs", None) is None:
             self.inputs = policy_inputs(self, 1)
         self.inputs.reset_rows()
+        if self.estimator is not None:
+            self.estimator.reset(seed)
+
+    def forget_previous_sample(self) -> None:
+        super().forget_previous_sample()
+        if self.estimator is not None:
+            self.estimator.forget_previous_sample()
+
+    @property
+    def last_estimate(self) -> np.ndarray | None:
+        """Δâ the policy saw last (world, m/s²); ``None`` for a policy without the estimate."""
+        return None if self.estimator is None else self.estimator.last_estimate
 
     @property
     def held_action(self) -> np.ndarray:
@@ -199,18 +244,24 @@ class ResidualPPOController(PIDTracker):
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
         return policy_actions(self.network, self.model, x)
 
-    def correction(self, obs: np.ndarray) -> np.ndarray:
-        """The policy's correction δa_h (m/s², heading frame) for one raw observation (its
-        inputs advance one decision: the held correction enters the history)."""
-        u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :])
+    def correction(self, obs: np.ndarray, estimate: np.ndarray | None = None) -> np.ndarray:
+        """The policy's correction δa_h (m/s², heading frame) for one raw observation and, for a
+        policy with the estimate, Δâ (3,) (its inputs advance one decision: the held correction
+        enters the history)."""
+        est = None if estimate is None else estimate[None, :]
+        u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :], est)
         self._u = advance_correction(self._u[None, :], u, self.step)[0]
         return self._u * self.accel_scale
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        est = None if self.estimator is None else self.estimator.estimate(obs, R, a_cmd)
         if self._k % self.action_repeat == 0:
-            self._held = self.correction(obs)
+            self._held = self.correction(obs, est)
         self._k += 1
-        return -heading_to_world(R, self._held)
+        residual = -heading_to_world(R, self._held)
+        if self.estimator is not None:  # what the inner loop is given, as for geo_rls
+            self.estimator.set_command(a_cmd - residual)
+        return residual
 
 
 class BatchedResidualPPOController(BatchedPIDTracker):
@@ -237,6 +288,7 @@ class BatchedResidualPPOController(BatchedPIDTracker):
         self._held = np.zeros((n_envs, 3))
         self._u = np.zeros((n_envs, 3))  # the corrections being held over their bound
         self.inputs = policy_inputs(controller, n_envs)
+        self.estimator = residual_estimator(controller.spec, controller.context, n_envs)
         super().__init__(
             controller.context, n_envs, kp=controller.kp, kd=controller.kd, ki=controller.ki
         )
@@ -247,20 +299,38 @@ class BatchedResidualPPOController(BatchedPIDTracker):
         self._held[index] = 0.0
         self._u[index] = 0.0
         self.inputs.reset_rows(index)
+        if self.estimator is not None:
+            self.estimator.reset(index)
 
     def _row_state(self) -> list[tuple[Any, str]]:
         state = [(self, "_k"), (self, "_held"), (self, "_u")]
         state += [(self.inputs, "history"), (self.inputs, "integral")]
+        if self.estimator is not None:
+            state += self.estimator.row_state()
         return [*super()._row_state(), *state]
 
+    def _forget_rows(self, rows: np.ndarray) -> None:
+        if self.estimator is not None:
+            self.estimator.forget_previous_sample(rows)
+
+    @property
+    def last_estimate(self) -> np.ndarray | None:
+        """Δâ (N, 3) the policies saw last (world, m/s²); ``None`` without the estimate."""
+        return None if self.estimator is None else self.estimator.last_estimate
+
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        est = None if self.estimator is None else self.estimator.estimate(obs, R, a_cmd)
         due = np.flatnonzero(self._k % self.action_repeat == 0)
         if len(due):
-            u = observation_actions(self.single, obs[due], self.inputs, self._u[due], None, due)
+            est_due = None if est is None else est[due]
+            u = observation_actions(self.single, obs[due], self.inputs, self._u[due], est_due, due)
             self._u[due] = advance_correction(self._u[due], u, self.step)
             self._held[due] = self._u[due] * self.accel_scale
         self._k += 1
-        return -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
+        residual = -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
+        if self.estimator is not None:  # what the inner loops are given, as for geo_rls
+            self.estimator.set_command(a_cmd - residual)
+        return residual
 
 
 class _CorrectedTracker(BatchedPIDTracker):
@@ -287,7 +357,8 @@ class ResidualPilot:
     tracker's rotor actions (N, 4) with the correction ``R_z(ψ)·(accel_scale·c)`` for the raw
     observations (N, OBS_DIM). ``geo`` is stateless between periods; ``pid``'s integral and the
     rate mode's held correction are state, which :meth:`reset_rows` clears for the envs that
-    start an episode.
+    start an episode. :attr:`last_command` is what each tracker handed its inner loop in the
+    last period (the command a residual estimator is told).
 
     Args:
         n_envs: number of envs.
@@ -326,6 +397,12 @@ class ResidualPilot:
         ``index`` (a new episode)."""
         self.held[index] = 0.0
         self.base._reset_rows(index)
+
+    @property
+    def last_command(self) -> np.ndarray:
+        """The desired accelerations (N, 3) (world, m/s²) the inner loops were given in the last
+        period: the tracker's ``a_cmd`` plus the correction."""
+        return self.base.last_a_cmd - self.base.last_residual
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         R = obs[:, L.rot].reshape(-1, 3, 3)

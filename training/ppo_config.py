@@ -70,7 +70,7 @@ class FeatureConfig:
     preview_k: int = 0  # reference points ahead (needs env_kwargs.preview = [K, dt])
     action_history: int = 0  # last actions, newest first
     error_integral: bool = False  # leaky integral of the heading-frame position error
-    estimate: bool = False  # geo_rls's residual estimate Δâ (ppo_adapt)
+    estimate: bool = False  # geo_rls's residual estimate Δâ (ppo_adapt, ppo_res)
 
     def __post_init__(self) -> None:
         self.spec()
@@ -289,10 +289,10 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and features.estimate true (got {self.action_mode!r}, "
                     f"{spec.estimate})"
                 )
-        elif spec.estimate:
+        elif spec.estimate and self.controller != "ppo_res":
             raise ValueError(
-                f"features.estimate needs controller 'ppo_adapt' (its estimator), got "
-                f"{self.controller!r}"
+                f"features.estimate needs controller 'ppo_adapt' or 'ppo_res' (geo_rls's "
+                f"estimator runs in their loop), got {self.controller!r}"
             )
         preview = preview_points(self.env_kwargs)
         if preview != spec.preview_k:

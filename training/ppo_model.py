@@ -39,7 +39,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
             tracker=cfg.tracker,
         )
     estimator = None
-    if cfg.controller == "ppo_adapt":
+    if cfg.features.estimate:  # ppo_adapt, or ppo_res with the estimate
         from residual_quad.controllers.ppo_adapt import AdaptEstimator
 
         estimator = AdaptEstimator(n_envs)

@@ -150,10 +150,12 @@ class QuadVecEnv(VecEnv):
             (:class:`~residual_quad.controllers.policy_inputs.FeatureSpec`; ``None``: none),
             built by one :class:`~residual_quad.controllers.policy_inputs.PolicyInputs`
             (history: the actions as given, clipped; reset with each env's episode).
-        estimator: ``ppo_adapt``'s
+        estimator: ``geo_rls``'s estimator as
             :class:`~residual_quad.controllers.ppo_adapt.AdaptEstimator` (needed by a spec
             with ``estimate``): every control period it sees each running env's new
-            observation and is told the rotor action applied, as the deployed controller.
+            observation and is told the command applied, as the deployed controller — the
+            rotor action's nominal acceleration, or with a pilot the acceleration its tracker
+            handed the inner loop (``pilot.last_command``).
         **env_kwargs: ``ResidualQuad-v0`` arguments shared by every env (``action_mode``,
             ``episode_s``, ``reward_weights``, ``max_position_error``, …).
         privileged: append the privileged columns
@@ -198,8 +200,6 @@ class QuadVecEnv(VecEnv):
         self.feature_spec = features or FeatureSpec()
         if self.feature_spec.estimate and estimator is None:
             raise ValueError("features.estimate needs the estimator (ppo_adapt's AdaptEstimator)")
-        if estimator is not None and pilot is not None:
-            raise ValueError("the estimator reads rotor actions: it takes no pilot")
         self.estimator = estimator
         self.action_cost = tuple(float(w) for w in action_cost)  # (smooth, magnitude) weights
         period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
@@ -259,10 +259,13 @@ class QuadVecEnv(VecEnv):
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw)
-            if est is not None:  # as ppo_adapt: Δâ of the new observation, then the command
+            if est is not None:  # as deployed: Δâ of the new observation, then the command
                 if k:
                     self._estimate = est.observe(self._raw, running)
-                est.command(self._raw, action, running)
+                if self.pilot is None:
+                    est.command(self._raw, action, running)
+                else:
+                    est.set_command(self.pilot.last_command, running)
             obs, rew, term, trunc, info = venv.step_subset(active, act[active])
             self._raw[active] = obs[active]
             reward[active] += rew[active]

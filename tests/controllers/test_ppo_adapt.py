@@ -154,7 +154,7 @@ def test_a_network_of_another_layout_names_both(tmp_path):
 @pytest.mark.parametrize(
     ("kind", "spec", "record", "message"),
     [
-        ("ppo", ADAPT, {}, "the estimate feature comes from ppo_adapt's estimator"),
+        ("ppo", ADAPT, {}, "the estimate feature is ppo_adapt's and ppo_res's, not 'ppo'"),
         ("ppo_adapt", SPEC, {}, "ppo_adapt policy acts in action_mode 'rotor' and sees the est"),
         ("ppo", SPEC, {"features": {"history": 1}}, r"features keys \['history'\] unknown"),
         ("ppo", SPEC, {"features": {"action_history": -1}}, "action_history must be an integer"),
@@ -185,6 +185,66 @@ def test_ppo_res_with_a_history_batched_equals_single(tmp_path):
     for a, b in zip(got, want, strict=True):
         assert np.allclose(a, b, rtol=0.0, atol=1e-12)
     assert math.isfinite(float(np.abs(np.array(got)).max()))
+
+
+RES_ADAPT = FeatureSpec(action_history=2, estimate=True)
+
+
+def test_ppo_res_with_the_estimate_batched_equals_single(tmp_path):
+    path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
+    got, want = _closed_loop(
+        f"ppo_res:path={path}", lambda: make_controller("ppo_res", path=path), steps=40
+    )
+    for a, b in zip(got, want, strict=True):  # the estimator twins agree to rounding
+        assert np.allclose(a, b, rtol=0.0, atol=1e-9)
+
+
+def test_ppo_res_estimate_is_geo_rls_estimator_told_the_inner_loops_command(tmp_path, make_env):
+    """Every control period: Δâ of the observation with the tracker's a_cmd, then the command
+    recorded is what the inner loop got, a_cmd + R_z(ψ)·δa_h = a_cmd − last_residual."""
+    path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
+    ctrl = make_controller("ppo_res", path=path)
+    geo_rls = make_controller("geo_rls")
+    ref = ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True)
+    env = make_env(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=1)
+    ctrl.reset()
+    estimates = []
+    for _ in range(120):
+        action = ctrl.policy(obs)
+        est = ref.estimate(obs, L.rotation(obs), ctrl.last_a_cmd)
+        assert np.array_equal(ctrl.last_estimate, est)
+        ref.set_command(ctrl.last_a_cmd - ctrl.last_residual)
+        assert np.array_equal(ctrl.estimator.last_a_eff, ref.last_a_eff)
+        estimates.append(est)
+        obs, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            break
+    assert len(estimates) > 50 and np.abs(np.array(estimates)[-1]).max() > 0.1
+    assert np.abs(ctrl.last_residual).max() > 0.0  # the policy's correction is in the command
+    assert ctrl.estimator.config == geo_rls.config  # geo_rls's network and RLS settings
+
+
+def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
+    env = make_env(payload="light", wind="breezy")
+    o0, _ = env.reset(seed=2)
+    o1, *_ = env.step(np.zeros(4))
+    bad = np.full_like(o0, np.nan)
+    single, clean = make_controller("ppo_res", path=path), make_controller("ppo_res", path=path)
+    single.reset(), clean.reset()
+    a0 = single.policy(o0)
+    clean.policy(o0)
+    assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == 1
+    c1 = clean.policy(o1)
+    assert np.array_equal(single.policy(o1), c1)
+    batch = batch_from_spec(parse_spec(f"ppo_res:path={path}"), 2)
+    batch.reset_batch()
+    first = batch.policy_batch(np.stack((o0, o0)))
+    second = batch.policy_batch(np.stack((bad, o1)))
+    assert np.array_equal(second[0], first[0]) and batch.estimator.steps.tolist() == [1, 2]
+    assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
+    assert np.allclose(second[1], c1, rtol=0.0, atol=1e-9)
 
 
 def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):

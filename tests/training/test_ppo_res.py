@@ -176,7 +176,7 @@ def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
     assert ctrl.tracker == "pid" and ctrl.ki == PIDTracker().ki > 0
     geo_file = make_controller("ppo_res", path=res_run[0] / "final.zip")
     assert geo_file.tracker == "geo" and geo_file.ki == 0.0
-    ctrl.correction = lambda obs: np.zeros(3)
+    ctrl.correction = lambda obs, estimate=None: np.zeros(3)
     spec = RunSpec("ppo_res", "heavy", "breezy", "helix", 0, episode_s=3.0)
     flown = fly(spec, {}, controller=ctrl)
     reference = fly(spec, {}, controller=PIDTracker())

@@ -1,7 +1,8 @@
-"""Training inputs beyond the base features: the vector env's ``ppo_adapt`` inputs (history,
-integral, the estimator run every control period) are what the deployed controller computes on
-the same episodes, across autoresets and episodes that end mid-repeat; and a smoke training of
-``ppo_adapt`` writes a policy file the controller flies."""
+"""Training inputs beyond the base features: the vector env's ``ppo_adapt`` and ``ppo_res``
+inputs (history, integral, the estimator run every control period) are what the deployed
+controllers compute on the same episodes, across autoresets and episodes that end mid-repeat; and
+smoke trainings of ``ppo_adapt`` and of ``ppo_res`` with the estimate write policy files the
+controllers fly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from residual_quad.controllers import make_controller  # noqa: E402
 from residual_quad.controllers.policy_file import read_meta  # noqa: E402
 from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs  # noqa: E402
 from residual_quad.controllers.ppo_adapt import AdaptEstimator, PPOAdaptController  # noqa: E402
+from residual_quad.controllers.ppo_res import ResidualPilot, ResidualPPOController  # noqa: E402
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
+from residual_quad.episode import run_episode  # noqa: E402
 from residual_quad.training.ppo import train  # noqa: E402
 from residual_quad.training.ppo_config import (  # noqa: E402
     FeatureConfig,
@@ -44,15 +47,23 @@ def policy(features: np.ndarray) -> np.ndarray:
     return np.clip(-0.2 + np.tanh(features @ w.T), -1.0, 1.0).astype(np.float32)
 
 
-class _Model:
-    """An SB3-like model whose deterministic action is :func:`policy`; remembers its inputs."""
+def correction_policy(features: np.ndarray) -> np.ndarray:
+    """A fixed deterministic map from inputs to ``ppo_res`` corrections in [-1, 1]³."""
+    w = np.random.default_rng(3).normal(0.0, 0.3, (3, features.shape[-1]))
+    return np.tanh(features @ w.T).astype(np.float32)
 
-    def __init__(self) -> None:
+
+class _Model:
+    """An SB3-like model whose deterministic action is ``act`` (default :func:`policy`);
+    remembers its inputs."""
+
+    def __init__(self, act: Any = policy) -> None:
         self.seen: list[np.ndarray] = []
+        self.act = act
 
     def predict(self, x: np.ndarray, deterministic: bool = True) -> tuple[Any, None]:
         self.seen.append(np.array(x[0]))
-        return policy(x), None
+        return self.act(x), None
 
 
 def _controller_inputs(
@@ -62,6 +73,13 @@ def _controller_inputs(
     model = _Model()
     ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, spec)
     ctrl.inputs = PolicyInputs(spec, 1, 4, 0.02)  # training's batched base features
+    return _deployed_inputs(ctrl, model, i, seed, decisions, env_kw)
+
+
+def _deployed_inputs(
+    ctrl: Any, model: _Model, i: int, seed: int, decisions: int, env_kw: dict
+) -> list[np.ndarray]:
+    """The inputs ``ctrl`` (around ``model``) computes flying env ``i`` alone, per decision."""
     env = ResidualQuadVectorEnv(
         1, scenarios=[SCENARIOS[i]], sampler=constant_sampler, nthread=1, **env_kw
     )
@@ -111,6 +129,72 @@ def test_training_inputs_are_the_deployed_controllers(spec, env_kw):
         for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
             # the estimator twins agree to rounding; everything else is the same code
             assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
+
+
+RES_SPEC = FeatureSpec(action_history=2, estimate=True)
+
+
+def test_ppo_res_training_estimate_is_the_deployed_controllers():
+    """``ppo_res`` with the estimate: the vector env, its pilot (``pid`` plus the correction) and
+    the estimator told the pilot's command give the inputs the deployed controller computes."""
+    seed, steps, scale = 3, 30, 4.0
+    venv = QuadVecEnv(
+        len(SCENARIOS),
+        constant_sampler,
+        action_repeat=2,
+        nthread=1,
+        scenarios=SCENARIOS,
+        pilot=ResidualPilot(len(SCENARIOS), scale, action_repeat=2, tracker="pid"),
+        features=RES_SPEC,
+        estimator=AdaptEstimator(len(SCENARIOS)),
+        **ENV_KW,
+    )
+    assert venv.observation_space.shape == (RES_SPEC.dim(3),)
+    venv.seed(seed)
+    feats = [venv.reset()]
+    ended = 0
+    for _ in range(steps - 1):
+        f, _, done, _ = venv.step(correction_policy(feats[-1]))
+        ended += int(done.sum())
+        feats.append(f)
+    venv.close()
+    assert ended >= 2  # autoresets happened
+    est = slice(RES_SPEC.dim(3) - 3, None)
+    assert max(np.abs(f[:, est]).max() for f in feats) > 0.01  # the estimate is not all zeros
+    for i in range(len(SCENARIOS)):
+        model = _Model(correction_policy)
+        ctrl = ResidualPPOController.from_model(model, scale, None, 2, RES_SPEC, tracker="pid")
+        ctrl.inputs = PolicyInputs(RES_SPEC, 1, 3, 0.02)  # training's batched base features
+        want = _deployed_inputs(ctrl, model, i, seed, steps, ENV_KW)
+        for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
+            # the estimator twins agree to rounding; everything else is the same code
+            assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
+
+
+@pytest.mark.slow
+def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
+    cfg = PPOTrainConfig(
+        controller="ppo_res",
+        tracker="pid",
+        seed=1,
+        total_steps=1024,
+        n_envs=4,
+        episode_s=2.0,
+        eval_freq=0,
+        eval_scenarios=[["light", "breezy", "hover"]],
+        checkpoint_freq=0,
+        env_threads=1,
+        ppo=PPOHyperparams(n_steps=256, batch_size=256, n_epochs=1),
+        features=FeatureConfig(action_history=2, estimate=True),
+    )
+    train(cfg, tmp_path / "run", progress=False)
+    meta = read_meta(tmp_path / "run" / "final.zip")
+    assert meta["controller"] == "ppo_res"
+    assert meta["observation_layout"] == "base + history 2 + estimate (44)"
+    ctrl = make_controller("ppo_res", path=tmp_path / "run" / "final.zip")
+    assert ctrl.estimator is not None
+    r = run_episode(ctrl, payload="heavy", wind="windy", trajectory="hover", seed=0, episode_s=2)
+    assert not r.diverged and np.abs(ctrl.last_estimate).max() > 0.1
 
 
 @pytest.mark.slow
