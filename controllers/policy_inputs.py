@@ -15,7 +15,8 @@ to the policy [DATT]. A :class:`FeatureSpec` appends, in this order:
   period and τ = :data:`INTEGRAL_TAU_S` — clipped to ±:data:`INTEGRAL_CLIP_M` per axis: the
   steady error a constant disturbance leaves, which a memoryless policy cannot see;
 * ``estimate``: the residual acceleration estimate Δâ (``geo_rls``'s RLS estimator, run in the
-  loop by ``ppo_adapt`` and ``ppo_res``; world frame) rotated into the heading frame and divided by :data:`ESTIMATE_SCALE`.
+  loop by ``ppo_adapt`` and ``ppo_res``; world frame) rotated into the heading frame and
+  divided by :data:`ESTIMATE_SCALE`.
 
 The empty spec adds nothing: its features are today's, bit for bit, and so is every policy file
 without a ``features`` record.
