@@ -58,6 +58,10 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     assert sorted(k for k in costs if costs[k] != explore[k]) == ["ppo"]
     assert costs["ppo"]["log_std_init"] == -3.5 and costs["ppo"]["n_steps"] == 16
     assert costs["ppo"]["spatial_smoothness"] == 0
+    # the estimate variant is the shipped config with geo_rls's Δâ as one more input
+    est = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_caps_estimate"), 0))
+    assert sorted(k for k in est if est[k] != caps[k]) == ["features"]
+    assert est["features"] == {**caps["features"], "estimate": True}
     lean = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_no_history"), 0))
     assert sorted(k for k in lean if lean[k] != explore[k]) == ["features"]
     assert lean["features"]["action_history"] == 0
