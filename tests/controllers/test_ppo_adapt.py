@@ -225,12 +225,25 @@ def test_ppo_res_estimate_is_geo_rls_estimator_told_the_inner_loops_command(tmp_
     assert ctrl.estimator.config == geo_rls.config  # geo_rls's network and RLS settings
 
 
-def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, make_env):
-    path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
+def _samples_and_a_bad_one(make_env) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two successive observations and a NaN one."""
     env = make_env(payload="light", wind="breezy")
     o0, _ = env.reset(seed=2)
     o1, *_ = env.step(np.zeros(4))
-    bad = np.full_like(o0, np.nan)
+    return o0, o1, np.full_like(o0, np.nan)
+
+
+def _batch_through_a_bad_sample(spec_text: str, o0, o1, bad) -> tuple:
+    """A batch of 2 flown (o0, o0) then (bad, o1): the batch and its two actions."""
+    batch = batch_from_spec(parse_spec(spec_text), 2)
+    batch.reset_batch()
+    first = batch.policy_batch(np.stack((o0, o0)))
+    return batch, first, batch.policy_batch(np.stack((bad, o1)))
+
+
+def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
+    o0, o1, bad = _samples_and_a_bad_one(make_env)
     single, clean = make_controller("ppo_res", path=path), make_controller("ppo_res", path=path)
     single.reset(), clean.reset()
     a0 = single.policy(o0)
@@ -238,10 +251,7 @@ def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, 
     assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == 1
     c1 = clean.policy(o1)
     assert np.array_equal(single.policy(o1), c1)
-    batch = batch_from_spec(parse_spec(f"ppo_res:path={path}"), 2)
-    batch.reset_batch()
-    first = batch.policy_batch(np.stack((o0, o0)))
-    second = batch.policy_batch(np.stack((bad, o1)))
+    batch, first, second = _batch_through_a_bad_sample(f"ppo_res:path={path}", o0, o1, bad)
     assert np.array_equal(second[0], first[0]) and batch.estimator.steps.tolist() == [1, 2]
     assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
     assert np.allclose(second[1], c1, rtol=0.0, atol=1e-9)
@@ -249,10 +259,7 @@ def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, 
 
 def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
     path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
-    env = make_env(payload="light", wind="breezy")
-    o0, _ = env.reset(seed=2)
-    o1, *_ = env.step(np.zeros(4))
-    bad = np.full_like(o0, np.nan)
+    o0, o1, bad = _samples_and_a_bad_one(make_env)
     single, clean = make_controller("ppo_adapt", path=path), make_controller("ppo_adapt", path=path)
     single.reset(), clean.reset()
     a0 = single.policy(o0)
@@ -260,10 +267,7 @@ def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
     steps = single.estimator.steps
     assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == steps
     single.policy(o1), clean.policy(o1)
-    batch = batch_from_spec(parse_spec(f"ppo_adapt:path={path}"), 2)
-    batch.reset_batch()
-    first = batch.policy_batch(np.stack((o0, o0)))
-    second = batch.policy_batch(np.stack((bad, o1)))
+    batch, first, second = _batch_through_a_bad_sample(f"ppo_adapt:path={path}", o0, o1, bad)
     assert np.array_equal(second[0], first[0]) and batch.adapt.estimator.steps.tolist() == [1, 2]
     assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
     assert np.isfinite(batch.last_estimate).all()

@@ -115,20 +115,31 @@ def test_training_inputs_are_the_deployed_controllers(spec, env_kw):
         **env_kw,
     )
     assert venv.observation_space.shape == (spec.dim(),)
+    feats = _training_inputs(venv, policy, seed, steps)
+    for i in range(len(SCENARIOS)):
+        _assert_same_inputs(feats, i, _controller_inputs(i, seed, steps, spec, env_kw))
+
+
+def _training_inputs(venv: QuadVecEnv, act: Any, seed: int, steps: int) -> list[np.ndarray]:
+    """The inputs ``venv`` gives over ``steps`` decisions of ``act`` after ``seed(seed)``
+    (closed afterwards); autoresets must have happened."""
     venv.seed(seed)
     feats = [venv.reset()]
     ended = 0
     for _ in range(steps - 1):
-        f, _, done, _ = venv.step(policy(feats[-1]))
+        f, _, done, _ = venv.step(act(feats[-1]))
         ended += int(done.sum())
         feats.append(f)
     venv.close()
     assert ended >= 2  # autoresets happened
-    for i in range(len(SCENARIOS)):
-        want = _controller_inputs(i, seed, steps, spec, env_kw)
-        for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
-            # the estimator twins agree to rounding; everything else is the same code
-            assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
+    return feats
+
+
+def _assert_same_inputs(feats: list[np.ndarray], i: int, want: list[np.ndarray]) -> None:
+    """Env ``i``'s training inputs equal the deployed controller's ``want``."""
+    for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
+        # the estimator twins agree to rounding; everything else is the same code
+        assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
 
 
 RES_SPEC = FeatureSpec(action_history=2, estimate=True)
@@ -150,25 +161,14 @@ def test_ppo_res_training_estimate_is_the_deployed_controllers():
         **ENV_KW,
     )
     assert venv.observation_space.shape == (RES_SPEC.dim(3),)
-    venv.seed(seed)
-    feats = [venv.reset()]
-    ended = 0
-    for _ in range(steps - 1):
-        f, _, done, _ = venv.step(correction_policy(feats[-1]))
-        ended += int(done.sum())
-        feats.append(f)
-    venv.close()
-    assert ended >= 2  # autoresets happened
+    feats = _training_inputs(venv, correction_policy, seed, steps)
     est = slice(RES_SPEC.dim(3) - 3, None)
     assert max(np.abs(f[:, est]).max() for f in feats) > 0.01  # the estimate is not all zeros
     for i in range(len(SCENARIOS)):
         model = _Model(correction_policy)
         ctrl = ResidualPPOController.from_model(model, scale, None, 2, RES_SPEC, tracker="pid")
         ctrl.inputs = PolicyInputs(RES_SPEC, 1, 3, 0.02)  # training's batched base features
-        want = _deployed_inputs(ctrl, model, i, seed, steps, ENV_KW)
-        for k, (a, b) in enumerate(zip([f[i] for f in feats], want, strict=True)):
-            # the estimator twins agree to rounding; everything else is the same code
-            assert np.allclose(a, b, rtol=0.0, atol=1e-5), (i, k, np.abs(a - b).max())
+        _assert_same_inputs(feats, i, _deployed_inputs(ctrl, model, i, seed, steps, ENV_KW))
 
 
 @pytest.mark.slow
