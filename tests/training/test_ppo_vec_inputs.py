@@ -171,11 +171,9 @@ def test_ppo_res_training_estimate_is_the_deployed_controllers():
         _assert_same_inputs(feats, i, _deployed_inputs(ctrl, model, i, seed, steps, ENV_KW))
 
 
-@pytest.mark.slow
-def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
-    cfg = PPOTrainConfig(
-        controller="ppo_res",
-        tracker="pid",
+def _smoke_config(**kw: Any) -> PPOTrainConfig:
+    """A 1 024-step training of 4 envs, one update, no evaluation or checkpoint."""
+    return PPOTrainConfig(
         seed=1,
         total_steps=1024,
         n_envs=4,
@@ -185,8 +183,14 @@ def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
         checkpoint_freq=0,
         env_threads=1,
         ppo=PPOHyperparams(n_steps=256, batch_size=256, n_epochs=1),
-        features=FeatureConfig(action_history=2, estimate=True),
+        **kw,
     )
+
+
+@pytest.mark.slow
+def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
+    features = FeatureConfig(action_history=2, estimate=True)
+    cfg = _smoke_config(controller="ppo_res", tracker="pid", features=features)
     train(cfg, tmp_path / "run", progress=False)
     meta = read_meta(tmp_path / "run" / "final.zip")
     assert meta["controller"] == "ppo_res"
@@ -199,19 +203,8 @@ def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_training_of_ppo_adapt(tmp_path):
-    cfg = PPOTrainConfig(
-        controller="ppo_adapt",
-        seed=1,
-        total_steps=1024,
-        n_envs=4,
-        episode_s=2.0,
-        eval_freq=0,
-        eval_scenarios=[["light", "breezy", "hover"]],
-        checkpoint_freq=0,
-        env_threads=1,
-        ppo=PPOHyperparams(n_steps=256, batch_size=256, n_epochs=1),
-        features=FeatureConfig(action_history=2, error_integral=True, estimate=True),
-    )
+    features = FeatureConfig(action_history=2, error_integral=True, estimate=True)
+    cfg = _smoke_config(controller="ppo_adapt", features=features)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["steps"] == 1024
     meta = read_meta(tmp_path / "run" / "final.zip")
