@@ -98,15 +98,22 @@ def test_ppo_adapt_batched_equals_single(tmp_path):
         assert np.allclose(a, b, rtol=0.0, atol=1e-9)
 
 
-def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, make_env):
-    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
-    ctrl = make_controller("ppo_adapt", path=path)
+def _beside_a_geo_rls_estimator(kind: str, path: Path, make_env) -> tuple:
+    """The controller of ``path``, ``geo_rls``, a fresh estimator with its settings, and a
+    heavy windy helix env with its first observation (the controller reset)."""
+    ctrl = make_controller(kind, path=path)
     geo_rls = make_controller("geo_rls")
     ref = ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True)
-    frame = Airframe()
     env = make_env(payload="heavy", wind="windy", trajectory="helix")
     obs, _ = env.reset(seed=1)
     ctrl.reset()
+    return ctrl, geo_rls, ref, env, obs
+
+
+def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, make_env):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+    ctrl, geo_rls, ref, env, obs = _beside_a_geo_rls_estimator("ppo_adapt", path, make_env)
+    frame = Airframe()
     estimates = []
     for _ in range(120):
         action = ctrl.policy(obs)
@@ -203,12 +210,7 @@ def test_ppo_res_estimate_is_geo_rls_estimator_told_the_inner_loops_command(tmp_
     """Every control period: Δâ of the observation with the tracker's a_cmd, then the command
     recorded is what the inner loop got, a_cmd + R_z(ψ)·δa_h = a_cmd − last_residual."""
     path = tiny_policy(tmp_path / "r.zip", "ppo_res", RES_ADAPT, tracker="pid")
-    ctrl = make_controller("ppo_res", path=path)
-    geo_rls = make_controller("geo_rls")
-    ref = ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True)
-    env = make_env(payload="heavy", wind="windy", trajectory="helix")
-    obs, _ = env.reset(seed=1)
-    ctrl.reset()
+    ctrl, geo_rls, ref, env, obs = _beside_a_geo_rls_estimator("ppo_res", path, make_env)
     estimates = []
     for _ in range(120):
         action = ctrl.policy(obs)
