@@ -104,20 +104,26 @@ PREVIEW_KW = {**ENV_KW, "preview": (5, 0.04)}
 )
 def test_training_inputs_are_the_deployed_controllers(spec, env_kw):
     seed, steps = 5, 30
-    venv = QuadVecEnv(
-        len(SCENARIOS),
+    venv = _estimating_env(spec, **env_kw)
+    assert venv.observation_space.shape == (spec.dim(),)
+    feats = _training_inputs(venv, policy, seed, steps)
+    for i in range(len(SCENARIOS)):
+        _assert_same_inputs(feats, i, _controller_inputs(i, seed, steps, spec, env_kw))
+
+
+def _estimating_env(spec: FeatureSpec, **kw: Any) -> QuadVecEnv:
+    """One env per scenario, 50 Hz decisions, with the batched estimator and ``spec``'s inputs."""
+    n = len(SCENARIOS)
+    return QuadVecEnv(
+        n,
         constant_sampler,
         action_repeat=2,
         nthread=1,
         scenarios=SCENARIOS,
         features=spec,
-        estimator=AdaptEstimator(len(SCENARIOS)),
-        **env_kw,
+        estimator=AdaptEstimator(n),
+        **kw,
     )
-    assert venv.observation_space.shape == (spec.dim(),)
-    feats = _training_inputs(venv, policy, seed, steps)
-    for i in range(len(SCENARIOS)):
-        _assert_same_inputs(feats, i, _controller_inputs(i, seed, steps, spec, env_kw))
 
 
 def _training_inputs(venv: QuadVecEnv, act: Any, seed: int, steps: int) -> list[np.ndarray]:
@@ -149,17 +155,8 @@ def test_ppo_res_training_estimate_is_the_deployed_controllers():
     """``ppo_res`` with the estimate: the vector env, its pilot (``pid`` plus the correction) and
     the estimator told the pilot's command give the inputs the deployed controller computes."""
     seed, steps, scale = 3, 30, 4.0
-    venv = QuadVecEnv(
-        len(SCENARIOS),
-        constant_sampler,
-        action_repeat=2,
-        nthread=1,
-        scenarios=SCENARIOS,
-        pilot=ResidualPilot(len(SCENARIOS), scale, action_repeat=2, tracker="pid"),
-        features=RES_SPEC,
-        estimator=AdaptEstimator(len(SCENARIOS)),
-        **ENV_KW,
-    )
+    pilot = ResidualPilot(len(SCENARIOS), scale, action_repeat=2, tracker="pid")
+    venv = _estimating_env(RES_SPEC, pilot=pilot, **ENV_KW)
     assert venv.observation_space.shape == (RES_SPEC.dim(3),)
     feats = _training_inputs(venv, correction_policy, seed, steps)
     est = slice(RES_SPEC.dim(3) - 3, None)
