@@ -65,7 +65,7 @@ setup(
             "pandas<3",
         ],
         "cluster": ["ray>=2.9"],
-        "test": ["pytest>=8", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view
             "msgpack>=1.0",
             "mcap>=1.1",
