@@ -49,6 +49,12 @@ def attitude_gains(value: Any) -> AttitudeGains:
         return value
     if not isinstance(value, dict):
         raise TypeError(f"attitude gains must be a mapping, got {value!r}")
+    unknown = sorted(set(value) - set(AttitudeGains.__dataclass_fields__))
+    if unknown:
+        raise ValueError(
+            f"attitude: unknown field(s) {unknown}; valid: "
+            f"{', '.join(AttitudeGains.__dataclass_fields__)}"
+        )
     gains = AttitudeGains(**value)
     for name in AttitudeGains.__dataclass_fields__:
         x = getattr(gains, name)
@@ -57,6 +63,12 @@ def attitude_gains(value: Any) -> AttitudeGains:
     if gains.max_tilt >= math.pi / 2:
         raise ValueError(f"attitude.max_tilt must be below π/2 rad, got {gains.max_tilt}")
     return gains
+
+
+def optional_attitude_gains(value: Any) -> AttitudeGains | None:
+    """A policy file's or a training config's ``attitude``: ``None`` (the default gains) or
+    :func:`attitude_gains` of ``value``."""
+    return None if value is None else attitude_gains(value)
 
 
 class InnerLoop:

@@ -15,9 +15,11 @@ file is all a user has to carry.
 Here, for every user of the format (the ``ppo``, ``ppo_res`` and ``sb3`` controllers, the
 training under :mod:`residual_quad.training`): the record (:func:`read_meta`,
 :func:`check_meta`, :func:`write_meta`, :func:`write_entry`), the frozen normalizer
-(:class:`ObsNormalizer`, :func:`obs_norm_stats`), the numpy forward (:class:`NumpyPolicy`,
-:func:`policy_actions`), the loader with its file checks (:func:`load_policy`), where the
-shipped policies lie (:func:`shipped_policy_path`) and the lazy SB3 import (:func:`import_sb3`).
+(:class:`ObsNormalizer`, :func:`obs_norm_stats`), the actions of the numpy forward
+(:func:`policy_actions`; the forward itself is
+:class:`~residual_quad.controllers.numpy_policy.NumpyPolicy`), the loader with its file checks
+(:func:`load_policy`), where the shipped policies lie (:func:`shipped_policy_path`) and the
+lazy SB3 import (:func:`import_sb3`).
 
 Every inconsistency of a policy file (unreadable archive, a record that is not a JSON object, a
 missing or invalid ``action_mode``, ``action_repeat``, ``env_kwargs`` or ``obs_norm``, a network
@@ -44,7 +46,9 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.attitude import optional_attitude_gains
 from residual_quad.controllers.features import FEATURE_DIM
+from residual_quad.controllers.numpy_policy import NumpyPolicy
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
 
@@ -269,8 +273,12 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
         tracker = meta.get("tracker", "geo")
         if not (isinstance(tracker, str) and tracker in RESIDUAL_TRACKERS):
             raise fail(f"tracker {tracker!r}; valid choices: {', '.join(RESIDUAL_TRACKERS)}")
+        try:
+            optional_attitude_gains(meta.get("attitude"))
+        except (TypeError, ValueError) as err:
+            raise fail(str(err)) from None
     else:
-        for entry in ("correction_rate", "tracker"):
+        for entry in ("correction_rate", "tracker", "attitude"):
             if entry in meta:
                 raise fail(f"{entry} is a ppo_res entry, not a {kind!r} one")
     algo = meta.get("algo", "ppo")
@@ -441,103 +449,6 @@ class ObsNormalizer:
         if not np.all(vectors["var"] >= 0) or not np.all(vectors["var"] + eps > 0):
             raise ValueError("var must be >= 0 and var + epsilon > 0")
         return cls(vectors["mean"], vectors["var"], float(eps), float(clip))
-
-
-_ACTIVATIONS: dict[str, Any] = {
-    "Tanh": np.tanh,
-    "ReLU": lambda h: np.maximum(h, 0.0),
-    "Identity": lambda h: h,
-}
-
-
-#: action distributions whose deterministic action is the action net's output (gSDE's noise is
-#: state-dependent, its mean is not)
-_MEAN_HEADS = ("DiagGaussianDistribution", "StateDependentNoiseDistribution")
-
-
-class NumpyPolicy:
-    """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
-    observation and a Gaussian action head, its asymmetric twin
-    :class:`~residual_quad.training.privileged.AsymmetricActorCriticPolicy` with the privileged
-    inputs dropped, or the SAC/TQC actor: latent → mean → ``tanh``), evaluated in float64 numpy.
-
-    Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
-    more than the whole vehicle step; this forward costs a few µs. Its products are
-    ``np.einsum`` contractions, whose summation order does not depend on the batch size, so one
-    observation and a batch of them give bit-identical actions (a BLAS matrix product does not:
-    a one-row product takes another kernel). It equals SB3's float32 forward to float32 rounding
-    (``tests/controllers/test_ppo_numpy.py``).
-    """
-
-    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
-        self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
-        self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
-
-    @classmethod
-    def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
-        """The numpy forward of ``policy``, or ``None`` where its architecture is not a plain
-        MLP actor (another extractor, activation or distribution): then ``predict`` is used."""
-        if hasattr(policy, "actor") and hasattr(policy.actor, "mu"):
-            return cls._from_squashed(policy.actor)
-        actor_dim = None
-        if type(policy).__name__ == "AsymmetricActorCriticPolicy":
-            if type(policy.pi_features_extractor).__name__ != "ActorColumns":
-                return None
-            actor_dim = int(policy.actor_dim)
-        elif (
-            type(policy).__name__ != "ActorCriticPolicy"
-            or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
-        ):
-            return None
-        if type(policy.action_dist).__name__ not in _MEAN_HEADS or getattr(
-            policy, "squash_output", False
-        ):
-            return None
-        network = cls._mlp([*policy.mlp_extractor.policy_net, policy.action_net])
-        if network is not None and actor_dim is not None:  # inputs always zero: dropped
-            w, b, act = network.layers[0]
-            network.layers[0] = (w[:actor_dim].copy(), b, act)
-        return network
-
-    @classmethod
-    def _from_squashed(cls, actor: Any) -> NumpyPolicy | None:
-        """SAC/TQC's actor: ``tanh(mu(latent_pi(x)))`` (flat extractor, no gSDE)."""
-        if (
-            type(actor.features_extractor).__name__ != "FlattenExtractor"
-            or getattr(actor, "use_sde", False)
-            or type(actor.action_dist).__name__ != "SquashedDiagGaussianDistribution"
-        ):
-            return None
-        network = cls._mlp([*actor.latent_pi, actor.mu])
-        if network is not None:
-            network.squash = True
-        return network
-
-    @classmethod
-    def _mlp(cls, modules: list[Any]) -> NumpyPolicy | None:
-        """Linear layers and their activations as numpy layers (``None``: another module)."""
-        layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
-        for module in modules:
-            kind = type(module).__name__
-            if kind == "Linear":
-                w = module.weight.detach().cpu().numpy().astype(np.float64).T.copy()
-                b = module.bias.detach().cpu().numpy().astype(np.float64).copy()
-                layers.append((w, b, _ACTIVATIONS["Identity"]))
-            elif kind in _ACTIVATIONS and layers:
-                w, b, _ = layers[-1]
-                layers[-1] = (w, b, _ACTIVATIONS[kind])
-            else:
-                return None
-        return cls(layers)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
-        h = np.asarray(x, dtype=np.float64)
-        for w, b, act in self.layers:
-            h = act(np.einsum("nd,dh->nh", h, w) + b)
-        if self.squash:
-            h = np.tanh(h)
-        return np.clip(h, -1.0, 1.0)
 
 
 def _is_number(x: Any) -> bool:

@@ -28,13 +28,13 @@ from residual_quad.controllers.features import (
     ppo_features,
     ppo_features_batch,
 )
+from residual_quad.controllers.numpy_policy import NumpyPolicy
 from residual_quad.controllers.options import Choice, Domain, Integer, Optional, Text
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     INSTALL_HINT,
     POLICY_ALGOS,
     SHIPPED_PLANTS,
-    NumpyPolicy,
     ObsNormalizer,
     PolicyFileError,
     algo_module,

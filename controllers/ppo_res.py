@@ -40,7 +40,9 @@ nothing to correct.
 
 Policy files are ``ppo``'s format (one SB3 ``.zip`` with its ``residual_quad.json`` record:
 normalization, action repeat, training record) with ``controller: ppo_res`` and
-``accel_scale``; :func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
+``accel_scale`` (and, where it was trained with other inner-loop gains than the defaults —
+on a plant with lagging rotors — their ``attitude``);
+:func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
 one with ``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
 
 :class:`ResidualPilot` is what the policy acts through in training (batched ``geo`` on the
@@ -56,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
@@ -182,9 +185,11 @@ class ResidualPPOController(PIDTracker):
         self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
         self.spec = policy_spec(self.meta)
         self.tracker: str = self.meta.get("tracker", "geo")
+        # the tracker's inner-loop gains the policy was trained with (None: the defaults)
+        self.attitude: AttitudeGains | None = optional_attitude_gains(self.meta.get("attitude"))
         context = context or ControlContext()
         self.estimator = residual_estimator(self.spec, context)
-        super().__init__(context, ki=tracker_ki(self.tracker))
+        super().__init__(context, ki=tracker_ki(self.tracker), attitude=self.attitude)
         self.step = self._correction_step()
 
     @classmethod
@@ -197,15 +202,17 @@ class ResidualPPOController(PIDTracker):
         spec: FeatureSpec | None = None,
         correction_rate: float | None = None,
         tracker: str = "geo",
+        attitude: AttitudeGains | None = None,
     ) -> ResidualPPOController:
         """Wrap an in-memory SB3 model (the training's evaluation callback)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
         self.tracker = tracker
+        self.attitude = attitude
         context = ControlContext()
         self.estimator = residual_estimator(self.spec, context)
-        PIDTracker.__init__(self, context, ki=tracker_ki(tracker))
+        PIDTracker.__init__(self, context, ki=tracker_ki(tracker), attitude=attitude)
         self.step = self._correction_step()
         return self
 
@@ -290,7 +297,12 @@ class BatchedResidualPPOController(BatchedPIDTracker):
         self.inputs = policy_inputs(controller, n_envs)
         self.estimator = residual_estimator(controller.spec, controller.context, n_envs)
         super().__init__(
-            controller.context, n_envs, kp=controller.kp, kd=controller.kd, ki=controller.ki
+            controller.context,
+            n_envs,
+            kp=controller.kp,
+            kd=controller.kd,
+            ki=controller.ki,
+            attitude=controller.attitude,
         )
 
     def _reset_rows(self, index: int | slice) -> None:
@@ -339,9 +351,15 @@ class _CorrectedTracker(BatchedPIDTracker):
 
     name = "ppo_res"
 
-    def __init__(self, context: ControlContext | None, n_envs: int, ki: float):
+    def __init__(
+        self,
+        context: ControlContext | None,
+        n_envs: int,
+        ki: float,
+        attitude: AttitudeGains | None = None,
+    ):
         self.correction = np.zeros((n_envs, 3))
-        super().__init__(context, n_envs, ki=ki)
+        super().__init__(context, n_envs, ki=ki, attitude=attitude)
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
         return -self.correction
@@ -367,6 +385,7 @@ class ResidualPilot:
         correction_rate: ``None`` (absolute mode) or the rate mode's r, m/s³.
         action_repeat: control periods per decision (sets the rate mode's step).
         tracker: the tracker the correction adds to, ``geo`` or ``pid``.
+        attitude: its inner-loop gains (``None``: the defaults).
     """
 
     action_dim = 3
@@ -379,9 +398,10 @@ class ResidualPilot:
         correction_rate: float | None = None,
         action_repeat: int = 1,
         tracker: str = "geo",
+        attitude: AttitudeGains | None = None,
     ):
         self.accel_scale = float(accel_scale)
-        self.base = _CorrectedTracker(context, n_envs, tracker_ki(tracker))
+        self.base = _CorrectedTracker(context, n_envs, tracker_ki(tracker), attitude)
         period_s = self.base.context.control_dt * action_repeat  # s per decision
         self.step = correction_step(correction_rate, self.accel_scale, period_s)
         self.held = np.zeros((n_envs, 3))  # the corrections over their bound, [-1, 1]

@@ -10,6 +10,7 @@ record's ``controller`` (``ppo``, ``ppo_res``, ``sac``, ``tqc``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.attitude import optional_attitude_gains
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     obs_norm_stats,
@@ -39,6 +41,9 @@ def save_policy(
             kind["correction_rate"] = cfg.correction_rate
         if cfg.tracker != "geo":  # files of geo's corrections carry no entry
             kind["tracker"] = cfg.tracker
+        gains = optional_attitude_gains(cfg.attitude)
+        if gains is not None:  # files of the default inner loop carry no entry
+            kind["attitude"] = dataclasses.asdict(gains)
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()

@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from residual_quad.controllers.attitude import optional_attitude_gains
 from residual_quad.controllers.policy_file import (
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
@@ -179,6 +180,9 @@ class PPOTrainConfig:
     # ppo_res: the tracker the correction adds to — geo, or pid (geo + the PID's error integral,
     # so a constant offset of the correction is integrated away: it rests only at zero error)
     tracker: str = "geo"
+    # ppo_res: the tracker's inner-loop gains (AttitudeGains fields: wn_rp, zeta_rp, wn_yaw,
+    # zeta_yaw, max_tilt); null: the defaults. A plant with lagging rotors needs softer ones
+    attitude: dict[str, float] | None = None
     total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # one ResidualQuadVectorEnv (subproc is retired: SUBPROC_RETIRED)
@@ -271,10 +275,19 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
                     f"{self.backend!r})"
                 )
+            try:
+                optional_attitude_gains(self.attitude)
+            except TypeError as err:  # not a mapping
+                raise ValueError(str(err)) from None
         elif self.correction_rate is not None:
             raise ValueError(
                 f"correction_rate is ppo_res's (the rate of its correction), not "
                 f"{self.controller!r}'s"
+            )
+        elif self.attitude is not None:
+            raise ValueError(
+                f"attitude is ppo_res's (its tracker's inner-loop gains), not "
+                f"{self.controller!r}'s: a {self.controller} policy sets the rotors itself"
             )
         elif self.tracker != "geo":
             raise ValueError(

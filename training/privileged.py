@@ -8,7 +8,7 @@ of the observation whose privileged columns are replaced by zeros (:class:`Actor
 product: a NaN or an infinity there cannot leak), so the actor is a function of the actor
 columns alone, bit for bit. SB3's ``MlpExtractor`` takes one input size for both heads, hence
 the mask rather than a slice. The policy file keeps only what the actor needs
-(:class:`~residual_quad.controllers.policy_file.NumpyPolicy` drops the first layer's privileged
+(:class:`~residual_quad.controllers.numpy_policy.NumpyPolicy` drops the first layer's privileged
 inputs, the saved normalization statistics are the actor columns'), and flies with the ``ppo``
 controller.
 

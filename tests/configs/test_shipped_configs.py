@@ -21,6 +21,19 @@ from residual_quad.training.residual_train import TrainConfig
 CONFIG_DIR = Path(configs.__file__).parent
 STICK_DIR = Path(load_scenario.__code__.co_filename).parent / "scenarios"
 
+#: configs/ppo_res.yaml's differences from the training defaults
+_PPO_RES = {
+    "controller": "the residual-RL policy (docs/ppo.md)",
+    "tracker": "pid: its error integral carries the steady correction",
+    "accel_scale": "a 4 m/s² bound: the gusts' share",
+    "total_steps": "3 M: the ablation's budget",
+    "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
+    "action_smooth": "a cost on the correction's change",
+    "action_magnitude": "a cost on the correction's size",
+    "features": "the last 4 corrections",
+    "ppo": "smaller updates, a fixed gSDE exploration scale",
+}
+
 #: shipped name → (dataclass, the keys that differ from its defaults, and why)
 SHIPPED = {
     "sweep": (SweepConfig, {}),
@@ -91,18 +104,13 @@ SHIPPED = {
     "collect": (CollectConfig, {}),
     "train_residual": (TrainConfig, {}),
     "ppo": (PPOTrainConfig, {}),
-    "ppo_res": (
+    "ppo_res": (PPOTrainConfig, _PPO_RES),
+    "ppo_res_realistic": (
         PPOTrainConfig,
         {
-            "controller": "the residual-RL policy (docs/ppo.md)",
-            "tracker": "pid: its error integral carries the steady correction",
-            "accel_scale": "a 4 m/s² bound: the gusts' share",
-            "total_steps": "3 M: the ablation's budget",
-            "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
-            "action_smooth": "a cost on the correction's change",
-            "action_magnitude": "a cost on the correction's size",
-            "features": "the last 4 corrections",
-            "ppo": "smaller updates, a fixed gSDE exploration scale",
+            **_PPO_RES,
+            "env_kwargs": "the realistic plant preset (docs/ppo.md)",
+            "attitude": "the lag-tuned inner-loop gains the realistic sweeps fly",
         },
     ),
     "ppo_res_rate": (
@@ -187,6 +195,18 @@ def test_unknown_keys_and_wrong_types_are_errors():
         configs.load(SweepConfig, {"episode_s": "long"})
     with pytest.raises(FileNotFoundError, match="shipped: "):
         configs.load(SweepConfig, "/no/such/file.yaml")
+
+
+def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_with_the_sweeps_gains():
+    """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant and by
+    the inner-loop gains, which are the ones the realistic sweeps give ``pid``."""
+    base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
+    assert real.pop("env_kwargs") == {"preset": "realistic"}
+    sweep = configs.load(SweepConfig, "sweep_realistic_20")
+    assert real.pop("attitude") == sweep.controller_options["pid"]["attitude"]
+    base.pop("env_kwargs"), base.pop("attitude")
+    assert real == base
 
 
 def test_the_20_seed_realistic_matrix_is_the_realistic_one_with_20_seeds():

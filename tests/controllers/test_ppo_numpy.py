@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 from residual_quad.controllers.batch import BatchedLoop, batch_from_spec  # noqa: E402
-from residual_quad.controllers.policy_file import NumpyPolicy  # noqa: E402
+from residual_quad.controllers.numpy_policy import NumpyPolicy  # noqa: E402
 from residual_quad.controllers.ppo import BatchedPPOController, PPOController  # noqa: E402
 from residual_quad.controllers.specs import parse_spec  # noqa: E402
 

@@ -234,9 +234,42 @@ def test_the_policy_shipped_for_the_realistic_plant():
     with pytest.raises(FileNotFoundError, match="'realistic' plant of training seed 4"):
         make_controller("ppo", plant="realistic", training_seed=4)
     with pytest.raises(FileNotFoundError, match="no shipped 'ppo_res' policy for the 'realistic'"):
-        make_controller("ppo_res", plant="realistic")
+        make_controller("ppo_res", plant="realistic", training_seed=1)
     with pytest.raises(ValueError, match="not both"):
         make_controller("ppo", path=path, plant="realistic")
+
+
+@needs_sb3
+def test_the_ppo_res_shipped_for_the_realistic_plant():
+    """``ppo_res:plant=realistic`` flies the policy trained with configs/ppo_res_realistic.yaml:
+    its file records the plant, the lag-tuned attitude gains its ``pid`` core was trained with,
+    its budget and the command that rebuilds it, and the controller flies on those gains. On
+    that plant it flies the held-out payload where the ideal plant's file, on the default gains,
+    crashes."""
+    from residual_quad.controllers.attitude import AttitudeGains
+    from residual_quad.controllers.policy_file import shipped_policy_path
+    from residual_quad.episode import run_episode
+
+    path = shipped_policy_path("ppo_res", 0, "realistic")
+    meta = read_meta(path)
+    committed = configs.load(PPOTrainConfig, "ppo_res_realistic")
+    assert meta["env_kwargs"] == {"preset": "realistic"} and meta["tracker"] == "pid"
+    assert meta["attitude"] == committed.attitude
+    budget = meta["budget"]
+    assert budget["command"].startswith("rquad train ppo_res ppo_res_realistic ")
+    assert budget["seed"] == 0 and budget["steps"] >= committed.total_steps
+    assert 0 < budget["train_wall_s"] <= 30 * 60 and budget["backend"] == "vector"
+    assert path.name in budget["command"]
+    assert json.loads(path.with_suffix(".json").read_text()) == budget
+    saved = configs.to_dict(configs.load(PPOTrainConfig, meta["config"]))
+    assert saved == configs.to_dict(committed)
+    ctrl = make_controller("ppo_res", plant="realistic")
+    assert ctrl.path == path and ctrl.inner.gains == AttitudeGains(**committed.attitude)
+    scenario = {"payload": "extra", "wind": "windy", "trajectory": "hover", "seed": 0}
+    r = run_episode(ctrl, **scenario, episode_s=6.0, preset="realistic")
+    assert not r.diverged and r.rmse < 0.2
+    ideal = run_episode(make_controller("ppo_res"), **scenario, episode_s=6.0, preset="realistic")
+    assert ideal.diverged
 
 
 @needs_sb3

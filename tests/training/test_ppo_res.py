@@ -17,6 +17,7 @@ pytest.importorskip("stable_baselines3")
 
 from residual_quad.cli import main  # noqa: E402
 from residual_quad.controllers import make_controller  # noqa: E402
+from residual_quad.controllers.attitude import AttitudeGains  # noqa: E402
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
 from residual_quad.controllers.policy_file import META_ENTRY, PolicyFileError  # noqa: E402
 from residual_quad.controllers.ppo_res import (  # noqa: E402
@@ -83,11 +84,21 @@ def rate_run(tmp_path_factory) -> tuple[Path, dict]:
     return out, train(cfg, out, progress=False)
 
 
+#: lag-tuned inner-loop gains (rad/s, rad): what the realistic plant's ppo_res is trained with
+LAG = {"wn_rp": 10.0, "zeta_rp": 1.2, "wn_yaw": 2.0, "zeta_yaw": 1.0, "max_tilt": 0.44}
+
+
 @pytest.fixture(scope="module")
 def pid_run(tmp_path_factory) -> tuple[Path, dict]:
-    """A tiny rate-mode policy whose correction adds to ``pid`` (geo + the error integral)."""
+    """A tiny rate-mode policy whose correction adds to ``pid`` (geo + the error integral),
+    whose inner loop has other gains than the defaults (:data:`LAG`)."""
     out = tmp_path_factory.mktemp("ppo_res_pid")
-    cfg = _config(correction_rate=RATE, features=FeatureConfig(action_history=1), tracker="pid")
+    cfg = _config(
+        correction_rate=RATE,
+        features=FeatureConfig(action_history=1),
+        tracker="pid",
+        attitude=LAG,
+    )
     return out, train(cfg, out, progress=False)
 
 
@@ -144,14 +155,16 @@ def test_training_pilot_equals_geo_with_the_correction():
     )
 
 
-def test_training_pilot_on_pid_equals_pid_with_the_correction():
+@pytest.mark.parametrize("attitude", [None, AttitudeGains(**LAG)], ids=["default", "lag"])
+def test_training_pilot_on_pid_equals_pid_with_the_correction(attitude):
     """With ``tracker: pid`` the pilot is the single ``pid`` (its integral and anti-windup
-    carried over control periods) plus the correction; a new episode clears the integral."""
+    carried over control periods, its inner-loop gains) plus the correction; a new episode
+    clears the integral."""
     obs = _observations(12)
     u = np.random.default_rng(3).uniform(-1.0, 1.0, (len(obs), 3))
-    pilot = ResidualPilot(len(obs), accel_scale=6.0, tracker="pid")
+    pilot = ResidualPilot(len(obs), accel_scale=6.0, tracker="pid", attitude=attitude)
     pilot.decide(u)
-    pids = [PIDTracker() for _ in obs]
+    pids = [PIDTracker(attitude=attitude) for _ in obs]
     for i, (pid, o) in enumerate(zip(pids, obs, strict=True)):
         correction = heading_to_world(o[L.rot].reshape(3, 3), 6.0 * u[i])
         pid.residual_world = lambda *a, c=correction: -c  # noqa: B023
@@ -167,20 +180,25 @@ def test_training_pilot_on_pid_equals_pid_with_the_correction():
 
 
 def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
-    """A file trained on ``pid`` records its tracker and deploys on ``pid``'s gains; with its
-    correction held at zero it flies ``pid`` exactly. Files without the entry stay on geo."""
+    """A file trained on ``pid`` with other inner-loop gains records both and deploys on
+    ``pid``'s gains and those attitude gains; with its correction held at zero it flies that
+    ``pid`` exactly. Files without the entries stay on geo with the default gains."""
     path = pid_run[0] / "final.zip"
     with zipfile.ZipFile(path) as archive:
-        assert json.loads(archive.read(META_ENTRY))["tracker"] == "pid"
+        meta = json.loads(archive.read(META_ENTRY))
+    assert meta["tracker"] == "pid" and meta["attitude"] == LAG
     ctrl = make_controller("ppo_res", path=path)
     assert ctrl.tracker == "pid" and ctrl.ki == PIDTracker().ki > 0
+    assert ctrl.attitude == AttitudeGains(**LAG)
     geo_file = make_controller("ppo_res", path=res_run[0] / "final.zip")
-    assert geo_file.tracker == "geo" and geo_file.ki == 0.0
+    assert geo_file.tracker == "geo" and geo_file.ki == 0.0 and geo_file.attitude is None
     ctrl.correction = lambda obs, estimate=None: np.zeros(3)
     spec = RunSpec("ppo_res", "heavy", "breezy", "helix", 0, episode_s=3.0)
     flown = fly(spec, {}, controller=ctrl)
-    reference = fly(spec, {}, controller=PIDTracker())
+    reference = fly(spec, {}, controller=PIDTracker(attitude=AttitudeGains(**LAG)))
     np.testing.assert_array_equal(flown.thrusts, reference.thrusts)
+    default_gains = fly(spec, {}, controller=PIDTracker())
+    assert not np.array_equal(flown.thrusts, default_gains.thrusts)
 
 
 def test_smoke_training_writes_a_ppo_res_policy(res_run):
@@ -255,6 +273,7 @@ def test_batched_controller_equals_the_single_one(run, request):
     assert batch._k[1] == 0 and not batch._held[1].any() and batch._k[0] == 30
     assert not batch._u[1].any() and not batch.inputs.history[1].any()
     assert single.kp == batch.kp and single.kd == batch.kd and single.ki == batch.ki
+    assert batch.inner.gains == single.inner.gains
 
 
 def test_fly_and_sweep_row_carry_the_correction_as_residual(res_run):
@@ -395,6 +414,20 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
         damaged = _rewrite(path, tmp_path / "tracker.zip", tracker=bad)
         with pytest.raises(PolicyFileError, match=r"tracker\.zip.*valid choices: geo, pid"):
             ResidualPPOController(path=damaged)
+    # and its tracker's inner-loop gains: AttitudeGains fields, each finite and > 0
+    ppo_gains = _rewrite(_ppo_file(), tmp_path / "ppo_gains.zip", attitude={"wn_rp": 10.0})
+    with pytest.raises(PolicyFileError, match=r"ppo_gains\.zip.*attitude is a ppo_res entry"):
+        make_controller("ppo", path=ppo_gains)
+    for bad, says in [
+        ({"wn_rp": -1.0}, "attitude.wn_rp must be a finite number > 0"),
+        ({"wn_rp": float("nan")}, "attitude.wn_rp must be"),
+        ({"max_tilt": 2.0}, "max_tilt must be below"),
+        ({"kp": 20.0}, r"unknown field\(s\) \['kp'\]; valid: wn_rp"),
+        ([10.0], "attitude gains must be a mapping"),
+    ]:
+        damaged = _rewrite(path, tmp_path / "gains.zip", attitude=bad)
+        with pytest.raises(PolicyFileError, match=rf"gains\.zip.*{says}"):
+            ResidualPPOController(path=damaged)
 
 
 @pytest.mark.parametrize("bad", [0.0, -5.0, 1e4, float("nan"), float("inf"), "20", True])
@@ -427,6 +460,9 @@ def _ppo_file() -> Path:
         ({"tracker": "lqr"}, r"tracker must be one of \('geo', 'pid'\)"),
         ({"tracker": None}, "tracker must be one of"),
         ({"controller": "ppo", "tracker": "pid"}, "tracker is ppo_res's"),
+        ({"attitude": {"wn_rp": 0.0}}, "attitude.wn_rp must be a finite number > 0"),
+        ({"attitude": {"zeta": 1.0}}, r"attitude: unknown field\(s\) \['zeta'\]"),
+        ({"controller": "ppo", "attitude": LAG}, "attitude is ppo_res's"),
     ],
 )
 def test_bad_configs_fail_before_training(changes, message):

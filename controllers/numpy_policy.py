@@ -1,0 +1,106 @@
+"""The numpy forward of an SB3 actor: :class:`NumpyPolicy`, what every policy controller flies
+with where the architecture is a plain MLP
+(:func:`~residual_quad.controllers.policy_file.load_policy` builds it; SB3's ``predict``
+otherwise). torch is never imported here: the layers are read from the loaded model's modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_ACTIVATIONS: dict[str, Any] = {
+    "Tanh": np.tanh,
+    "ReLU": lambda h: np.maximum(h, 0.0),
+    "Identity": lambda h: h,
+}
+
+
+#: action distributions whose deterministic action is the action net's output (gSDE's noise is
+#: state-dependent, its mean is not)
+_MEAN_HEADS = ("DiagGaussianDistribution", "StateDependentNoiseDistribution")
+
+
+class NumpyPolicy:
+    """The deterministic action of an SB3 MLP actor (``ActorCriticPolicy`` with a flat
+    observation and a Gaussian action head, its asymmetric twin
+    :class:`~residual_quad.training.privileged.AsymmetricActorCriticPolicy` with the privileged
+    inputs dropped, or the SAC/TQC actor: latent → mean → ``tanh``), evaluated in float64 numpy.
+
+    Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
+    more than the whole vehicle step; this forward costs a few µs. Its products are
+    ``np.einsum`` contractions, whose summation order does not depend on the batch size, so one
+    observation and a batch of them give bit-identical actions (a BLAS matrix product does not:
+    a one-row product takes another kernel). It equals SB3's float32 forward to float32 rounding
+    (``tests/controllers/test_ppo_numpy.py``).
+    """
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
+        self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
+        self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
+
+    @classmethod
+    def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
+        """The numpy forward of ``policy``, or ``None`` where its architecture is not a plain
+        MLP actor (another extractor, activation or distribution): then ``predict`` is used."""
+        if hasattr(policy, "actor") and hasattr(policy.actor, "mu"):
+            return cls._from_squashed(policy.actor)
+        actor_dim = None
+        if type(policy).__name__ == "AsymmetricActorCriticPolicy":
+            if type(policy.pi_features_extractor).__name__ != "ActorColumns":
+                return None
+            actor_dim = int(policy.actor_dim)
+        elif (
+            type(policy).__name__ != "ActorCriticPolicy"
+            or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
+        ):
+            return None
+        if type(policy.action_dist).__name__ not in _MEAN_HEADS or getattr(
+            policy, "squash_output", False
+        ):
+            return None
+        network = cls._mlp([*policy.mlp_extractor.policy_net, policy.action_net])
+        if network is not None and actor_dim is not None:  # inputs always zero: dropped
+            w, b, act = network.layers[0]
+            network.layers[0] = (w[:actor_dim].copy(), b, act)
+        return network
+
+    @classmethod
+    def _from_squashed(cls, actor: Any) -> NumpyPolicy | None:
+        """SAC/TQC's actor: ``tanh(mu(latent_pi(x)))`` (flat extractor, no gSDE)."""
+        if (
+            type(actor.features_extractor).__name__ != "FlattenExtractor"
+            or getattr(actor, "use_sde", False)
+            or type(actor.action_dist).__name__ != "SquashedDiagGaussianDistribution"
+        ):
+            return None
+        network = cls._mlp([*actor.latent_pi, actor.mu])
+        if network is not None:
+            network.squash = True
+        return network
+
+    @classmethod
+    def _mlp(cls, modules: list[Any]) -> NumpyPolicy | None:
+        """Linear layers and their activations as numpy layers (``None``: another module)."""
+        layers: list[tuple[np.ndarray, np.ndarray, Any]] = []
+        for module in modules:
+            kind = type(module).__name__
+            if kind == "Linear":
+                w = module.weight.detach().cpu().numpy().astype(np.float64).T.copy()
+                b = module.bias.detach().cpu().numpy().astype(np.float64).copy()
+                layers.append((w, b, _ACTIVATIONS["Identity"]))
+            elif kind in _ACTIVATIONS and layers:
+                w, b, _ = layers[-1]
+                layers[-1] = (w, b, _ACTIVATIONS[kind])
+            else:
+                return None
+        return cls(layers)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
+        h = np.asarray(x, dtype=np.float64)
+        for w, b, act in self.layers:
+            h = act(np.einsum("nd,dh->nh", h, w) + b)
+        if self.squash:
+            h = np.tanh(h)
+        return np.clip(h, -1.0, 1.0)
