@@ -470,6 +470,41 @@ def test_bad_configs_fail_before_training(changes, message):
         _config(**changes)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    gains=st.dictionaries(
+        st.sampled_from([*LAG, "kp", "zeta"]),
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-5, 50),
+            st.booleans(),
+            st.text(max_size=4),
+            st.none(),
+        ),
+        max_size=6,
+    )
+)
+def test_any_attitude_loads_as_gains_or_is_refused_naming_the_field(gains):
+    """A config's ``attitude``: every field a known ``AttitudeGains`` field, each a finite
+    number > 0 (``max_tilt`` below π/2), gives exactly those gains; anything else is a
+    ``ValueError`` that names the field."""
+    fields = AttitudeGains.__dataclass_fields__
+    good = all(
+        k in fields
+        and not isinstance(v, bool)
+        and isinstance(v, int | float)
+        and 0 < v < math.inf
+        and (k != "max_tilt" or v < math.pi / 2)
+        for k, v in gains.items()
+    )
+    if good:
+        cfg = _config(attitude=gains)
+        assert cfg.attitude == gains
+        return
+    with pytest.raises(ValueError, match=r"attitude(\.\w+|: unknown field)"):
+        _config(attitude=gains)
+
+
 @settings(max_examples=60, deadline=None)
 @given(tracker=st.one_of(st.text(max_size=12), st.integers(), st.none(), st.booleans()))
 def test_any_tracker_but_geo_or_pid_is_refused_naming_the_choices(tracker):
