@@ -23,12 +23,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from residual_quad.controllers.attitude import optional_attitude_gains
-from residual_quad.controllers.policy_file import (
-    ACTION_DIMS,
-    ObsNormalizer,
-    obs_norm_stats,
-)
+from residual_quad.controllers.policy_file import ACTION_DIMS, ObsNormalizer, obs_norm_stats
 from residual_quad.controllers.ppo import controller_class
 from residual_quad.episode import RunSpec, fly
 from residual_quad.training.checkpoints import RunState, save_checkpoint
@@ -53,7 +48,7 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
             spec,
             cfg.correction_rate,
             cfg.tracker,
-            optional_attitude_gains(cfg.attitude),
+            cfg.tracker_gains(),
         )
     if cfg.controller == "ppo_adapt":
         from residual_quad.controllers.ppo_adapt import PPOAdaptController

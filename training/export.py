@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.attitude import optional_attitude_gains
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     obs_norm_stats,
@@ -41,7 +40,7 @@ def save_policy(
             kind["correction_rate"] = cfg.correction_rate
         if cfg.tracker != "geo":  # files of geo's corrections carry no entry
             kind["tracker"] = cfg.tracker
-        gains = optional_attitude_gains(cfg.attitude)
+        gains = cfg.tracker_gains()
         if gains is not None:  # files of the default inner loop carry no entry
             kind["attitude"] = dataclasses.asdict(gains)
     spec = cfg.features.spec()

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from residual_quad.controllers.attitude import optional_attitude_gains
+from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.policy_file import (
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
@@ -276,7 +276,7 @@ class PPOTrainConfig:
                     f"{self.backend!r})"
                 )
             try:
-                optional_attitude_gains(self.attitude)
+                self.tracker_gains()
             except TypeError as err:  # not a mapping
                 raise ValueError(str(err)) from None
         elif self.correction_rate is not None:
@@ -394,6 +394,11 @@ class PPOTrainConfig:
     def deployed_name(self) -> str:
         """The controller the run's policy files fly as (``ppo``, ``ppo_res``, ``sac``, ``tqc``)."""
         return self.controller if self.algo == "ppo" else self.algo
+
+    def tracker_gains(self) -> AttitudeGains | None:
+        """``ppo_res``'s tracker inner-loop gains (``None``: the defaults), which the training's
+        pilot flies and the policy file records."""
+        return optional_attitude_gains(self.attitude)
 
     def discount(self) -> float:
         """The learner's discount (VecNormalize's return scaling uses it)."""

@@ -14,12 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from residual_quad.controllers.attitude import optional_attitude_gains
-from residual_quad.controllers.policy_file import (
-    algo_module,
-    import_sb3,
-    rl_purpose,
-)
+from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_purpose
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
@@ -42,7 +37,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
             correction_rate=cfg.correction_rate,
             action_repeat=cfg.action_repeat,
             tracker=cfg.tracker,
-            attitude=optional_attitude_gains(cfg.attitude),
+            attitude=cfg.tracker_gains(),
         )
     estimator = None
     if cfg.features.estimate:  # ppo_adapt, or ppo_res with the estimate
