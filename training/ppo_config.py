@@ -203,6 +203,10 @@ class PPOTrainConfig:
     # [-1, 1]; ppo_res: its correction, which the env's rotor-level terms do not see)
     action_smooth: float = 0.0
     action_magnitude: float = 0.0
+    # a log-shaped position cost per control period, w·ln(1 + ‖e_p‖/s) (s in m), on top of the
+    # env's linear one: millimetres in calm air weigh as much as centimetres in a gust
+    position_log: float = 0.0
+    position_log_scale: float = 0.01  # m
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -328,10 +332,13 @@ class PPOTrainConfig:
         for sc in self.eval_scenarios:
             if len(sc) != 3:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")
-        for name in ("action_smooth", "action_magnitude"):
+        for name in ("action_smooth", "action_magnitude", "position_log"):
             w = getattr(self, name)
             if isinstance(w, bool) or not (math.isfinite(w) and w >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {w!r}")
+        s = self.position_log_scale
+        if isinstance(s, bool) or not (math.isfinite(s) and s > 0):
+            raise ValueError(f"position_log_scale must be a finite number > 0 (m), got {s!r}")
         if self.total_steps <= 0 or (self.n_envs is not None and self.n_envs < 1):
             raise ValueError("total_steps and n_envs must be positive")
         if self.backend == "subproc":

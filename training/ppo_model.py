@@ -59,6 +59,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         max_position_error=cfg.max_position_error,
         privileged=cfg.privileged_critic,
         action_cost=(cfg.action_smooth, cfg.action_magnitude),
+        position_log=(cfg.position_log, cfg.position_log_scale),
         **cfg.env_kwargs,
     )
     return VecMonitor(venv)

@@ -161,6 +161,11 @@ class QuadVecEnv(VecEnv):
         privileged: append the privileged columns
             (:data:`~residual_quad.training.privileged.PRIVILEGED_NAMES`, truth from the vector
             env's ``info``) after the ``actor_dim`` feature columns, for an asymmetric critic.
+        action_cost: ``(w_s, w_m)``, the policy's own action cost (:meth:`_action_cost`).
+        position_log: ``(w, s)``: each control period's reward also loses
+            ``w·ln(1 + ‖e_p‖/s)`` (``s`` in m; ``w`` 0: off), a position cost whose slope grows
+            as the error shrinks, so a millimetre in calm air is not lost beside a gust's
+            centimetres.
 
     See the module docstring for the conventions. ``get_attr``/``set_attr``/``env_method`` reach
     the single envs that hold each env's scenario and generator (``vector_env.envs``).
@@ -179,6 +184,7 @@ class QuadVecEnv(VecEnv):
         estimator: Any = None,
         privileged: bool = False,
         action_cost: tuple[float, float] = (0.0, 0.0),
+        position_log: tuple[float, float] = (0.0, 0.01),
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -202,6 +208,7 @@ class QuadVecEnv(VecEnv):
             raise ValueError("features.estimate needs the estimator (ppo_adapt's AdaptEstimator)")
         self.estimator = estimator
         self.action_cost = tuple(float(w) for w in action_cost)  # (smooth, magnitude) weights
+        self.position_log = tuple(float(w) for w in position_log)  # (weight, scale in m)
         period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
         self.inputs = PolicyInputs(self.feature_spec, int(num_envs), self.action_dim, period_s)
         self.actor_dim = self.inputs.dim  # the policy's inputs; privileged columns come after
@@ -269,6 +276,9 @@ class QuadVecEnv(VecEnv):
             obs, rew, term, trunc, info = venv.step_subset(active, act[active])
             self._raw[active] = obs[active]
             reward[active] += rew[active]
+            if self.position_log[0]:
+                w, scale = self.position_log
+                reward[active] -= w * np.log1p(info["position_error"][active] / scale)
             last[active] = obs[active]
             terminated[active] = term[active]
             truncated[active] = trunc[active]

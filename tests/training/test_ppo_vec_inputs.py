@@ -240,3 +240,33 @@ def test_the_policy_action_cost_is_its_smoothness_and_magnitude():
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="action_smooth must be a finite number >= 0"):
             PPOTrainConfig(action_smooth=bad)
+
+
+def test_the_log_position_cost_lowers_each_period_by_its_log_error():
+    """``position_log=(w, s)`` lowers each control period's reward by exactly
+    ``w·ln(1 + ‖e_p‖/s)`` of that period's error and changes nothing else (one period per
+    decision here, so a decision's reward is its period's); a negative or non-finite weight and a
+    scale that is not > 0 are config errors naming the key."""
+    kw = dict(action_repeat=1, nthread=1, scenarios=SCENARIOS, **ENV_KW)
+    plain = QuadVecEnv(len(SCENARIOS), constant_sampler, **kw)
+    shaped = QuadVecEnv(len(SCENARIOS), constant_sampler, position_log=(0.3, 0.02), **kw)
+    rng = np.random.default_rng(1)
+    for venv in (plain, shaped):
+        venv.seed(5)
+        venv.reset()
+    for _ in range(8):  # the 0.25 s episodes end and restart within these decisions
+        u = rng.uniform(-0.4, 0.2, (len(SCENARIOS), 4)).astype(np.float32)
+        f0, r0, d0, i0 = plain.step(u)
+        f1, r1, d1, i1 = shaped.step(u)
+        err = np.array([info["position_error"] for info in i0])
+        assert err.min() > 0.0
+        np.testing.assert_allclose(r0 - r1, 0.3 * np.log1p(err / 0.02), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(f0, f1)
+        np.testing.assert_array_equal(d0, d1)
+    plain.close(), shaped.close()
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="position_log must be a finite number >= 0"):
+            PPOTrainConfig(position_log=bad)
+    for bad in (0.0, -0.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="position_log_scale must be a finite number > 0"):
+            PPOTrainConfig(position_log_scale=bad)
