@@ -30,6 +30,7 @@ _PPO_RES = {
     "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
     "action_smooth": "a cost on the correction's change",
     "action_magnitude": "a cost on the correction's size",
+    "position_log": "a log-shaped position cost: calm air's millimetres count",
     "features": "the last 4 corrections",
     "ppo": "smaller updates, a fixed gSDE exploration scale",
 }

@@ -41,13 +41,18 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     # the rate mode on geo (shipped before) is its own config, unchanged
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
-    # the shipped ppo_res is the pid variant with a third of the exploration scale and CAPS's
-    # spatial term; the one shipped before differs from it only in the term, the one before that
-    # also in the exploration scale, the no-history one also in its inputs, and the grid variant
-    # from the costs one only in the action costs
+    # the shipped ppo_res is the pid variant with a third of the exploration scale, CAPS's
+    # spatial term and the log-shaped position cost; the one shipped before differs from it only
+    # in the log cost, the one before that also in the term, the one before that also in the
+    # exploration scale, the no-history one also in its inputs, and the grid variant from the
+    # costs one only in the action costs
     shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    log = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_log"), 0))
+    assert log == shipped_res and log["tracker"] == "pid"
+    assert log["position_log"] == 1.0 and log["position_log_scale"] == 0.01
     caps = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_caps"), 0))
-    assert caps == shipped_res and caps["tracker"] == "pid"
+    assert sorted(k for k in caps if caps[k] != log[k]) == ["position_log"]
+    assert caps["position_log"] == 0.0
     assert caps["ppo"]["spatial_smoothness"] == 1.0 and caps["ppo"]["smoothness_sigma"] == 0.1
     explore = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_explore"), 0))
     assert sorted(k for k in explore if explore[k] != caps[k]) == ["ppo"]
