@@ -216,17 +216,26 @@ def test_smoke_training_of_ppo_adapt(tmp_path):
     assert np.all(np.isfinite(ctrl.policy(obs)))
 
 
+def _reset_pair(action_repeat: int, seed: int, **shaping: Any) -> tuple[QuadVecEnv, QuadVecEnv]:
+    """The same training envs without and with a reward ``shaping`` option, seeded and reset
+    alike."""
+    kw = dict(action_repeat=action_repeat, nthread=1, scenarios=SCENARIOS, **ENV_KW)
+    pair = (
+        QuadVecEnv(len(SCENARIOS), constant_sampler, **kw),
+        QuadVecEnv(len(SCENARIOS), constant_sampler, **shaping, **kw),
+    )
+    for venv in pair:
+        venv.seed(seed)
+        venv.reset()
+    return pair
+
+
 def test_the_policy_action_cost_is_its_smoothness_and_magnitude():
     """``action_cost=(w_s, w_m)`` lowers each decision's reward by exactly
     ``w_s·‖u − u_prev‖² + w_m·‖u‖²`` (``u_prev`` zero at an episode's start) and changes
     nothing else; negative or non-finite weights are config errors."""
-    kw = dict(action_repeat=2, nthread=1, scenarios=SCENARIOS, **ENV_KW)
-    plain = QuadVecEnv(len(SCENARIOS), constant_sampler, **kw)
-    costly = QuadVecEnv(len(SCENARIOS), constant_sampler, action_cost=(0.5, 0.25), **kw)
+    plain, costly = _reset_pair(2, 3, action_cost=(0.5, 0.25))
     rng = np.random.default_rng(0)
-    for venv in (plain, costly):
-        venv.seed(3)
-        venv.reset()
     prev = np.zeros((len(SCENARIOS), 4))
     for _ in range(6):
         u = rng.uniform(-0.3, 0.1, (len(SCENARIOS), 4)).astype(np.float32)
@@ -247,13 +256,8 @@ def test_the_log_position_cost_lowers_each_period_by_its_log_error():
     ``w·ln(1 + ‖e_p‖/s)`` of that period's error and changes nothing else (one period per
     decision here, so a decision's reward is its period's); a negative or non-finite weight and a
     scale that is not > 0 are config errors naming the key."""
-    kw = dict(action_repeat=1, nthread=1, scenarios=SCENARIOS, **ENV_KW)
-    plain = QuadVecEnv(len(SCENARIOS), constant_sampler, **kw)
-    shaped = QuadVecEnv(len(SCENARIOS), constant_sampler, position_log=(0.3, 0.02), **kw)
+    plain, shaped = _reset_pair(1, 5, position_log=(0.3, 0.02))
     rng = np.random.default_rng(1)
-    for venv in (plain, shaped):
-        venv.seed(5)
-        venv.reset()
     for _ in range(8):  # the 0.25 s episodes end and restart within these decisions
         u = rng.uniform(-0.4, 0.2, (len(SCENARIOS), 4)).astype(np.float32)
         f0, r0, d0, i0 = plain.step(u)
