@@ -263,6 +263,7 @@ class QuadVecEnv(VecEnv):
         truth = self._truth_rows(n)
         # what the history remembers: the action, or the correction a pilot holds after it
         held = action if self.pilot is None else self.pilot.decide(action)
+        w_log, s_log = self.position_log  # the log-shaped position cost (w 0: off)
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw)
@@ -276,9 +277,8 @@ class QuadVecEnv(VecEnv):
             obs, rew, term, trunc, info = venv.step_subset(active, act[active])
             self._raw[active] = obs[active]
             reward[active] += rew[active]
-            if self.position_log[0]:
-                w, scale = self.position_log
-                reward[active] -= w * np.log1p(info["position_error"][active] / scale)
+            if w_log:
+                reward[active] -= w_log * np.log1p(info["position_error"][active] / s_log)
             last[active] = obs[active]
             terminated[active] = term[active]
             truncated[active] = trunc[active]
