@@ -190,7 +190,8 @@ class PPOTrainConfig:
     action_mode: str = "rotor"  # beat ctbr at equal budget (docs/ppo.md)
     action_repeat: int = 2  # control periods each policy action is held (the adapter does too)
     # drawn uniformly: level names or masses in kg (a grid of masses randomizes the payload
-    # beyond the named levels); all lighter than the held-out payloads
+    # beyond the named levels; an entry listed k times is drawn k times as often, as in the
+    # winds and trajectories); all lighter than the held-out payloads
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy"])
     winds: list[str] = field(default_factory=lambda: ["calm", "breezy", "windy"])
     trajectories: list[str] = field(default_factory=lambda: ["hover", "helix", "figure8"])

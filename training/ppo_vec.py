@@ -56,7 +56,8 @@ class ScenarioSampler:
     """Domain randomization for the vector env: ``sampler(rng) -> scenario`` (picklable).
 
     Draws payload, wind and trajectory uniformly and independently from the lists (the scenario
-    grid of ``PPOTrainConfig``), and, when ``start_pos_noise > 0``,
+    grid of ``PPOTrainConfig``; an entry listed k times is drawn k times as often), and, when
+    ``start_pos_noise > 0``,
     a uniform start offset per axis (m; the vertical one not below ``-start_pos_noise / 2``).
     """
 

@@ -50,6 +50,10 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     log = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_log"), 0))
     assert log == shipped_res and log["tracker"] == "pid"
     assert log["position_log"] == 1.0 and log["position_log_scale"] == 0.01
+    # the unloaded variant draws the same grid with the unloaded airframe listed four times
+    unloaded = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_unloaded"), 0))
+    assert sorted(k for k in unloaded if unloaded[k] != log[k]) == ["payloads"]
+    assert unloaded["payloads"] == [0.0] * 3 + log["payloads"]
     caps = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_caps"), 0))
     assert sorted(k for k in caps if caps[k] != log[k]) == ["position_log"]
     assert caps["position_log"] == 0.0

@@ -190,6 +190,18 @@ def test_sampler_draws_the_grid_and_start_offsets():
     assert "options" not in ScenarioSampler(["none"], ["calm"], ["hover"])(rng)
 
 
+def test_a_payload_listed_k_times_is_drawn_k_times_as_often():
+    """Repetition is the sampler's weighting: ``[0.0, 0.0, 0.0, 0.3]`` draws the unloaded airframe
+    three times as often as 0.3 kg (40 000 seeded draws: 3/4 ± 5 standard errors)."""
+    sampler = ScenarioSampler([0.0, 0.0, 0.0, 0.3], ["calm", "windy"], ["hover"])
+    rng = np.random.default_rng(0)
+    n = 40_000
+    share = sum(sampler(rng)["payload"] == 0.0 for _ in range(n)) / n
+    assert abs(share - 0.75) < 5 * (0.75 * 0.25 / n) ** 0.5, share
+    winds = [sampler(rng)["wind"] for _ in range(4000)]  # the other lists stay uniform
+    assert abs(winds.count("calm") / 4000 - 0.5) < 5 * (0.25 / 4000) ** 0.5
+
+
 def _vec_config(**kw) -> PPOTrainConfig:
     base = {
         "seed": 4,
