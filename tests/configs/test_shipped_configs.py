@@ -26,7 +26,7 @@ _PPO_RES = {
     "controller": "the residual-RL policy (docs/ppo.md)",
     "tracker": "pid: its error integral carries the steady correction",
     "accel_scale": "a 4 m/s² bound: the gusts' share",
-    "total_steps": "3 M: the ablation's budget",
+    "total_steps": "1 M: a third of the ablation's budget, the learning rate decayed by then",
     "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
     "action_smooth": "a cost on the correction's change",
     "action_magnitude": "a cost on the correction's size",
@@ -110,6 +110,7 @@ SHIPPED = {
         PPOTrainConfig,
         {
             **_PPO_RES,
+            "total_steps": "3 M: the ablation's budget (its file was selected at 2 M)",
             "env_kwargs": "the realistic plant preset (docs/ppo.md)",
             "attitude": "the lag-tuned inner-loop gains the realistic sweeps fly",
         },
@@ -199,13 +200,15 @@ def test_unknown_keys_and_wrong_types_are_errors():
 
 
 def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_with_the_sweeps_gains():
-    """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant and by
-    the inner-loop gains, which are the ones the realistic sweeps give ``pid``."""
+    """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant, by
+    the inner-loop gains, which are the ones the realistic sweeps give ``pid``, and by the
+    budget (the ablation's 3 M steps; ``ppo_res`` trains for a third of it)."""
     base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
     real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
     assert real.pop("env_kwargs") == {"preset": "realistic"}
     sweep = configs.load(SweepConfig, "sweep_realistic_20")
     assert real.pop("attitude") == sweep.controller_options["pid"]["attitude"]
+    assert (real.pop("total_steps"), base.pop("total_steps")) == (3_000_000, 1_000_000)
     base.pop("env_kwargs"), base.pop("attitude")
     assert real == base
 
