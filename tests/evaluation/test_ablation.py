@@ -42,11 +42,12 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     rate = cfg.run_config(cfg.variant("ppo_res_rate"), 0)
     assert configs.to_dict(rate) == configs.to_dict(rate_res) and rate.tracker == "geo"
     # the shipped ppo_res is the pid variant with a third of the exploration scale, CAPS's
-    # spatial term and the log-shaped position cost, trained for a third of the ablation's
-    # budget; the one shipped before differs from it only
-    # in the log cost, the one before that also in the term, the one before that also in the
-    # exploration scale, the no-history one also in its inputs, and the grid variant from the
-    # costs one only in the action costs
+    # spatial term and the log-shaped position cost (ppo_res_pid_log) trained for a third of
+    # the ablation's budget; ppo_res_pid_log, shipped before at the full budget, differs from
+    # it only in the budget, the CAPS variant before it also in the log cost, the one before
+    # that also in the term, the one before that also in the exploration scale, the
+    # no-history one also in its inputs, and the grid variant from the costs one only in the
+    # action costs
     shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
     log = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_log"), 0))
     assert {**log, "total_steps": shipped_res["total_steps"]} == shipped_res  # a third of it
