@@ -163,7 +163,7 @@ class ResidualPPOController(PIDTracker):
     INFORMATION = InformationUse(
         feedforward_accel=True,
         tuning="ppo's try-3 update size; exploration: 3 tries; rate mode on geo: 4 tries; on "
-        "pid: 33 tries and 9 variants × 3 seeds of the ablation (docs/ppo.md)",
+        "pid: 49 tries and 9 variants × 3 seeds of the ablation (docs/ppo.md)",
         learned="policy",
     )
 
