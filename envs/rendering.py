@@ -19,6 +19,9 @@ install or set.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import importlib
 import os
 import platform
 import sys
@@ -41,16 +44,38 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def _egl_context() -> type:
-    from mujoco.egl import GLContext
+def _load_library(name: str) -> None:
+    """Load the system library ``name`` (``EGL``, ``OSMesa``) or raise ``ImportError``: probed
+    before PyOpenGL is told its platform, which it reads once per process, so a missing EGL
+    leaves OSMesa free to be tried next."""
+    path = ctypes.util.find_library(name) or f"lib{name}.so"
+    try:
+        ctypes.CDLL(path)
+    except OSError as err:
+        raise ImportError(f"lib{name} cannot be loaded ({err})") from None
 
-    return GLContext
+
+def _backend_context(library: str, module: str) -> type:
+    """The ``GLContext`` class of MuJoCo's ``module`` after its ``library`` loads; a failed import
+    restores ``PYOPENGL_PLATFORM`` (MuJoCo's backend modules set it)."""
+    _load_library(library)
+    saved = os.environ.get("PYOPENGL_PLATFORM")
+    try:
+        return importlib.import_module(module).GLContext
+    except Exception:
+        if saved is None:
+            os.environ.pop("PYOPENGL_PLATFORM", None)
+        else:
+            os.environ["PYOPENGL_PLATFORM"] = saved
+        raise
+
+
+def _egl_context() -> type:
+    return _backend_context("EGL", "mujoco.egl")
 
 
 def _osmesa_context() -> type:
-    from mujoco.osmesa import GLContext
-
-    return GLContext
+    return _backend_context("OSMesa", "mujoco.osmesa")
 
 
 HEADLESS_BACKENDS: tuple[tuple[str, Callable[[], type]], ...] = (

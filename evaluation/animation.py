@@ -8,7 +8,6 @@ in parallel worker processes (:func:`residual_quad.evaluation.figures.make_figur
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +79,7 @@ def frames_or_reason(
 ) -> list[np.ndarray] | str:
     """:func:`flight_frames`, or the line saying why nothing renders here (no OpenGL context):
     a job that a worker process runs and never fails on a machine without rendering."""
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    try:
+    try:  # headless without MUJOCO_GL: the env's renderer picks EGL or OSMesa itself
         return flight_frames(name, payload, wind, trajectory, seconds, fps)
     except Exception as exc:  # no OpenGL context on this machine
         return f"flight animation skipped: rendering is not available here ({exc})"

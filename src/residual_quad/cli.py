@@ -9,6 +9,10 @@ unwritable output folder) ends with exit code 2 and exactly one line on stderr,
 ``rquad <command>: error: <what>``; argparse's own errors take the same one-line form. Anything
 else is a bug and keeps its traceback. ``--debug`` (or ``RQUAD_DEBUG=1``) re-raises user errors
 too, with their traceback.
+
+OpenGL: the command line never sets ``MUJOCO_GL``. Commands that render nothing never load a GL
+library; a command that renders (a GIF) gets its context from :mod:`residual_quad.envs.rendering`,
+which picks EGL or OSMesa itself on a headless machine and says what to install when neither loads.
 """
 
 from __future__ import annotations
@@ -34,12 +38,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.commands.serve",  # serve
     "residual_quad.commands.repro",  # repro
 )
-
-
-def _headless_gl() -> None:
-    """Render off-screen (EGL) unless the user chose a GL backend or has a display."""
-    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-        os.environ["MUJOCO_GL"] = "egl"
 
 
 def _gl_error() -> str | None:
@@ -119,8 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rquad`` console script."""
-    _headless_gl()
-    gl_error = _gl_error()
+    gl_error = _gl_error()  # MUJOCO_GL is the user's: only rendering picks a backend itself
     if gl_error is not None:
         debug = "--debug" in (sys.argv[1:] if argv is None else argv)
         if debug or os.environ.get("RQUAD_DEBUG", "") not in ("", "0"):

@@ -84,3 +84,20 @@ def test_no_opengl_context_is_one_clear_error(monkeypatch):
     assert "egl: ImportError: libEGL not found; osmesa: ImportError: libOSMesa not found" in message
     assert "install EGL" in message and "OSMesa" in message
     assert isinstance(err.value, ImportError)  # the CLI prints it as one line
+
+
+def test_a_missing_egl_library_leaves_osmesa_free_to_be_tried(monkeypatch):
+    """EGL's library is probed before PyOpenGL is told its platform: where ``libEGL`` does not
+    load, the EGL backend fails without setting ``PYOPENGL_PLATFORM`` (which would make OSMesa,
+    tried next, refuse to start)."""
+
+    def no_egl(name, *args, **kwargs):
+        if "EGL" in str(name):
+            raise OSError(f"{name}: cannot open shared object file")
+        return None
+
+    monkeypatch.delenv("PYOPENGL_PLATFORM", raising=False)
+    monkeypatch.setattr(rendering.ctypes, "CDLL", no_egl)
+    with pytest.raises(ImportError, match="libEGL cannot be loaded"):
+        rendering._egl_context()
+    assert "PYOPENGL_PLATFORM" not in os.environ

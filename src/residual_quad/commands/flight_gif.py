@@ -18,8 +18,8 @@ from residual_quad.controllers.specs import resolve_entries
 
 #: how to get an OpenGL context without a display, said when rendering fails
 GL_HINT = (
-    "rendering needs OpenGL: set MUJOCO_GL=egl (or MUJOCO_GL=osmesa) where that library is "
-    "installed"
+    "rendering needs OpenGL: install EGL (libegl1) or OSMesa (libosmesa6), or set MUJOCO_GL=egl "
+    "(or MUJOCO_GL=osmesa) where that library is installed"
 )
 
 
@@ -125,8 +125,9 @@ def write_gif(args: argparse.Namespace, plan: GifPlan) -> Path:
         if made is None:
             said_text = " ".join(said.getvalue().split())
             reason = said_text.removeprefix("flight animation skipped: ") or "rendering failed"
-            gl = os.environ.get("MUJOCO_GL", "unset")
-            raise ValueError(f"--gif: nothing rendered with MUJOCO_GL={gl} ({reason}); {GL_HINT}")
+            gl = os.environ.get("MUJOCO_GL")
+            gl = "MUJOCO_GL unset" if gl is None else f"MUJOCO_GL={gl}"
+            raise ValueError(f"--gif: nothing rendered with {gl} ({reason}); {GL_HINT}")
         try:
             os.replace(made, plan.path)
         except OSError as exc:
