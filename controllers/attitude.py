@@ -4,7 +4,8 @@ Pure numpy, no MuJoCo import, so the math can run anywhere a controller runs. Ev
 (``pid``, ``geo``, ``geo_res``, ``geo_rls``) uses :class:`InnerLoop`, so performance differences
 come from the outer loop and the residual compensation only. :class:`BatchedInnerLoop` is its twin
 for N envs (the batched trackers): the tilt limit (:func:`tilt_limited_force`) and the attitude
-torque (:func:`geometric_torque`) are one formula for both, the mixer :func:`mix_batch` is
+torque (:func:`geometric_torque`) are one formula for both (on the namespaces of
+:mod:`residual_quad.envs.xp`), the mixer :func:`mix_batch` is
 :func:`~residual_quad.envs.airframe.mix` row by row.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.envs.airframe import Airframe, mix
+from residual_quad.envs.xp import ARRAYS, FLOATS, Namespace
 
 
 def tilt_of(R: np.ndarray) -> float:
@@ -140,30 +142,20 @@ class InnerLoop:
         ``R`` is the current rotation body → world, row-major (9 floats).
         """
         return geometric_torque(
-            math, R, omega_b.tolist(), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
+            FLOATS, R, omega_b.tolist(), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
         )
 
 
-class FLOATS:
-    """The operations of the shared formulas for Python floats (one vehicle): :mod:`math`'s and a
-    ``where`` like numpy's, so that a formula written for ``xp`` runs on floats and on arrays."""
-
-    sqrt = staticmethod(math.sqrt)
-
-    @staticmethod
-    def where(cond: bool, a: float, b: float) -> float:
-        return a if cond else b
-
-
 def tilt_limited_force(
-    xp: Any, frame: Airframe, ax: Any, ay: Any, az: Any, tan_max_tilt: float
+    xp: Namespace, frame: Airframe, ax: Any, ay: Any, az: Any, tan_max_tilt: float
 ) -> tuple[Any, Any, Any, Any]:
     """Desired force ``(fx, fy, fz)`` (N, world) for the acceleration command ``(ax, ay, az)``
     (m/s², world) and whether it saturated: the vertical component is at least 5 % of hover
     (never a downward thrust vector) and the horizontal one is scaled down to ``max_tilt``.
 
-    ``xp`` is :data:`FLOATS` for one vehicle (Python floats) or :mod:`numpy` for a batch (arrays
-    of shape (N,)): the one formula of the single and the batched inner loop.
+    ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` for one vehicle (Python floats) or
+    :class:`~residual_quad.envs.xp.ARRAYS` for a batch (arrays of shape (N,)): the one formula of
+    the single and the batched inner loop.
     """
     m = frame.mass
     fx, fy, fz = m * ax, m * ay, m * (az + frame.gravity)
@@ -180,7 +172,7 @@ def tilt_limited_force(
 
 
 def geometric_torque(
-    xp: Any,
+    xp: Namespace,
     R: Sequence[Any],
     omega_b: Sequence[Any],
     b3: Sequence[Any],
@@ -192,10 +184,11 @@ def geometric_torque(
 ) -> tuple[Any, Any, Any]:
     """Geometric PD torque (N·m, body), the one formula of the single and the batched inner loop.
 
-    ``xp`` is :mod:`math` for one vehicle (every argument a Python float: ``R`` the 9 entries of
-    body → world row-major, ``omega_b`` rad/s body, ``b3`` the desired body z axis, world) or
-    :mod:`numpy` for a batch (every entry an array of shape (N,)). The arithmetic is written once,
-    so both paths evaluate the same expressions in the same order.
+    ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` for one vehicle (every argument a Python
+    float: ``R`` the 9 entries of body → world row-major, ``omega_b`` rad/s body, ``b3`` the
+    desired body z axis, world) or :class:`~residual_quad.envs.xp.ARRAYS` for a batch (every entry
+    an array of shape (N,)). The arithmetic is written once, so both paths evaluate the same
+    expressions in the same order.
     """
     r00, r01, r02, r10, r11, r12, r20, r21, r22 = R
     b3x, b3y, b3z = b3
@@ -268,7 +261,7 @@ class BatchedInnerLoop:
         """Desired force components (N,) each (N, world), tilt-limited; sets :attr:`saturated`."""
         a = a_cmd.T
         fx, fy, fz, self.saturated = tilt_limited_force(
-            np, self.airframe, a[0], a[1], a[2], self.tan_max_tilt
+            ARRAYS, self.airframe, a[0], a[1], a[2], self.tan_max_tilt
         )
         return fx, fy, fz
 
@@ -307,5 +300,5 @@ class BatchedInnerLoop:
         axes ``b3`` (three (N,) world components)."""
         w = omega_b.T
         return geometric_torque(
-            np, r, (w[0], w[1], w[2]), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
+            ARRAYS, r, (w[0], w[1], w[2]), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
         )

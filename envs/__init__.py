@@ -5,5 +5,8 @@ One module per concept: ``airframe`` (nominal vehicle, mixer), ``model`` (MuJoCo
 (stepping with disturbances), ``trajectories`` (references), ``observation`` (layout),
 ``actions`` (action → rotor thrusts), ``reward``, ``termination``, ``sensors`` (noise),
 ``imu_bias`` (bias random walks), ``dynamics`` (the nominal model's period residual) and
-``residual_quad_env`` (the Gymnasium class: the specification and the glue).
+``residual_quad_env`` (the Gymnasium class: the specification and the glue). At the bottom,
+imported by controllers as well and free of MuJoCo: ``xp`` (the one float/array namespace of the
+formulas written once for one vehicle and a batch), ``rotations`` (``quat_to_rot``) and
+``airframe``.
 """

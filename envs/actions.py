@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import mujoco
 import numpy as np
 
 from residual_quad.envs.airframe import Airframe, mix
+
+if TYPE_CHECKING:  # annotations only: controllers import this module, MuJoCo stays out
+    import mujoco
 
 ACTION_MODES = ("rotor", "ctbr")
 

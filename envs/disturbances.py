@@ -15,6 +15,7 @@ import numpy as np
 
 from residual_quad.envs.checks import is_real, real
 from residual_quad.envs.turbulence import DrydenGusts, DrydenTurbulence
+from residual_quad.envs.xp import FLOATS, Namespace
 
 #: Named payload levels, kg (``extra`` is never used for training).
 PAYLOAD_LEVELS: dict[str, float] = {"none": 0.0, "light": 0.25, "heavy": 0.50, "extra": 0.75}
@@ -87,19 +88,19 @@ class DragModel:
         )
 
 
-def drag_world_force(rot, ax, ay, az, k_h: float, k_v: float, c_lin: float, sqrt=math.sqrt):
+def drag_world_force(rot, ax, ay, az, k_h: float, k_v: float, c_lin: float, xp: Namespace = FLOATS):
     """Drag force (N, world) of :class:`DragModel` on the air-relative velocity ``(ax, ay, az)``
     (m/s, world) of a frame with the row-major body → world rotation ``rot`` (9 entries).
 
     The one implementation of the drag of the single and the vector environment: operators,
-    ``abs`` and ``sqrt`` only, so Python floats (``math.sqrt``) and equal-shaped float64 arrays
-    (``sqrt=np.sqrt``) give the same bits per element.
+    ``abs`` and ``xp.sqrt`` only, so Python floats (``xp`` :class:`~residual_quad.envs.xp.
+    FLOATS`) and equal-shaped float64 arrays (``xp=ARRAYS``) give the same bits per element.
     """
     r00, r01, r02, r10, r11, r12, r20, r21, r22 = rot
     bx = r00 * ax + r10 * ay + r20 * az  # air-relative velocity, body frame
     by = r01 * ax + r11 * ay + r21 * az
     bz = r02 * ax + r12 * ay + r22 * az
-    kh = k_h * sqrt(bx * bx + by * by) + c_lin
+    kh = k_h * xp.sqrt(bx * bx + by * by) + c_lin
     gx, gy, gz = -kh * bx, -kh * by, -(k_v * abs(bz) + c_lin) * bz
     return (
         r00 * gx + r01 * gy + r02 * gz,

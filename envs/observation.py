@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad.envs.checks import integer, is_real, real
-from residual_quad.envs.plant import quat_to_rot
+from residual_quad.envs.rotations import quat_to_rot
 
 
 class ObsLayout:
@@ -220,7 +220,7 @@ def true_observation(qpos: Any, qvel: Any, reference: Any, thrusts: Any, imu: An
 
     One observation from sequences of floats is a list of 36 floats (what the single env's
     task step computes on); ``(N, k)`` arrays give an ``(N, OBS_DIM)`` array, the same values
-    (the attitude by the same operators of :func:`~residual_quad.envs.plant.quat_to_rot`).
+    (the attitude by the same operators of :func:`~residual_quad.envs.rotations.quat_to_rot`).
     """
     batch = isinstance(qpos, np.ndarray) and qpos.ndim == 2
     if batch:  # field rows

@@ -27,24 +27,13 @@ from residual_quad.envs.disturbances import (
 )
 from residual_quad.envs.events import Event, EventRun, rotor_gains, set_payload_mass, wind_offsets
 from residual_quad.envs.model import BODY, build_model
+from residual_quad.envs.rotations import quat_to_rot
 
 DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
 """MuJoCo's disable flag of collision detection (``model.opt.disableflags``)."""
 
 MAX_PHYSICS_HZ = 100_000.0
 """Highest physics rate accepted, Hz (a 10 µs step; beyond it float time stamps lose meaning)."""
-
-
-def quat_to_rot(qw, qx, qy, qz):
-    """Row-major body → world rotation matrix (9 entries) of a unit quaternion (w, x, y, z).
-
-    Operators only: Python floats give floats, equal-shaped arrays give arrays (the vector env
-    calls it on a batch), with the same bits per element."""
-    return [
-        1 - 2 * (qy * qy + qz * qz), 2 * (qx * qy - qz * qw), 2 * (qx * qz + qy * qw),
-        2 * (qx * qy + qz * qw), 1 - 2 * (qx * qx + qz * qz), 2 * (qy * qz - qx * qw),
-        2 * (qx * qz - qy * qw), 2 * (qy * qz + qx * qw), 1 - 2 * (qx * qx + qy * qy),
-    ]  # fmt: skip
 
 
 def specific_force(acc, rot, gravity: float):

@@ -8,7 +8,6 @@ environment's step is dominated by such small sums; numpy calls would cost more 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from residual_quad import configs
 from residual_quad.envs.checks import real
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.xp import FLOATS, Namespace
 
 # ObsLayout entries bound once (module globals are looked up faster than class attributes)
 _X, _Y, _Z = L.x, L.y, L.z
@@ -54,13 +54,14 @@ class RewardWeights:
         return configs.load(cls, dict(spec or {}))
 
 
-def position_error(obs: Sequence[float], ref_pos: Sequence[float], sqrt=math.sqrt) -> float:
+def position_error(obs: Sequence[float], ref_pos: Sequence[float], xp: Namespace = FLOATS) -> float:
     """``‖p − p_ref‖`` (m) of a true observation (list of floats) and a reference position.
 
     The vector environment passes the batch transposed (``obs`` of shape ``(OBS_DIM, N)``,
-    ``ref_pos`` of ``(3, N)``) and ``sqrt=np.sqrt``: the same formula, element by element."""
+    ``ref_pos`` of ``(3, N)``) and ``xp=ARRAYS`` (:mod:`residual_quad.envs.xp`): the same
+    formula, element by element."""
     ref_x, ref_y, ref_z = ref_pos
-    return sqrt((obs[_X] - ref_x) ** 2 + (obs[_Y] - ref_y) ** 2 + (obs[_Z] - ref_z) ** 2)
+    return xp.sqrt((obs[_X] - ref_x) ** 2 + (obs[_Y] - ref_y) ** 2 + (obs[_Z] - ref_z) ** 2)
 
 
 def reward_terms(
@@ -70,7 +71,7 @@ def reward_terms(
     pos_error: float,
     action: Sequence[float],
     prev_action: Sequence[float],
-    sqrt=math.sqrt,
+    xp: Namespace = FLOATS,
 ) -> dict[str, float]:
     """The signed reward terms (``info["reward_terms"]``), keyed as :data:`REWARD_TERMS`.
 
@@ -80,15 +81,16 @@ def reward_terms(
         ref_vel: reference velocity, world, m/s.
         pos_error: ``‖e_p‖``, m (see :func:`position_error`).
         action: this step's clipped action; ``prev_action``: the previous one.
-        sqrt: ``math.sqrt``; the vector environment passes ``np.sqrt`` and the batch transposed
-            (``obs`` ``(OBS_DIM, N)``, ``ref_vel`` ``(3, N)``, actions ``(4, N)``).
+        xp: :class:`~residual_quad.envs.xp.FLOATS`; the vector environment passes
+            :class:`~residual_quad.envs.xp.ARRAYS` and the batch transposed (``obs``
+            ``(OBS_DIM, N)``, ``ref_vel`` ``(3, N)``, actions ``(4, N)``).
     """
     ref_vx, ref_vy, ref_vz = ref_vel
-    vel_error = sqrt(
+    vel_error = xp.sqrt(
         (obs[_VX] - ref_vx) ** 2 + (obs[_VY] - ref_vy) ** 2 + (obs[_VZ] - ref_vz) ** 2
     )  # m/s
     omega_x, omega_y, omega_z = obs[_OMEGA]
-    rate = sqrt(omega_x**2 + omega_y**2 + omega_z**2)  # rad/s
+    rate = xp.sqrt(omega_x**2 + omega_y**2 + omega_z**2)  # rad/s
     smooth = sum((a - b) ** 2 for a, b in zip(action, prev_action, strict=True))
     return {
         "alive": weights.alive,

@@ -13,10 +13,10 @@ env: N = 1) or an ``(N, OBS_DIM)`` array with a leading batch axis (the vector e
 step counts and the physics' flags follow the same form. The formulas are written once with
 operators (:func:`~residual_quad.envs.dynamics.period_residual`,
 :func:`~residual_quad.envs.reward.position_error`, :func:`~residual_quad.envs.reward.
-reward_terms`), which numpy applies element by element in the same order as Python does on
-floats, so every element is the same IEEE arithmetic in either form. One observation is kept as
-floats because numpy's per-call overhead on one-element arrays (≈ 1 µs a call, against ≈ 0.05 µs
-for a float operation) would add about half to the cost of the single env's ``step``.
+reward_terms`), and their square roots on the namespace ``xp`` of :mod:`residual_quad.envs.xp`
+(:class:`~residual_quad.envs.xp.FLOATS` for one observation, :class:`~residual_quad.envs.xp.
+ARRAYS` for a batch), so every element is the same IEEE arithmetic in either form; that module
+states the rules, and why one observation is kept as Python floats.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from residual_quad.envs.termination import (
     CrashConditions,
     termination_code,
 )
+from residual_quad.envs.xp import ARRAYS, FLOATS
 
 _REF_POS, _REF_VEL = L.ref_pos, L.ref_vel
 _NON_FINITE = TERMINATION_REASONS.index("non_finite")
@@ -101,7 +102,7 @@ class TaskStep(NamedTuple):
 
 
 #: the no-op context of one environment's step (reusable)
-_FLOATS = contextlib.nullcontext()
+_ONE_ENV = contextlib.nullcontext()
 
 
 def task_step(
@@ -137,17 +138,15 @@ def task_step(
     batch = isinstance(obs, np.ndarray)
     # a batch ignores numpy overflow warnings: inf and NaN are handled below; one env (floats)
     # takes the shared no-op context
-    with np.errstate(over="ignore", invalid="ignore") if batch else _FLOATS:
+    with np.errstate(over="ignore", invalid="ignore") if batch else _ONE_ENV:
         if batch:  # field rows of the batch: element k of every row is env k
-            o, p, a, pa = obs.T, prev_obs.T, action.T, prev_action.T
-            sqrt = np.sqrt
+            o, p, a, pa, xp = obs.T, prev_obs.T, action.T, prev_action.T, ARRAYS
         else:
-            o, p, a, pa = obs, prev_obs, action, prev_action
-            sqrt = math.sqrt
+            o, p, a, pa, xp = obs, prev_obs, action, prev_action, FLOATS
         t = steps * task.control_dt
         residual = period_residual(p, o, task.control_dt, task.mass, task.gravity)
         try:
-            pos_error = position_error(o, o[_REF_POS], sqrt=sqrt)
+            pos_error = position_error(o, o[_REF_POS], xp=xp)
         except OverflowError:  # floats: a reference beyond the float range, squared
             pos_error = math.inf
         code = termination_code(
@@ -155,7 +154,7 @@ def task_step(
         )
         pos_inf = pos_error == math.inf
         try:
-            terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, sqrt=sqrt)
+            terms = reward_terms(task.weights, o, o[_REF_VEL], pos_error, a, pa, xp=xp)
             reward = total_reward(terms)
         except OverflowError:  # floats: a reference velocity beyond the float range
             terms, reward = {}, math.inf

@@ -33,8 +33,10 @@ import numpy as np
 
 from residual_quad.envs.disturbances import drag_world_force
 from residual_quad.envs.events import event_truth, fire_due, rotor_gains, wind_offsets
-from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, quat_to_rot, specific_force
+from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, specific_force
+from residual_quad.envs.rotations import quat_to_rot
 from residual_quad.envs.wind_mirror import WindMirror
+from residual_quad.envs.xp import ARRAYS
 
 FULL_PHYSICS = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
 """MuJoCo's state spec of the vector env's per-env state rows (``mj_getState``)."""
@@ -355,7 +357,7 @@ class BatchPhysics:
                 k_h,
                 k_v,
                 c_lin,
-                sqrt=np.sqrt,
+                xp=ARRAYS,
             )
             gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:

@@ -64,8 +64,9 @@ class _Variants:
         import mujoco.rollout
 
         from residual_quad.envs.disturbances import drag_world_force
-        from residual_quad.envs.plant import quat_to_rot
+        from residual_quad.envs.rotations import quat_to_rot
         from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics
+        from residual_quad.envs.xp import ARRAYS
 
         self.n = n
         plants = _plants(n)
@@ -96,6 +97,7 @@ class _Variants:
         self.no_sensors1 = np.empty((n, 1, 0))
         self.no_sensors_all = np.empty((n, self.substeps, 0))
         self.p0, self.drag_world_force, self.quat_to_rot = p0, drag_world_force, quat_to_rot
+        self.xp = ARRAYS
         self.state = self.state0.copy()
         self.qacc = self.qacc0.copy()
 
@@ -150,7 +152,7 @@ class _Variants:
                 drag.k_h,
                 drag.k_v,
                 drag.c_lin,
-                sqrt=np.sqrt,
+                xp=self.xp,
             )
             c[:, k, self.x0], c[:, k, self.x0 + 1], c[:, k, self.x0 + 2] = fx, fy, fz
         self._call(s, c, self.result_all, self.no_sensors_all, self.substeps)

@@ -1,13 +1,20 @@
 """The package's shape: no import cycle between modules or folders (lazy imports inside functions
-included), and no oversized module.
+included), no oversized module, controllers free of MuJoCo, and one float/array namespace.
 
 A cycle hidden behind a function-level import still couples two modules both ways; a module that
-grows past :data:`MAX_LINES` lines is a sign that it holds more than one concept.
+grows past :data:`MAX_LINES` lines is a sign that it holds more than one concept. A controller is
+math on observations: importing one must not load the simulator (MuJoCo), so that it runs on a
+vehicle or beside another simulator. The formulas written once for one vehicle and a batch take
+their operations from the one namespace of :mod:`residual_quad.envs.xp` (:data:`NAMESPACE_MODULE`),
+where the bit-equality rules are stated once.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +25,9 @@ PACKAGE_DIRS = {
     **{f"residual_quad.{n}": ROOT / n for n in SUBPACKAGES},
 }
 MAX_LINES = 600
+#: the module of the one float/array namespace (``FLOATS``/``ARRAYS``) of the shared formulas
+NAMESPACE_MODULE = "residual_quad.envs.xp"
+NAMESPACE_CLASSES = ("FLOATS", "ARRAYS")
 #: modules allowed past MAX_LINES because they hold one concept (path: why)
 ONE_CONCEPT = {
     "controllers/prioritized/hlsp.py": "the HLSP solver: one problem, its numpy cascade and"
@@ -134,3 +144,98 @@ def test_no_module_over_the_size_limit():
     big = {path: n for path, n in sizes.items() if n > MAX_LINES and path not in ONE_CONCEPT}
     assert big == {}
     assert set(ONE_CONCEPT) <= set(sizes)  # the allow-list names real files
+
+
+#: imports every module named in argv[1] (JSON list) with MuJoCo blocked; prints, as JSON, each
+#: module whose import reached MuJoCo and the project files on the import stack at that moment
+_IMPORT_WITHOUT_MUJOCO = """
+import importlib, importlib.abc, json, sys, traceback
+
+class BlockMujoco(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "mujoco" or name.startswith("mujoco."):
+            chain = [f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()[:-1]
+                     if "importlib" not in f.filename and "<" not in f.filename]
+            raise ImportError("mujoco blocked; imported via " + " -> ".join(chain), name=name)
+        return None
+
+sys.meta_path.insert(0, BlockMujoco())
+failed = {}
+for module in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        if "mujoco blocked" not in str(exc):
+            raise
+        failed[module] = str(exc)
+print(json.dumps({"failed": failed, "mujoco_loaded": "mujoco" in sys.modules}))
+"""
+
+
+def test_no_controller_imports_mujoco():
+    """Every module of ``controllers/`` imports with MuJoCo blocked (directly or through envs
+    modules that import the plant), in a fresh interpreter."""
+    controllers = sorted(
+        m for m in _modules() if m.split(".")[:2] == ["residual_quad", "controllers"]
+    )
+    assert len(controllers) > 20  # the scan found the folder
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_WITHOUT_MUJOCO, json.dumps(controllers)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"failed": {}, "mujoco_loaded": False}
+
+
+def test_the_mujoco_check_catches_an_import():
+    """The blocker of :func:`test_no_controller_imports_mujoco` reports a module that does
+    import MuJoCo (the plant), with the chain that reached it."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_WITHOUT_MUJOCO, json.dumps(["residual_quad.envs.plant"])],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    failed = json.loads(out.stdout.strip().splitlines()[-1])["failed"]
+    assert list(failed) == ["residual_quad.envs.plant"]
+    assert "envs/plant.py" in failed["residual_quad.envs.plant"]
+
+
+def test_one_float_array_namespace():
+    """``FLOATS``/``ARRAYS`` are defined once, in :data:`NAMESPACE_MODULE`, and every formula
+    that takes an ``xp`` annotates it as that module's ``Namespace`` (not :mod:`math`/numpy
+    passed as a module, not a private shim)."""
+    defined: dict[str, list[str]] = {}
+    untyped: list[str] = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in NAMESPACE_CLASSES:
+                defined.setdefault(node.name, []).append(name)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                for arg in args:
+                    if arg.arg == "xp" and ast.unparse(arg.annotation or ast.Constant(None)) != (
+                        "Namespace"
+                    ):
+                        untyped.append(f"{name}.{node.name}")
+    assert defined == {c: [NAMESPACE_MODULE] for c in NAMESPACE_CLASSES}
+    assert untyped == []
+
+
+def test_no_module_passes_math_or_numpy_as_a_value():
+    """A shared formula called with the module :mod:`math` or numpy itself (the conventions the
+    namespace replaced) would bypass its rules (``tan`` and the cube through Python floats)."""
+    passed: list[str] = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                values = node.args + [k.value for k in node.keywords]
+                if any(isinstance(v, ast.Name) and v.id in ("math", "np", "numpy") for v in values):
+                    passed.append(f"{name}:{node.lineno}")
+    assert passed == []

@@ -63,7 +63,6 @@ from residual_quad.controllers.base import ControlContext, InformationUse, to_ro
 from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import Domain, Section
 from residual_quad.controllers.prioritized.thrust_vector import (
-    ARRAYS,
     HNEWTON_PARAM_OPTIONS,
     BatchedPrioritizedAllocator,
     BatchedThrustVectorNewton,
@@ -88,6 +87,7 @@ from residual_quad.controllers.residual.trackers import (
 )
 from residual_quad.controllers.trackers import DEFAULT_KD, DEFAULT_KP, BatchedTracker, Tracker
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.xp import ARRAYS
 
 __all__ = [
     "HNEWTON_PARAM_OPTIONS",

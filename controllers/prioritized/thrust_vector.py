@@ -6,8 +6,8 @@ controllers (:mod:`.quad`, whose docstring explains the layout);
 :class:`BatchedThrustVectorNewton` and :class:`BatchedPrioritizedAllocator` are their twins for
 N envs. The task values and derivatives (:func:`thrust_vector_terms`), the thrust
 direction and the 3×3 cofactor inverse are one formula each for a float and for an array of
-envs: ``xp`` is :data:`FLOATS` or :data:`ARRAYS`, which evaluate the same expressions in the same
-order (bit for bit).
+envs: ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` or :class:`~residual_quad.envs.xp.ARRAYS`,
+which evaluate the same expressions in the same order (bit for bit).
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ from residual_quad.controllers.prioritized.newton import (
     task_multipliers,
 )
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.xp import ARRAYS, FLOATS, Namespace
 
 __all__ = [
-    "ARRAYS",
     "BatchedPrioritizedAllocator",
     "BatchedThrustVectorNewton",
-    "FLOATS",
     "HNEWTON_PARAM_OPTIONS",
     "HNewtonQuadParams",
     "PrioritizedAllocator",
@@ -55,60 +54,12 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- thrust-vector tasks
-class FLOATS:
-    """The operations of the shared formulas for one vehicle (Python floats, :mod:`math`)."""
-
-    tan = staticmethod(math.tan)
-    sqrt = staticmethod(math.sqrt)
-    cos = staticmethod(math.cos)
-    sin = staticmethod(math.sin)
-    isfinite = staticmethod(math.isfinite)
-
-    @staticmethod
-    def where(cond: bool, a: float, b: float) -> float:
-        return a if cond else b
-
-    @staticmethod
-    def amax(*values: float) -> float:
-        """The largest of ``values``."""
-        return max(values)
-
-    @staticmethod
-    def cube(x: float) -> float:
-        return x**3
-
-
-class ARRAYS:
-    """The operations of the shared formulas for N envs (arrays of shape (N,)), each equal to
-    :data:`FLOATS`' bit for bit: ``tan`` and the cube go through Python floats because numpy's
-    SIMD ``tan`` and ``power`` round differently from :mod:`math` in the last bit."""
-
-    sqrt = staticmethod(np.sqrt)
-    cos = staticmethod(np.cos)
-    sin = staticmethod(np.sin)
-    isfinite = staticmethod(np.isfinite)
-    where = staticmethod(np.where)
-
-    @staticmethod
-    def tan(x: np.ndarray) -> np.ndarray:
-        return np.array([math.tan(v) for v in x.tolist()])
-
-    @staticmethod
-    def amax(*values: np.ndarray) -> np.ndarray:
-        """Elementwise largest of ``values``."""
-        return np.maximum.reduce(values)
-
-    @staticmethod
-    def cube(x: np.ndarray) -> np.ndarray:
-        return np.array([v**3 for v in x.tolist()])
-
-
-# --------------------------------------------------------------------------- thrust-vector tasks
 def thrust_vector_terms(
-    xp: Any, c: Any, phi: Any, theta: Any, mass: float, gravity: float
+    xp: Namespace, c: Any, phi: Any, theta: Any, mass: float, gravity: float
 ) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...], tuple[Any, ...]]:
     """The entries of :func:`thrust_vector_tasks` for thrust ``c`` (N) and projected tilts
-    ``phi``, ``theta`` (rad): floats (``xp`` :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`).
+    ``phi``, ``theta`` (rad): floats (``xp`` :class:`~residual_quad.envs.xp.FLOATS`) or arrays
+    (N,) (:class:`~residual_quad.envs.xp.ARRAYS`).
 
     Returns ``a`` (3 entries), ``J`` (3 rows of 3) and ``H`` (3 nested 3×3 tuples; the
     ``∂²/∂c²`` entries are the float 0).
@@ -172,9 +123,10 @@ def thrust_vector_tasks(
     return np.array(a), np.array(J), np.array(H)
 
 
-def thrust_direction_terms(xp: Any, phi: Any, theta: Any, yaw: Any) -> tuple[Any, Any, Any]:
+def thrust_direction_terms(xp: Namespace, phi: Any, theta: Any, yaw: Any) -> tuple[Any, Any, Any]:
     """Unit thrust direction (world) of the projected tilts ``phi``, ``theta`` (rad) at heading
-    ``yaw`` (rad): floats (``xp`` :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`)."""
+    ``yaw`` (rad): floats (``xp`` :class:`~residual_quad.envs.xp.FLOATS`) or arrays (N,)
+    (:class:`~residual_quad.envs.xp.ARRAYS`)."""
     s, t = xp.tan(phi), xp.tan(theta)
     iD = 1.0 / xp.sqrt(1.0 + s * s + t * t)
     hx, hy, hz = t * iD, -s * iD, iD
@@ -331,11 +283,11 @@ class ThrustVectorNewton(NewtonCore):
         return res.x.copy()
 
 
-def inverse3(xp: Any, M: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+def inverse3(xp: Namespace, M: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
     """Cofactor inverse (9 entries, row-major) of the 3×3 matrix with row-major entries ``M``
     and whether it is usable: not (nearly) singular and finite. Floats (``xp``
-    :data:`FLOATS`) or arrays (N,) (:data:`ARRAYS`; the entries of unusable rows are finite
-    garbage)."""
+    :class:`~residual_quad.envs.xp.FLOATS`) or arrays (N,)
+    (:class:`~residual_quad.envs.xp.ARRAYS`; the entries of unusable rows are finite garbage)."""
     a, b, c, d, e, f, g, h, i = M
     A, B, C = e * i - f * h, f * g - d * i, d * h - e * g
     det = a * A + b * B + c * C

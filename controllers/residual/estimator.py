@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.attitude import FLOATS
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.residual.config import OODGuardConfig, ResidualConfig
 from residual_quad.controllers.residual.features import (
@@ -47,6 +46,7 @@ from residual_quad.controllers.residual.network import FastMLP, ResidualMLP, loa
 from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.xp import ARRAYS, FLOATS, Namespace
 
 
 def ood_statistics(
@@ -60,7 +60,7 @@ def ood_statistics(
 
 
 def guard_weight(
-    xp: Any,
+    xp: Namespace,
     ood: OODGuardConfig,
     z_max: Any,
     heading_err: Any,
@@ -68,11 +68,11 @@ def guard_weight(
     dt: float,
 ) -> Any:
     """The OOD guard's weight of the network's estimate (:class:`OODGuardConfig`), the one
-    formula of the single and the batched estimator: ``xp`` is
-    :class:`~residual_quad.controllers.attitude.FLOATS` (Python floats) or :mod:`numpy` (arrays
-    (N,)). ``z_max``: the largest standardized guarded feature (inf when one is not finite);
-    ``heading_err``: |ψ − ψ_ref| (rad; NaN gives weight 0); ``previous``: last step's weight;
-    ``dt``: control period, s. Each ``where`` is Python's ``min``/``max`` of two floats."""
+    formula of the single and the batched estimator: ``xp`` is :class:`~residual_quad.envs.xp.
+    FLOATS` (Python floats) or :class:`~residual_quad.envs.xp.ARRAYS` (arrays (N,)). ``z_max``:
+    the largest standardized guarded feature (inf when one is not finite); ``heading_err``:
+    |ψ − ψ_ref| (rad; NaN gives weight 0); ``previous``: last step's weight; ``dt``: control
+    period, s. Each ``where`` is Python's ``min``/``max`` of two floats."""
     w = (ood.z_off - z_max) / (ood.z_off - ood.z_on)
     w = xp.where(w > 0.0, w, 0.0)  # max(0, ·)
     w = xp.where(w < 1.0, w, 1.0)  # min(1, ·)
@@ -481,7 +481,7 @@ class BatchedResidualEstimator:
         if ood.enabled:
             z = np.abs((x[:, self._ood_idx] - self._ood_mean) * self._ood_inv_std)
             z_max = np.where(np.all(np.isfinite(z), axis=1), z.max(axis=1), math.inf)
-            w = guard_weight(np, ood, z_max, heading_err, self.ood_weight, self.dt)
+            w = guard_weight(ARRAYS, ood, z_max, heading_err, self.ood_weight, self.dt)
             self.ood_weight = w
             full = w == 1.0
             keep = full & np.all(np.isfinite(est), axis=1)

@@ -28,7 +28,8 @@ import numpy as np
 
 from residual_quad.envs.disturbances import DragModel, drag_world_force
 from residual_quad.envs.model import BODY, build_spec
-from residual_quad.envs.plant import QuadrotorPlant, quat_to_rot
+from residual_quad.envs.plant import QuadrotorPlant
+from residual_quad.envs.rotations import quat_to_rot
 
 #: committed sweep rows re-flown with the frozen period (wind, payload and controller spread)
 FROZEN_SAMPLE = (
