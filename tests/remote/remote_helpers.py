@@ -1,11 +1,18 @@
-"""A loopback server in a background thread and a raw protocol client, for the remote tests."""
+"""A loopback server in a background thread or a child process (``rquad serve``) and a raw
+protocol client, for the remote tests."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import selectors
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from residual_quad.remote.protocol import HEADER, PROTOCOL_VERSION, frame, recv_message
@@ -13,6 +20,9 @@ from residual_quad.remote.server import ServerConfig, SimServer
 
 LOOPBACK = "127.0.0.1"
 REPLY_TIMEOUT_S = 10.0  # s: no reply in a test may take longer
+START_TIMEOUT_S = 60.0  # s for ``rquad serve`` to print its address (imports on a busy machine)
+STOP_TIMEOUT_S = 20.0  # s for ``rquad serve`` to exit after a signal
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
@@ -31,6 +41,49 @@ def served(hook: Any = None, **config: Any) -> Iterator[SimServer]:
         assert not thread.is_alive(), "the server did not stop"
 
 
+class ServeProcess:
+    """``rquad serve`` running in a child process on a free loopback port."""
+
+    def __init__(self, proc: subprocess.Popen, address: tuple[str, int], first_line: str):
+        self.proc = proc
+        self.address = address  # (host, port), as SimServer.address
+        self.first_line = first_line
+
+    def stop(self, sig: int) -> tuple[int, str, str]:
+        """Send ``sig``; the exit code, stdout and stderr once it has exited."""
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=STOP_TIMEOUT_S)
+        return self.proc.returncode, out, err
+
+
+@contextlib.contextmanager
+def serve_process(*argv: str) -> Iterator[ServeProcess]:
+    """``rquad serve --host 127.0.0.1 --port 0 argv`` in a child process, killed in ``finally``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "residual_quad.cli", "serve", "--host", LOOPBACK, "--port", "0"]
+        + list(argv),
+        cwd=ROOT,
+        env={**os.environ, "MUJOCO_GL": "egl", "PYTHONWARNINGS": "ignore"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            assert sel.select(START_TIMEOUT_S), "rquad serve printed nothing"
+        line = proc.stdout.readline()
+        match = re.search(r"on (127\.0\.0\.1):(\d+)", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield ServeProcess(proc, (match.group(1), int(match.group(2))), line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(STOP_TIMEOUT_S)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 def address(server: SimServer) -> str:
     host, port = server.address
     return f"{host}:{port}"
@@ -39,7 +92,7 @@ def address(server: SimServer) -> str:
 class RawClient:
     """A protocol client with no checks of its own: it sends what it is told."""
 
-    def __init__(self, server: SimServer, encoding: str = "msgpack"):
+    def __init__(self, server: SimServer | ServeProcess, encoding: str = "msgpack"):
         self.sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
         self.encoding = encoding
         self.seq = 0
@@ -86,7 +139,7 @@ class RawClient:
 
 
 @contextlib.contextmanager
-def raw_client(server: SimServer, encoding: str = "msgpack") -> Iterator[RawClient]:
+def raw_client(server: SimServer | ServeProcess, encoding: str = "msgpack") -> Iterator[RawClient]:
     client = RawClient(server, encoding)
     try:
         yield client

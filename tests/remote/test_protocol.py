@@ -96,6 +96,29 @@ def test_bad_envelopes_are_refused(message, code):
     assert info.value.code == code
 
 
+@pytest.mark.parametrize(
+    ("args", "place"),
+    [
+        ({"op": "step", "action": [0, 0, 10**400, 0]}, "action[2]"),
+        ({"op": "step", "action": [-(2**63) - 1, 0, 0, 0]}, "action[0]"),
+        ({"op": "reset", "seed": 2**64}, "seed"),
+        ({"op": "reset", "options": {"velocity": [0, 10**400, 0]}}, "options.velocity[1]"),
+        ({"op": "configure", "scenario": {"events": [{"t_s": 10**400}]}}, "scenario.events[0].t_s"),
+        ({"op": "hello", "client": {"n": [10**400]}}, "client.n[0]"),
+    ],
+)
+def test_integers_beyond_64_bits_are_bad_requests_that_name_their_place(args, place):
+    with pytest.raises(ProtocolError, match=r"64-bit") as info:
+        parse_request({"v": PROTOCOL_VERSION, "seq": 1, **args})
+    assert info.value.code == "bad_request" and info.value.message.startswith(place)
+    edge = {"op": "step", "action": [-(2**63), 2**64 - 1, 0, 0]}  # msgpack's range: accepted
+    assert parse_request({"v": PROTOCOL_VERSION, "seq": 1, **edge}).args == {
+        "action": edge["action"]
+    }
+    hello = {"op": "hello", "token": 10**400}  # the token is hello's to refuse (unauthorized)
+    assert parse_request({"v": PROTOCOL_VERSION, "seq": 1, **hello}).args == {"token": 10**400}
+
+
 def test_every_op_parses():
     for op in OPS:
         request = parse_request({"v": PROTOCOL_VERSION, "seq": 5, "op": op})
@@ -171,6 +194,7 @@ def test_bad_addresses(text):
         ({"port": 70000}, "port"),
         ({"host": ""}, "host"),
         ({"token": ""}, "token"),
+        ({"token": "s3cret\udcff"}, "token must be UTF-8 text"),  # an env var's undecodable byte
         ({"max_message_bytes": 10}, "max_message_bytes"),
         ({"max_message_bytes": 1 << 30}, "max_message_bytes"),
         ({"client_timeout_s": float("nan")}, "client_timeout_s"),

@@ -284,3 +284,64 @@ def test_a_silent_server_is_a_timeout_for_the_client():
         with pytest.raises(TimeoutError, match="no reply within 0.3 s"):
             gym.make(REMOTE_ENV_ID, address=f"127.0.0.1:{port}", timeout_s=0.3)
         assert time.monotonic() - t0 < 5.0
+
+
+def test_a_token_that_is_not_text_is_unauthorized_and_closes_the_connection():
+    # a JSON string may hold a lone surrogate ("\ud800"), which no UTF-8 token can equal
+    with served(token="s3cret") as server:
+        for token in ("\ud800", "s3cret\udcff", 10**400, ["s3cret"]):
+            with raw_client(server, encoding="json") as c:
+                _error(c.call("hello", token=token), "unauthorized")
+                assert c.closed_by_server(), token
+        with raw_client(server, encoding="json") as c:
+            _ok(c.call("hello", token="s3cret"))
+
+
+BEYOND_FLOAT = 10**400  # a JSON integer no float (nor msgpack integer) can hold
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "field"),
+    [
+        ("step", {"action": [0, BEYOND_FLOAT, 0, 0]}, "action[1]"),
+        ("step", {"action": [-BEYOND_FLOAT, 0, 0, 0]}, "action[0]"),
+        ("reset", {"seed": BEYOND_FLOAT}, "seed"),
+        ("reset", {"options": {"yaw_offset": BEYOND_FLOAT}}, "options.yaw_offset"),
+        ("reset", {"options": {"velocity": [0, 0, BEYOND_FLOAT]}}, "options.velocity[2]"),
+        ("configure", {"scenario": {"episode_s": BEYOND_FLOAT}}, "scenario.episode_s"),
+        ("configure", {"scenario": {"payload": BEYOND_FLOAT}}, "scenario.payload"),
+        ("configure", {"scenario": {"wind": [BEYOND_FLOAT, 0]}}, "scenario.wind[0]"),
+        (
+            "configure",
+            {"scenario": {"events": [{"kind": "payload", "t_s": 0.5, "mass_kg": BEYOND_FLOAT}]}},
+            "scenario.events[0].mass_kg",
+        ),
+        (
+            "reset",
+            {"scenario": {"trajectory": "helix", "trajectory_params": {"period": BEYOND_FLOAT}}},
+            "scenario.trajectory_params.period",
+        ),
+        ("configure", {"scenario": {"reward_weights": {"pos": BEYOND_FLOAT}}}, "reward_weights"),
+    ],
+)
+def test_integers_beyond_64_bits_are_bad_requests_that_name_the_field(op, args, field, caplog):
+    with served() as server, raw_client(server, encoding="json") as c:
+        _ok(c.call("hello"))
+        _ok(c.call("reset", seed=0))
+        with caplog.at_level("INFO", logger="residual_quad.remote.server"):
+            reply = _error(c.call(op, **args), "bad_request")
+        assert field in reply["error"]["message"] and "64-bit" in reply["error"]["message"]
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+        _ok(c.call("reset", seed=0))  # the session goes on
+        _ok(c.call("step", action=HOVER))
+
+
+def test_serve_refuses_a_token_that_is_not_text_in_one_line(monkeypatch, capsys):
+    from residual_quad.cli import main
+
+    monkeypatch.setenv("RQUAD_TOKEN", "s3cret\udcff")  # an undecodable byte of the variable
+    assert main(["serve", "--host", "127.0.0.1", "--port", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "rquad serve: error: RQUAD_TOKEN must be UTF-8 text (it holds undecodable bytes)"
+    ]

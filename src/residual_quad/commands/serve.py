@@ -65,11 +65,14 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    from residual_quad.remote.protocol import is_text
     from residual_quad.remote.server import ServerConfig, SimServer
     from residual_quad.remote.telemetry import FlightTelemetry, FoxgloveSink, McapSink
 
     logging.basicConfig(level=logging.INFO, format="rquad serve: %(message)s", stream=sys.stderr)
     token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and not is_text(token):
+        raise ValueError(f"{TOKEN_ENV} must be UTF-8 text (it holds undecodable bytes)")
     config = ServerConfig(
         host=args.host,
         port=args.port,
@@ -81,10 +84,11 @@ def _cmd(args: argparse.Namespace) -> int:
         handshake_timeout_s=args.handshake_timeout,
     )
     sinks: list[Any] = []
-    telemetry = None
+    telemetry = recorder = None
     try:
         if args.record:
-            sinks.append(McapSink(args.record))
+            recorder = McapSink(args.record)
+            sinks.append(recorder)
         if args.foxglove is not None:
             sinks.append(FoxgloveSink(host=args.host, port=args.foxglove))
         telemetry = FlightTelemetry(sinks) if sinks else None
@@ -111,7 +115,8 @@ def _cmd(args: argparse.Namespace) -> int:
         host, port = server.address
         mode = "real time" if args.realtime else "lock-step"
         live = "" if args.foxglove is None else f", live view ws://{args.host}:{sinks[-1].port}"
-        print(f"serving ResidualQuad-v0 on {host}:{port} ({mode}{live})", flush=True)
+        log = "" if recorder is None else f", flight log {args.record}"
+        print(f"serving ResidualQuad-v0 on {host}:{port} ({mode}{live}{log})", flush=True)
         server.serve_forever()
     finally:
         for sig, handler in previous.items():
@@ -119,10 +124,11 @@ def _cmd(args: argparse.Namespace) -> int:
         if telemetry is not None:
             telemetry.close()
     counts = server.counts
+    log = "" if recorder is None else f"; flight log {args.record}: {recorder.stats()}"
     print(
         f"stopped: {counts['connections']} connection(s), {counts['requests']} request(s), "
         f"{counts['errors']} error reply(ies), {counts['refused']} refused, "
-        f"{counts['timeouts']} timed out" + (f"; flight log {args.record}" if args.record else ""),
+        f"{counts['timeouts']} timed out{log}",
         flush=True,
     )
     return 0
@@ -142,7 +148,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="advance at the control rate on the wall clock (default: lock-step)",
     )
-    p.add_argument("--record", metavar="FILE.mcap", default=None, help="write a ROS2 MCAP log")
+    p.add_argument(
+        "--record",
+        metavar="FILE.mcap",
+        default=None,
+        help="write a ROS2 MCAP log (a crash loses at most its last second of flight)",
+    )
     p.add_argument(
         "--foxglove",
         metavar="PORT",

@@ -11,6 +11,9 @@ encoding it came in (JSON floats are written shortest-round-trip, so they are ex
 Frame: ``uint32`` big-endian payload length ``N`` (1 ≤ ``N`` ≤ the server's maximum message size),
 then ``N`` bytes: a msgpack map, or a JSON object (its first byte is ``{``).
 
+Integers are 64-bit in both encodings: in [-2^63, 2^64), msgpack's range (a JSON integer beyond
+it is ``bad_request``, see :data:`INT_RANGE`).
+
 Request: ``{"v": 1, "seq": <int, strictly increasing per connection>, "op": <op>, ...}``.
 Reply: ``{"v": 1, "seq": <the request's seq or null>, "ok": true, ...}`` or
 ``{"v": 1, "seq": ..., "ok": false, "error": {"code": <ERROR_CODES key>, "message": <text>}}``.
@@ -37,6 +40,7 @@ DEFAULT_PORT = 41460  # the source's plant-server port [RES §10]
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 16  # 64 KiB: a step request is ≈ 60 bytes, a reply ≈ 700
 MAX_MESSAGE_BYTES_LIMIT = 1 << 24  # 16 MiB: the largest maximum a server may be configured with
 HEADER = struct.Struct(">I")  # payload length, bytes
+INT_RANGE = (-(2**63), 2**64)  # [low, high): msgpack's integers, and so every wire integer
 
 OPS: dict[str, frozenset[str]] = {
     "hello": frozenset({"token", "client"}),
@@ -263,6 +267,38 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: a JSON string may hold a lone surrogate
+    (``"\\ud800"``), and so may an environment variable with undecodable bytes."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_integers(args: Mapping[str, Any]) -> None:
+    """Every integer in a request's arguments (at any depth) is a 64-bit one, as msgpack carries:
+    JSON has no limit, and an integer beyond a float's range (10**400) would overflow wherever
+    the server reads it as a number. The hello token is left to hello (anything but the right
+    string is ``unauthorized``)."""
+    stack = [(str(key), value) for key, value in args.items() if key != "token"]
+    stack.reverse()
+    while stack:  # iterative: a JSON frame may nest as deep as its decoder allows
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(reversed([(f"{path}.{k}", v) for k, v in value.items()]))
+        elif isinstance(value, list):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(value)]))
+        elif _is_int(value) and not INT_RANGE[0] <= value < INT_RANGE[1]:
+            digits = len(str(abs(value)))
+            raise ProtocolError(
+                "bad_request",
+                f"{path}: an integer of {digits} digits is outside the protocol's 64-bit range "
+                "[-2^63, 2^64)",
+            )
+
+
 def parse_request(message: dict[str, Any]) -> Request:
     """Check the envelope and the argument keys of one request (values are checked by the op)."""
     version = message.get("v")
@@ -284,6 +320,7 @@ def parse_request(message: dict[str, Any]) -> Request:
             "bad_request",
             f"unknown field(s) {unknown} for {op}; valid: {', '.join(sorted(OPS[op])) or 'none'}",
         )
+    _check_integers(args)
     return Request(op, seq, args)
 
 

@@ -8,6 +8,17 @@ profile, ``ros2msg`` schemas and ``cdr`` messages — ``ros2 bag play FILE.mcap`
 it) and :class:`FoxgloveSink` (``foxglove-sdk``: a Foxglove WebSocket server with the same
 channels). Time stamps are simulated time since the first frame of the recording (ns).
 
+Crash safety: the MCAP log is made durable once per :data:`FLUSH_EVERY_S` of flight (simulated
+time): the chunk in progress is written out and followed by a provisional end of file (a data
+end and a footer without a summary, which readers accept by scanning), which the next chunk
+overwrites. A recorder killed without warning (``kill -9``, a crash) therefore leaves a complete,
+readable file that lacks at most the last second of flight; a clean close writes the full
+summary. Per-frame flushes would lose nothing but triple the file (compression works per chunk),
+and a chunk-size bound alone cannot bound the lost flight time: it depends on the control rate.
+Only a process crash is covered: nothing is fsynced, so a power cut may lose what the operating
+system had not yet written. A file cut inside a write (the process killed while it wrote a
+chunk) is read up to the cut by :func:`recover_flight_log`.
+
 Frames: ``world`` is the simulation's world frame (ENU, z up), ``base_link`` the body frame.
 Odometry twist is in ``base_link`` (REP 105/147); the other vectors are in ``world`` except the
 IMU's, which are body-frame. Ground truth (residual, disturbance, wind) is marked so in
@@ -16,7 +27,9 @@ IMU's, which are body-frame. Ground truth (residual, disturbance, wind) is marke
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,13 +55,33 @@ TOPICS: dict[str, tuple[str, str]] = {
 }
 """Topic → (ROS 2 message type, what it carries)."""
 
+FLUSH_EVERY_S = 1.0
+"""Flight time (simulated, s) between two flushes of the MCAP log: what a crash may lose."""
+NS_PER_S = 1_000_000_000
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+
 
 class Sink(Protocol):
     """Where encoded telemetry goes."""
 
     def write(self, topic: str, data: bytes, stamp_ns: int) -> None: ...
 
+    def end_frame(self, stamp_ns: int) -> None:
+        """Every topic of the frame at ``stamp_ns`` is written (a log may make it durable)."""
+
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class FlightLogStats:
+    """What an MCAP flight log holds."""
+
+    messages: int
+    flight_s: float  # s, from the first message's stamp to the last one's
+    bytes: int  # size of the file
+
+    def __str__(self) -> str:
+        return f"{self.messages} messages, {self.flight_s:.2f} s of flight, {self.bytes} bytes"
 
 
 def _typestore() -> Any:
@@ -86,6 +119,8 @@ class FlightTelemetry:
         for topic, data in self.encode(stamp_ns, obs, info).items():
             for sink in self.sinks:
                 sink.write(topic, data, stamp_ns)
+        for sink in self.sinks:
+            sink.end_frame(stamp_ns)
 
     def episode_callback(self) -> Any:
         """A ``run_episode`` callback that records every step (stamped with ``info["t"]``)."""
@@ -178,10 +213,16 @@ class FlightTelemetry:
 
 
 class McapSink:
-    """A rosbag2-compatible single-file MCAP log (``ros2`` profile, ``cdr`` messages)."""
+    """A rosbag2-compatible single-file MCAP log (``ros2`` profile, ``cdr`` messages), durable
+    every :data:`FLUSH_EVERY_S` of flight (see the module docstring)."""
 
     def __init__(self, path: str | Path):
         writer_mod = require("mcap.writer")
+        if not hasattr(writer_mod.Writer, "flush"):  # an older mcap cannot close a chunk
+            raise ImportError(
+                "flight logs need an mcap whose Writer has flush() (constraints.txt pins one): "
+                'pip install -c constraints.txt -e ".[server]"'
+            )
         self.path = Path(path)
         if self.path.suffix != ".mcap":
             raise ValueError(f"a flight log must be a .mcap file, got {str(path)!r}")
@@ -192,6 +233,9 @@ class McapSink:
         self._writer.start(profile="ros2", library="residual_quad")
         self._channels: dict[str, int] = {}
         self._sequence = 0
+        self._first_ns: int | None = None
+        self._last_ns: int | None = None
+        self._flushed_ns: int | None = None  # stamp of the last frame made durable
         definitions = message_definitions()
         schema_ids: dict[str, int] = {}
         for topic, (msgtype, _) in TOPICS.items():
@@ -203,9 +247,13 @@ class McapSink:
                 topic=topic, message_encoding="cdr", schema_id=schema_ids[msgtype]
             )
         self._closed = False
+        self._persist()  # from the start, a crash leaves a readable (empty) log
 
     def write(self, topic: str, data: bytes, stamp_ns: int) -> None:
         self._sequence += 1
+        if self._first_ns is None:
+            self._first_ns = stamp_ns
+        self._last_ns = stamp_ns
         self._writer.add_message(
             channel_id=self._channels[topic],
             log_time=stamp_ns,
@@ -214,11 +262,116 @@ class McapSink:
             sequence=self._sequence,
         )
 
+    def end_frame(self, stamp_ns: int) -> None:
+        """Make the log durable when ``FLUSH_EVERY_S`` of flight has passed since the last time
+        (or the clock went back: a new recording in the same file)."""
+        if self._flushed_ns is None:
+            self._flushed_ns = stamp_ns
+        elif not 0 <= stamp_ns - self._flushed_ns < FLUSH_EVERY_S * NS_PER_S:
+            self._persist()
+            self._flushed_ns = stamp_ns
+
+    def _persist(self) -> None:
+        """Write the chunk in progress, then a provisional end of file (data end, a footer
+        without a summary, the magic) that the next chunk overwrites."""
+        self._writer.flush()
+        end = self._file.tell()
+        self._file.write(_provisional_end())
+        self._file.flush()
+        self._file.seek(end)
+
+    def stats(self) -> FlightLogStats:
+        """What the log holds so far (its size on disk, once closed, is final)."""
+        span = 0 if self._first_ns is None else self._last_ns - self._first_ns
+        return FlightLogStats(self._sequence, span / NS_PER_S, self.path.stat().st_size)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._writer.finish()
+            self._file.truncate()  # nothing of a provisional end may outlast the summary
             self._file.close()
+
+
+def _provisional_end() -> bytes:
+    """A data end record, a footer with no summary and the closing magic: what turns the data
+    written so far into a complete MCAP file (readers then scan the data section)."""
+    records = require("mcap.records")
+    builder = require("mcap.data_stream").RecordBuilder()
+    records.DataEnd(data_section_crc=0).write(builder)
+    records.Footer(summary_start=0, summary_offset_start=0, summary_crc=0).write(builder)
+    return builder.end() + MCAP_MAGIC
+
+
+def _readable_records(source: Any) -> Iterator[Any]:
+    """The records of an MCAP stream up to its end or to the first that cannot be read (a file
+    cut inside a write ends there; chunk checksums are verified)."""
+    exceptions = require("mcap.exceptions")
+    reader = require("mcap.stream_reader").StreamReader(source, validate_crcs=True)
+    records = reader.records
+    while True:
+        try:
+            yield next(records)
+        except StopIteration:
+            return
+        except (exceptions.McapError, ValueError, struct.error):  # a cut or damaged record
+            return
+
+
+def recover_flight_log(source: str | Path, target: str | Path) -> FlightLogStats:
+    """Copy every message that can be read from the MCAP log ``source`` (which may be cut short
+    anywhere, e.g. by a crash inside a write) into a new, finished log ``target`` with its
+    summary. Returns what ``target`` holds."""
+    source, target = Path(source), Path(target)
+    if source.resolve() == target.resolve():
+        raise ValueError(
+            f"recover_flight_log writes a new file: target {str(target)!r} is the source"
+        )
+    if target.suffix != ".mcap":
+        raise ValueError(f"a flight log must be a .mcap file, got {str(target)!r}")
+    records_mod = require("mcap.records")
+    writer_mod = require("mcap.writer")
+    schemas: dict[int, int] = {}  # source id -> target id
+    channels: dict[int, int] = {}
+    count, first, last = 0, None, None
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        writer = writer_mod.Writer(dst)
+        started = False
+        for record in _readable_records(src):
+            if isinstance(record, records_mod.Header):
+                writer.start(profile=record.profile, library=record.library)
+                started = True
+            elif not started:
+                break
+            elif isinstance(record, records_mod.Schema) and record.id not in schemas:
+                schemas[record.id] = writer.register_schema(
+                    record.name, record.encoding, record.data
+                )
+            elif isinstance(record, records_mod.Channel) and record.id not in channels:
+                channels[record.id] = writer.register_channel(
+                    topic=record.topic,
+                    message_encoding=record.message_encoding,
+                    schema_id=schemas.get(record.schema_id, 0),
+                    metadata=record.metadata,
+                )
+            elif isinstance(record, records_mod.Message) and record.channel_id in channels:
+                writer.add_message(
+                    channel_id=channels[record.channel_id],
+                    log_time=record.log_time,
+                    publish_time=record.publish_time,
+                    data=record.data,
+                    sequence=record.sequence,
+                )
+                count += 1
+                first = record.log_time if first is None else min(first, record.log_time)
+                last = record.log_time if last is None else max(last, record.log_time)
+        if started:
+            writer.finish()
+    if not started:
+        target.unlink()
+        raise ValueError(f"{str(source)!r} is not an MCAP file (no header)")
+    span = 0 if first is None else last - first
+    return FlightLogStats(count, span / NS_PER_S, target.stat().st_size)
 
 
 class FoxgloveSink:
@@ -254,6 +407,9 @@ class FoxgloveSink:
 
     def write(self, topic: str, data: bytes, stamp_ns: int) -> None:
         self._channels[topic].log(data, log_time=stamp_ns)
+
+    def end_frame(self, stamp_ns: int) -> None:
+        """Nothing to do: every message is sent as it is written."""
 
     def close(self) -> None:
         if not self._closed:
