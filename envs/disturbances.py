@@ -147,6 +147,7 @@ class WindModel:
                     f"wind sigma must be 0 with Dryden turbulence (one gust model), got "
                     f"{self.sigma!r}"
                 )
+            self.turbulence.check_mean_wind(self.mean)
 
     @classmethod
     def from_spec(cls, wind: str | tuple[float, float] | WindModel, **overrides) -> WindModel:

@@ -16,6 +16,11 @@ read the same times and get the same bits:
 Padding: a time past the episode's end — its last step, ``max_steps·control_dt`` (``episode_s``
 in whole control periods) — reads the reference at the end (the last point repeats), so a preview
 never reads a reference the episode never flies.
+
+Horizon: ``K·dt`` is at most :data:`MAX_PREVIEW_HORIZON_S`, the longest episode: a longer window
+could only repeat the end of every episode, and its step offsets (``dt`` in control periods,
+times ``K``) would leave the integers the lookups index with (``preview=(10, 1e17)``).
+:func:`check_preview_horizon` refuses it when an env is built (the single and the vector env).
 """
 
 from __future__ import annotations
@@ -28,8 +33,22 @@ from residual_quad.envs.observation import PreviewSpec
 from residual_quad.envs.reference_table import BatchReferences
 from residual_quad.envs.trajectories import reference_fields
 
+#: longest preview window ``K·dt``, s: the longest episode (``MAX_EPISODE_S`` of the env)
+MAX_PREVIEW_HORIZON_S = 3600.0
 _GRID_RTOL = 1e-9  # relative tolerance of "dt is a whole number of control periods"
 _MAX_RING = 1024  # rows of the single env's ring of grid references (48 B each)
+
+
+def check_preview_horizon(spec: PreviewSpec) -> PreviewSpec:
+    """``spec`` if its window ``K·dt`` is at most :data:`MAX_PREVIEW_HORIZON_S`, else a
+    ``ValueError`` naming ``preview`` with both values."""
+    horizon = spec.k * spec.dt_s
+    if not horizon <= MAX_PREVIEW_HORIZON_S:
+        raise ValueError(
+            f"preview window K·dt must be at most {MAX_PREVIEW_HORIZON_S:g} s (the longest "
+            f"episode), got K = {spec.k} points × dt = {spec.dt_s!r} s = {horizon:g} s"
+        )
+    return spec
 
 
 def grid_steps(spec: PreviewSpec, control_dt: float) -> int:
@@ -55,7 +74,7 @@ class Preview:
         control_dt: float,  # s
         max_steps: int,  # control steps
     ):
-        self.spec = spec
+        self.spec = check_preview_horizon(spec)
         self.control_dt = control_dt  # s
         self.max_steps = int(max_steps)
         self.grid = grid_steps(spec, control_dt)  # control periods per point, 0: off the grid

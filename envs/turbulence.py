@@ -38,6 +38,21 @@ DRYDEN_LEVELS: dict[str, float] = {
 LOW_ALTITUDE_RANGE = (10.0 * FOOT, 1000.0 * FOOT)
 """Altitudes (m) of the low-altitude model; a lower altitude takes the values at 10 ft."""
 
+#: Scale lengths accepted, m: from a millimetre (the viscous end of atmospheric turbulence) to
+#: 1000 km (beyond any eddy of the atmospheric boundary layer; MIL-F-8785C's largest is 533 m).
+LENGTH_RANGE_M = (1e-3, 1e6)
+#: Reference airspeeds accepted, m/s (``airspeed``, ``airspeed_floor`` and the mean wind that
+#: sweeps the field): from 1 mm/s to 1000 m/s (about Mach 3; the Dryden forms are subsonic).
+AIRSPEED_RANGE_MPS = (1e-3, 1e3)
+# Why these bounds keep every filter coefficient finite: the discretized filters are functions
+# of h = dt/τ only, τ = L/V. Within the ranges τ ∈ [1e-6, 1e9] s, and the env's physics step
+# dt lies in [1e-5, 3600] s (MAX_PHYSICS_HZ; one control period of the longest episode), so
+# h ∈ [1e-14, 3.6e9]: e^{-h} and √(1 − e^{-2h}) are finite, Q's entries (which raise 2h to the
+# power 2) stay far below overflow (2h)² < 1.8e308 ⇔ h < 6.7e153, and the block length 4τ/dt is a
+# finite integer. Outside them τ itself can round to 0 (L = 1e-300 m: dt/τ divides by zero) or
+# overflow (L = 1e300 m, V = 1e-300 m/s), or h overflows Q (V = 1e300 m/s): refused at
+# construction, naming the argument, instead of an OverflowError at reset.
+
 _SQRT3 = math.sqrt(3.0)
 _SECOND_ORDER_OUT = (_SQRT3, 1.0 - _SQRT3)  # output weights of the two filter states
 
@@ -51,6 +66,8 @@ class DrydenTurbulence:
     ``airspeed`` when given, else ``max(mean wind speed, airspeed_floor)``: a hovering multirotor
     in a mean wind sees the eddies carried past it at the mean wind speed; in calm air the floor
     keeps the time constants ``L/V`` finite (2 m/s is about the helix reference's speed).
+    Lengths lie in :data:`LENGTH_RANGE_M`, airspeeds in :data:`AIRSPEED_RANGE_MPS` (where every
+    filter coefficient is finite; see there), else a ``ValueError`` naming the field.
     """
 
     sigma_u: float  # m/s, longitudinal intensity (along the mean wind)
@@ -65,11 +82,23 @@ class DrydenTurbulence:
     def __post_init__(self) -> None:
         for name in ("sigma_u", "sigma_v", "sigma_w"):
             real(f"turbulence {name}", getattr(self, name), low=0.0, high=1e3, unit="m/s")
+        low, high = LENGTH_RANGE_M
         for name in ("length_u", "length_v", "length_w"):
-            real(f"turbulence {name}", getattr(self, name), low=0.0, low_open=True, unit="m")
+            real(f"turbulence {name}", getattr(self, name), low=low, high=high, unit="m")
+        low, high = AIRSPEED_RANGE_MPS
         if self.airspeed is not None:
-            real("turbulence airspeed", self.airspeed, low=0.0, low_open=True, unit="m/s")
-        real("turbulence airspeed_floor", self.airspeed_floor, low=0.0, low_open=True, unit="m/s")
+            real("turbulence airspeed", self.airspeed, low=low, high=high, unit="m/s")
+        real("turbulence airspeed_floor", self.airspeed_floor, low=low, high=high, unit="m/s")
+
+    def check_mean_wind(self, mean: float) -> None:
+        """``ValueError`` naming the wind mean if a mean wind of ``mean`` m/s would sweep the
+        field past faster than :data:`AIRSPEED_RANGE_MPS` allows (it is the reference airspeed
+        when ``airspeed`` is ``None``)."""
+        if self.airspeed is None and mean > AIRSPEED_RANGE_MPS[1]:
+            raise ValueError(
+                f"wind mean must be at most {AIRSPEED_RANGE_MPS[1]:g} m/s with Dryden turbulence "
+                f"(it is the turbulence airspeed that sweeps the field past), got {mean!r}"
+            )
 
     @classmethod
     def low_altitude(

@@ -22,8 +22,8 @@ from residual_quad.envs.observation import (
     layout_name,
     observation_dim,
 )
-from residual_quad.envs.preview import grid_steps
-from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.envs.preview import MAX_PREVIEW_HORIZON_S, grid_steps
+from residual_quad.envs.residual_quad_env import MAX_EPISODE_S, ResidualQuadEnv
 from residual_quad.envs.trajectories import Reference, Trajectory, make_trajectory
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 
@@ -258,6 +258,33 @@ def test_the_envs_refuse_a_bad_preview(preview):
 def test_preview_spec_checks_its_fields(k, dt):
     with pytest.raises(ValueError, match="preview"):
         PreviewSpec(k, dt)
+
+
+@pytest.mark.parametrize(
+    "preview", [(10, 1e17), (1, 3600.5), (1000, 3.61), (1, 1.7976931348623157e308)]
+)
+def test_a_window_longer_than_the_longest_episode_is_refused_when_the_env_is_built(preview):
+    """K·dt above MAX_PREVIEW_HORIZON_S (the longest episode) could only repeat every episode's
+    end, and its step offsets overflow the lookups' integers: a ValueError naming the preview
+    when the single or the vector env (or a sweep config's env) is built, not an OverflowError
+    at reset."""
+    with pytest.raises(ValueError, match="preview window K·dt must be at most 3600 s"):
+        ResidualQuadEnv(preview=preview)
+    with pytest.raises(ValueError, match="preview window K·dt must be at most 3600 s"):
+        ResidualQuadVectorEnv(2, preview=preview, nthread=1)
+
+
+def test_the_longest_window_is_the_longest_episode_and_flies():
+    assert MAX_PREVIEW_HORIZON_S == MAX_EPISODE_S
+    for preview in ((1, 3600.0), (1000, 3.6), (2, 5e-324)):
+        env = ResidualQuadEnv(preview=preview)
+        env.reset(seed=0)
+        obs, *_ = env.step(_hover(env))
+        venv = ResidualQuadVectorEnv(2, preview=preview, nthread=1)
+        venv.reset(seed=0)
+        vobs, *_ = venv.step(np.tile(_hover(env), (2, 1)))
+        assert np.all(np.isfinite(obs)) and np.array_equal(vobs[0], obs)
+        env.close(), venv.close()
 
 
 def test_a_window_longer_than_the_single_envs_ring_is_still_exact():

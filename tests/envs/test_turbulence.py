@@ -14,9 +14,11 @@ from scipy import integrate, signal
 from residual_quad.envs.disturbances import WindModel, WindProcess
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.turbulence import (
+    AIRSPEED_RANGE_MPS,
     DRYDEN_LEVELS,
     FOOT,
     KNOT,
+    LENGTH_RANGE_M,
     SECOND_ORDER_STATIONARY,
     DrydenGusts,
     DrydenTurbulence,
@@ -263,25 +265,73 @@ def test_any_valid_turbulence_gives_finite_wind_and_flies_or_ends_flagged(
 
 
 FIELDS = ["sigma_u", "sigma_v", "sigma_w", "length_u", "length_v", "length_w", "airspeed_floor"]
+FIELDS += ["airspeed"]
 
 
 @given(
     field=st.sampled_from(FIELDS),
     value=st.one_of(
-        st.floats(allow_nan=True, allow_infinity=True), st.just(-1.0), st.just(0.0), st.text()
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([-1.0, 0.0, 5e-324, 1e-300, 1e-3, 1e3, 1e6, 1e300]),
+        st.text(),
     ),
 )
 def test_turbulence_fields_are_finite_and_in_range_or_refused(field, value):
     base = dict(SPEC.__dict__)
     base[field] = value
-    ok = (
-        isinstance(value, float)
-        and math.isfinite(value)
-        and (value >= 0 if field.startswith("sigma") else value > 0)
-        and (value <= 1e3 if field.startswith("sigma") else True)
+    low, high = (
+        (0.0, 1e3)
+        if field.startswith("sigma")
+        else LENGTH_RANGE_M
+        if field.startswith("length")
+        else AIRSPEED_RANGE_MPS
     )
+    ok = isinstance(value, float) and math.isfinite(value) and low <= value <= high
+    ok = ok and (value > 0 or field.startswith("sigma"))
     if ok:
         assert getattr(DrydenTurbulence(**base), field) == value
     else:
         with pytest.raises(ValueError, match=field):
             DrydenTurbulence(**base)
+
+
+@pytest.mark.parametrize(
+    ("fields", "mean", "named"),
+    [
+        ({"length_u": 1e-300, "length_v": 1e-300, "length_w": 1e-300}, 3.2, "length_u"),
+        ({"length_v": 1e-300}, 3.2, "length_v"),
+        ({"length_w": 1e300}, 3.2, "length_w"),
+        ({"airspeed": 1e300}, 3.2, "airspeed"),
+        ({"airspeed": 1e-300}, 3.2, "airspeed"),
+        ({"airspeed_floor": 1e300}, 0.0, "airspeed_floor"),
+        ({}, 1e300, "wind mean"),
+    ],
+)
+def test_scales_whose_filter_would_overflow_are_refused_at_construction(fields, mean, named):
+    """Lengths of 1e-300 m (τ = L/V rounds to 0: a division by zero), an airspeed of 1e300 m/s
+    (dt/τ overflows Q) or a mean wind sweeping the field at 1e300 m/s: a ValueError naming the
+    argument when the turbulence, the wind or the env is built, not an OverflowError or a
+    ZeroDivisionError at reset."""
+    base = {**SPEC.__dict__, "airspeed": None, **fields}
+    with pytest.raises(ValueError, match=named):
+        WindModel(mean=mean, turbulence=DrydenTurbulence(**base))
+    if not fields:  # the turbulence is valid: the env refuses the wind that sweeps it
+        with pytest.raises(ValueError, match=named):
+            ResidualQuadEnv(wind=(mean, 0.0), turbulence=DrydenTurbulence(**base))
+
+
+@pytest.mark.parametrize("dt", [1e-5, 3600.0])  # the env's shortest and longest physics step
+@pytest.mark.parametrize(
+    ("length", "airspeed"),
+    [(LENGTH_RANGE_M[0], AIRSPEED_RANGE_MPS[1]), (LENGTH_RANGE_M[1], AIRSPEED_RANGE_MPS[0])],
+    ids=["shortest-tau", "longest-tau"],
+)
+def test_the_corners_of_the_accepted_scales_give_finite_stationary_gusts(length, airspeed, dt):
+    """τ = L/V from 1e-6 s to 1e9 s against steps of 1e-5 s to 3600 s: finite coefficients and
+    finite samples of the stationary variance's order."""
+    spec = DrydenTurbulence(1.0, 1.0, 1.0, length, length, length, airspeed=airspeed)
+    gusts = DrydenGusts(spec, 0.0, 0.0, dt, np.random.default_rng(0))
+    phi, q = second_order_step(dt * airspeed / length)
+    assert np.all(np.isfinite(phi)) and np.all(np.isfinite(q))
+    x = gusts.next_block(2000)
+    assert np.all(np.isfinite(x)) and np.abs(x).max() < 10.0
