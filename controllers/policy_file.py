@@ -49,8 +49,10 @@ import numpy as np
 from residual_quad.controllers.attitude import optional_attitude_gains
 from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.numpy_policy import NumpyPolicy
-from residual_quad.controllers.policy_inputs import FeatureSpec
+from residual_quad.controllers.policy_inputs import FeatureSpec, LayoutError
 from residual_quad.envs.actions import ACTION_MODES
+from residual_quad.envs.observation import PreviewSpec, check_preview, layout_name
+from residual_quad.envs.preview import check_preview_horizon
 
 INSTALL_HINT = "pip install 'residual-quad[rl]'"
 META_ENTRY = "residual_quad.json"  # extra archive entry of a saved policy
@@ -68,6 +70,9 @@ POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac"
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
+#: relative tolerance on a preview's spacing between a policy's record and the env it flies
+#: (the preview's own "whole number of control periods" tolerance)
+PREVIEW_DT_RTOL = 1e-9
 #: the trackers a ppo_res correction may add to: geo (every file without a ``tracker`` entry),
 #: or pid (geo plus the PID's position-error integral at its default gains)
 RESIDUAL_TRACKERS = ("geo", "pid")
@@ -179,12 +184,29 @@ def policy_path(
     return shipped_policy_path(kind, seed, "ideal" if plant is None else plant)
 
 
-def read_meta(path: str | Path) -> dict[str, Any]:
-    """The ``residual_quad.json`` record of a saved policy, checked (:func:`check_meta`);
-    :class:`PolicyFileError` naming the file for anything unreadable or inconsistent."""
+def require_file(path: str | Path, what: str) -> Path:
+    """``path`` if it is a file; else a ``FileNotFoundError`` (nothing there) or an
+    ``IsADirectoryError`` (a folder) starting with ``what``, the file it should be (e.g.
+    ``SAC policy file``)."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{what} {path} is a directory, not a file")
     if not path.is_file():
-        raise FileNotFoundError(f"PPO policy file not found: {path}")
+        raise FileNotFoundError(f"{what} not found: {path}")
+    return path
+
+
+def policy_file_name(kind: str) -> str:
+    """What a policy file of ``kind`` is called in messages: its learner's name
+    (``PPO policy file``, ``SAC policy file``, ``TQC policy file``)."""
+    return f"{POLICY_ALGOS.get(kind, 'ppo').upper()} policy file"
+
+
+def read_meta(path: str | Path, kind: str = "ppo") -> dict[str, Any]:
+    """The ``residual_quad.json`` record of a saved policy, checked (:func:`check_meta`);
+    :class:`PolicyFileError` naming the file for anything unreadable or inconsistent. A missing
+    file or a folder is named as a policy of ``kind`` (its learner: :func:`policy_file_name`)."""
+    path = require_file(path, policy_file_name(kind))
     not_policy = (
         f"{path} is a zip archive but not a residual-quad PPO policy (no {META_ENTRY} entry; "
         "save policies with residual_quad.training)"
@@ -328,6 +350,10 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
             "env_kwargs.preview must agree with features.preview_k"
         )
     try:
+        record_preview(meta)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    try:
         ObsNormalizer.from_meta(meta.get("obs_norm"), spec.dim(ACTION_DIMS[kind]))
     except ValueError as exc:
         raise fail(f"obs_norm: {exc}") from None
@@ -342,6 +368,70 @@ def preview_points(env_kwargs: dict[str, Any]) -> int:
     if isinstance(preview, list | tuple) and preview:
         return preview[0] if isinstance(preview[0], int) else -1
     return -1
+
+
+def record_preview(meta: dict[str, Any]) -> PreviewSpec | None:
+    """The reference preview (``K`` points ``dt`` s apart) a policy record was trained with, part
+    of its observation layout as much as ``K`` is: ``env_kwargs.preview`` (every file with a
+    preview records the pair there — the shipped ``ppo_adapt`` files ``[10, 0.06]``); a record
+    whose ``env_kwargs.preview`` lacks the spacing (``[K]``) takes it from the training config
+    recorded with it (``config.env_kwargs.preview`` with the same ``K``). ``None`` without a
+    preview; a ``ValueError`` naming ``env_kwargs.preview`` for one that is no valid ``(K, dt)``
+    (:func:`~residual_quad.envs.observation.check_preview`) and has no such config entry."""
+    env_kwargs = meta.get("env_kwargs") or {}
+    preview = env_kwargs.get("preview") if isinstance(env_kwargs, dict) else None
+    if preview is None:
+        return None
+    why = ""
+    if isinstance(preview, list | tuple) and len(preview) == 1:
+        config = meta.get("config")
+        trained = config.get("env_kwargs") if isinstance(config, dict) else None
+        other = trained.get("preview") if isinstance(trained, dict) else None
+        if isinstance(other, list | tuple) and len(other) == 2 and other[0] == preview[0]:
+            preview = other
+        else:
+            why = (
+                f" (no spacing, and its config.env_kwargs.preview gives none for K = {preview[0]})"
+            )
+    try:
+        spec = check_preview(preview)
+        return None if spec is None else check_preview_horizon(spec)
+    except ValueError as exc:
+        raise ValueError(
+            f"env_kwargs.preview {preview!r} must be the (K, dt) the policy was trained on"
+            f"{why}: {exc}"
+        ) from None
+
+
+def policy_env_kwargs(meta: dict[str, Any]) -> dict[str, Any]:
+    """The env arguments a checked policy record was trained with (``env_kwargs``), its preview
+    as the full ``[K, dt]`` pair (:func:`record_preview`)."""
+    env_kwargs = dict(meta.get("env_kwargs", {}))
+    spec = record_preview(meta)
+    if spec is not None:
+        env_kwargs["preview"] = [spec.k, spec.dt_s]
+    return env_kwargs
+
+
+def check_flown_preview(trained: Any, flown: PreviewSpec | None, who: str) -> None:
+    """A :class:`~residual_quad.controllers.policy_inputs.LayoutError` naming both layouts
+    (``K`` and spacing) unless an env of preview ``flown`` gives the observations a policy
+    trained with preview ``trained`` (its ``env_kwargs.preview``) saw; ``who`` names the policy.
+    The spacing agrees to :data:`PREVIEW_DT_RTOL` relative (``3 × 0.02`` is ``0.06``)."""
+    want = check_preview(trained)
+    if want == flown or (
+        want is not None
+        and flown is not None
+        and want.k == flown.k
+        and math.isclose(want.dt_s, flown.dt_s, rel_tol=PREVIEW_DT_RTOL, abs_tol=0.0)
+    ):
+        return
+    pair = "no preview" if want is None else f"preview=({want.k}, {want.dt_s:g})"
+    raise LayoutError(
+        f"{who} was trained on observations {layout_name(want)} but the env gives "
+        f"{layout_name(flown)}: make the env with the policy's {pair} (run_episode and the "
+        "sweeps do when the env and its preview are left to them)"
+    )
 
 
 def policy_spec(meta: dict[str, Any]) -> FeatureSpec:
@@ -462,7 +552,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
     ``None``) and the numpy forward (``None``: SB3's ``predict``). Every inconsistency is a
     :class:`PolicyFileError` naming the file, raised here rather than at the first action."""
     sb3 = import_sb3(rl_purpose(kind))  # first: without SB3 the install hint is the useful answer
-    meta = read_meta(path)
+    meta = read_meta(path, kind)
     found = meta.get("controller", "ppo")
     if found != kind:
         raise PolicyFileError(

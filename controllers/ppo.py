@@ -41,6 +41,7 @@ from residual_quad.controllers.policy_file import (
     default_policy_path,
     load_policy,
     policy_actions,
+    policy_env_kwargs,
     policy_path,
     policy_spec,
     read_meta,
@@ -128,7 +129,7 @@ class PPOController(ObservationGuard):
         self.meta, self.model, self.normalizer, self.network = policy
         self.action_mode: str = self.meta["action_mode"]
         self.action_repeat = int(self.meta.get("action_repeat", 1))
-        self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
+        self.env_kwargs: dict[str, Any] = policy_env_kwargs(self.meta)
         self.context = context or ControlContext()
         self.spec = policy_spec(self.meta)
         self.inputs = policy_inputs(self, 1)

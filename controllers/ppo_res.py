@@ -64,6 +64,7 @@ from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     load_policy,
     policy_actions,
+    policy_env_kwargs,
     policy_path,
     policy_spec,
 )
@@ -182,7 +183,7 @@ class ResidualPPOController(PIDTracker):
         self.accel_scale = float(self.meta["accel_scale"])  # m/s²
         self.correction_rate: float | None = self.meta.get("correction_rate")  # m/s³ or None
         self.action_repeat = int(self.meta.get("action_repeat", 1))
-        self.env_kwargs: dict[str, Any] = dict(self.meta.get("env_kwargs", {}))
+        self.env_kwargs: dict[str, Any] = policy_env_kwargs(self.meta)
         self.spec = policy_spec(self.meta)
         self.tracker: str = self.meta.get("tracker", "geo")
         # the tracker's inner-loop gains the policy was trained with (None: the defaults)

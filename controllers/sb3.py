@@ -78,6 +78,8 @@ def _existing(path: str | Path, what: str) -> Path:
         zipped = p.with_name(p.name + ".zip")
         if zipped.is_file():
             return zipped
+    if p.is_dir():
+        raise SB3PolicyError(f"stable-baselines3 {what} file {p} is a directory, not a file")
     if not p.is_file():
         raise SB3PolicyError(f"stable-baselines3 {what} file not found: {p}")
     return p

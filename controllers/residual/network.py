@@ -223,6 +223,10 @@ class ResidualMLP:
         shapes, finite values and a JSON-object metadata record.
         """
         path = Path(path)
+        if path.is_dir():
+            raise ResidualWeightsError(
+                f"residual weights file {str(path)!r} is a directory, not a weights file"
+            )
         if not path.is_file():
             raise ResidualWeightsError(f"residual weights file {str(path)!r} does not exist")
 

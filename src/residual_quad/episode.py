@@ -95,6 +95,50 @@ def observation_env(controller: Any) -> dict[str, Any]:
     return {}
 
 
+_MAX_NESTING = 4  # controller levels _policies looks through (groups of batches of singles)
+
+
+def _policies(controller: Any, depth: int = 0) -> list[Any]:
+    """``controller`` and what it flies through: a batched controller's ``single``, a loop's
+    ``controllers``, a group's ``parts`` (each in turn)."""
+    found = [controller]
+    if depth < _MAX_NESTING:
+        children = [getattr(controller, "single", None)]
+        children += list(getattr(controller, "controllers", ()) or ())
+        children += [part[0] for part in getattr(controller, "parts", ()) or ()]
+        for child in children:
+            if child is not None:
+                found += _policies(child, depth + 1)
+    return found
+
+
+def check_observation(controller: Any, env: Any) -> None:
+    """A :class:`~residual_quad.controllers.policy_inputs.LayoutError` naming both layouts unless
+    the env ``env`` (unwrapped; one env of a vector env) gives every policy ``controller`` flies
+    (alone, batched or in groups) the observation it was trained on: the preview of its file's
+    ``env_kwargs`` (:data:`OBSERVATION_ENV_KWARGS`), its ``K`` and its spacing. A policy without
+    a preview reads the base fields of any env; an env that does not say its preview (a remote
+    one) is left to the observation width check of the policy's inputs."""
+    from residual_quad.controllers.policy_file import check_flown_preview
+
+    flown = getattr(env, "preview_spec", _UNKNOWN)
+    if flown is _UNKNOWN:
+        return
+    for policy in _policies(controller):
+        kwargs = getattr(policy, "env_kwargs", None)
+        spec = getattr(policy, "spec", None)
+        if not isinstance(kwargs, dict) or not getattr(spec, "preview_k", 0):
+            continue
+        if "preview" not in kwargs:
+            continue  # an in-memory policy: its trainer makes the env
+        path = getattr(policy, "path", None)
+        who = f"{getattr(policy, 'kind', 'the')} policy" + (f" {path}" if path else "")
+        check_flown_preview(kwargs["preview"], flown, who)
+
+
+_UNKNOWN = object()
+
+
 def run_episode(
     controller: Controller | str,
     env: gym.Env | None = None,
@@ -187,6 +231,7 @@ def _fly(
             f"controller acts in action_mode {controller.action_mode!r} but the env was "
             f"made with {base.action_mode!r}"
         )
+    check_observation(controller, base)
     t0 = time.perf_counter()
     obs, info = env.reset(seed=seed, options=reset_options)
     controller.reset(seed)
@@ -435,6 +480,7 @@ def fly_batch(
                 f"controller acts in action_mode {controller.action_mode!r} but the env was "
                 f"made with {venv.envs[0].action_mode!r}"
             )
+        check_observation(controller, venv.envs[0])
         t0 = time.perf_counter()
         seeds = [s.seed for s in specs]
         obs, info = venv.reset(seed=seeds)

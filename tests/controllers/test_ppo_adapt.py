@@ -311,3 +311,80 @@ def test_a_preview_policy_flies_in_the_env_of_its_file_alone_and_in_sweeps(tmp_p
     failed = run_sweep(other, tmp_path / "other", backend="local", progress=False)
     assert all(r.get("failed") for r in failed)
     assert "preview 2" in failed[0]["error"] and "preview 3" in failed[0]["error"]
+
+
+def test_a_preview_policy_refuses_an_env_of_another_spacing_alone_batched_and_in_a_sweep(tmp_path):
+    """The preview's spacing is part of the layout, as its K is: trained on 2 × 0.1 s, an env of
+    2 × 0.05 s (the same observation width) is refused before the first step by run_episode
+    (given env=, or the preview as an argument), by fly_batch, and a sweep's runs become failure
+    rows — each naming both spacings."""
+    from residual_quad.controllers.policy_inputs import LayoutError
+    from residual_quad.episode import RunSpec, fly_batch, run_episode
+    from residual_quad.evaluation.sweep import SweepConfig, run_sweep
+
+    path = tiny_policy(tmp_path / "p.zip", "ppo_adapt", PREVIEW, env_kwargs={"preview": [2, 0.1]})
+    both = r"preview 2 × 0\.1 s .* preview 2 × 0\.05 s"
+    ctrl = make_controller("ppo_adapt", path=path)
+    env = gym.make("ResidualQuad-v0", preview=(2, 0.05), episode_s=0.5)
+    with pytest.raises(LayoutError, match=both):
+        run_episode(ctrl, env=env)
+    env.close()
+    with pytest.raises(LayoutError, match=both):
+        run_episode(ctrl, preview=(2, 0.05), episode_s=0.5)
+    assert run_episode(ctrl, preview=(2, 3 * (0.1 / 3)), episode_s=0.5).steps > 0  # rounding
+    batch = batch_from_spec(parse_spec(f"ppo_adapt:path={path}"), 2)
+    runs = [RunSpec("ppo_adapt", seed=s, episode_s=0.5) for s in (0, 1)]
+    with pytest.raises(LayoutError, match=both):
+        fly_batch(runs, batch, {"preview": [2, 0.05]})
+    cfg = SweepConfig(
+        controllers=[f"ppo_adapt:path={path}"],
+        payloads=["none"],
+        winds=["calm"],
+        trajectories=["hover"],
+        seeds=[0],
+        episode_s=0.5,
+        series=[],
+        env={"preview": [2, 0.05]},
+    )
+    rows = run_sweep(cfg, tmp_path / "sweep", backend="vector", progress=False)
+    assert rows and all(r.get("failed") for r in rows)
+    assert "preview 2 × 0.1 s" in rows[0]["error"] and "preview 2 × 0.05 s" in rows[0]["error"]
+
+
+def test_the_shipped_ppo_adapt_refuses_another_preview_spacing():
+    """The shipped files record their preview in env_kwargs ([10, 0.06], no spacing in the
+    features record): that pair is what an env is checked against."""
+    from residual_quad.controllers.policy_inputs import LayoutError
+    from residual_quad.episode import run_episode
+
+    ctrl = make_controller("ppo_adapt")
+    env = gym.make("ResidualQuad-v0", preview=(10, 0.05), episode_s=0.5)
+    with pytest.raises(LayoutError, match=r"preview 10 × 0\.06 s .* preview 10 × 0\.05 s"):
+        run_episode(ctrl, env=env)
+    env.close()
+    with pytest.raises(LayoutError, match=r"10 × 0\.06 s .* base \(36\)"):
+        run_episode(ctrl, env=gym.make("ResidualQuad-v0", episode_s=0.5))
+
+
+@pytest.mark.parametrize(
+    ("env_kwargs", "config", "found"),
+    [
+        ({"preview": [2]}, {"env_kwargs": {"preview": [2, 0.1]}}, [2, 0.1]),
+        ({"preview": [2, 0.1]}, None, [2, 0.1]),
+        ({"preview": [2]}, None, "env_kwargs.preview"),
+        ({"preview": [2]}, {"env_kwargs": {"preview": [3, 0.1]}}, "env_kwargs.preview"),
+        ({"preview": [2, -0.1]}, None, "env_kwargs.preview"),
+        ({"preview": [2, 1e17]}, None, "window K·dt must be at most 3600 s"),
+    ],
+)
+def test_a_records_preview_spacing_is_read_or_refused(tmp_path, env_kwargs, config, found):
+    """A record whose env_kwargs.preview lacks the spacing takes it from the training config
+    recorded with it (same K); without one, or with a spacing that is no valid dt, the file is
+    a PolicyFileError naming the key."""
+    record = {"env_kwargs": env_kwargs} | ({"config": config} if config else {})
+    path = tiny_policy(tmp_path / "p.zip", "ppo_adapt", PREVIEW, **record)
+    if isinstance(found, list):
+        assert make_controller("ppo_adapt", path=path).env_kwargs == {"preview": found}
+    else:
+        with pytest.raises(PolicyFileError, match=found):
+            make_controller("ppo_adapt", path=path)

@@ -109,6 +109,18 @@ def test_unreadable_records_name_the_file(tmp_path):
             make_controller("ppo", path=path)
 
 
+@pytest.mark.parametrize("kind", ["ppo", "ppo_res", "ppo_adapt", "sac", "tqc"])
+def test_a_missing_policy_or_a_folder_is_named_with_its_algorithm(tmp_path, kind):
+    """``sac:path=nope.zip`` is a missing SAC policy, not a PPO one; a folder is a folder."""
+    if kind == "tqc":
+        pytest.importorskip("sb3_contrib", reason="tqc needs sb3-contrib")
+    algo = {"sac": "SAC", "tqc": "TQC"}.get(kind, "PPO")
+    with pytest.raises(FileNotFoundError, match=rf"^{algo} policy file not found: .*nope\.zip$"):
+        make_controller(kind, path=tmp_path / "nope.zip")
+    with pytest.raises(IsADirectoryError, match=rf"^{algo} policy file .* is a directory, not"):
+        make_controller(kind, path=tmp_path)
+
+
 def test_the_shipped_record_passes_unchanged(tmp_path):
     path = _with_record(tmp_path / "same.zip", json.dumps(_meta()).encode())
     ctrl = make_controller("ppo", path=path)

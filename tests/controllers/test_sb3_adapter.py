@@ -247,6 +247,8 @@ def test_missing_and_foreign_files_are_named(zips, tmp_path):
         make_controller("sb3", path=str(missing))
     with pytest.raises(SB3PolicyError, match=r"not found: .*stats\.pkl"):
         make_controller("sb3", path=str(zips["PPO"]), vecnormalize=str(tmp_path / "stats.pkl"))
+    with pytest.raises(SB3PolicyError, match=r"policy file .* is a directory, not a file"):
+        make_controller("sb3", path=str(tmp_path))
     plain = tmp_path / "plain.zip"
     with zipfile.ZipFile(plain, "w") as archive:
         archive.writestr("hello.txt", "hi")

@@ -96,6 +96,7 @@ def test_corrupt_or_wrong_weight_files_give_readable_errors(tmp_path: Path, rand
         garbage: "not a readable .npz",
         truncated: "not a readable .npz",
         tmp_path / "missing.npz": "does not exist",
+        tmp_path: "is a directory, not a weights file",
         _rewrite(good, tmp_path / "shape.npz", W1=np.zeros((64, 32))): "W1 has shape (64, 32)",
         _rewrite(good, tmp_path / "version.npz", format_version=np.array(99)): "format version 99",
         _rewrite(good, tmp_path / "nokey.npz", W2=None): "missing layer array 'W2'",
