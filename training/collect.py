@@ -39,6 +39,7 @@ from residual_quad.controllers.residual.features import (
     measured_residual,
 )
 from residual_quad.controllers.trackers import GeoTracker
+from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.trajectories import TRAJECTORIES
@@ -77,6 +78,9 @@ class CollectConfig:
     workers: int = 2  # processes
 
     def __post_init__(self) -> None:
+        for i, seed in enumerate(self.seeds):
+            integer(f"seeds[{i}]", seed, low=0)
+        integer("excitation_seed", self.excitation_seed, low=0)
         for p in self.payloads:
             resolve_payload(p)  # validates
             if p == "extra" or resolve_payload(p) >= PAYLOAD_LEVELS["extra"] - 1e-9:

@@ -12,6 +12,7 @@ Training runs on the vector env (``backend: vector``). The ``subproc`` backend (
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from dataclasses import dataclass, field
@@ -21,12 +22,14 @@ from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_
 from residual_quad.controllers.policy_file import (
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
+    RESERVED_ENV_KWARGS,
     RESIDUAL_TRACKERS,
     is_correction_rate,
     preview_points,
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
+from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 
@@ -258,6 +261,8 @@ class PPOTrainConfig:
                 )
 
     def __post_init__(self) -> None:
+        for name in ("seed", "eval_seed"):
+            integer(name, getattr(self, name), low=0)
         self._check_learner()
         if self.controller not in POLICY_CONTROLLERS:
             raise ValueError(
@@ -351,14 +356,28 @@ class PPOTrainConfig:
         self._check_budget()
         if self.action_repeat < 1:
             raise ValueError(f"action_repeat must be >= 1, got {self.action_repeat}")
-        reserved = {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
-        reserved |= {"reward_weights", "max_position_error"}
-        clash = sorted(reserved & set(self.env_kwargs))
-        if clash:
-            raise ValueError(f"env_kwargs may not set {clash}: they have their own keys")
+        self._check_env_kwargs()
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
         self._check_smoothness()
+
+    def _check_env_kwargs(self) -> None:
+        """``env_kwargs``: ``ResidualQuad-v0`` arguments (the ones a policy file may record:
+        not those with their own keys here), with values that build an env; a ``ValueError``
+        naming ``env_kwargs`` and the key."""
+        from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+
+        clash = sorted(RESERVED_ENV_KWARGS & set(self.env_kwargs))
+        if clash:
+            raise ValueError(f"env_kwargs may not set {clash}: they have their own keys")
+        valid = sorted(set(inspect.signature(ResidualQuadEnv).parameters) - RESERVED_ENV_KWARGS)
+        unknown = sorted(set(map(str, self.env_kwargs)) - set(valid))
+        if unknown:
+            raise ValueError(f"env_kwargs: unknown key(s) {unknown}; valid keys: {valid}")
+        try:
+            ResidualQuadEnv(**self.env_kwargs).close()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"env_kwargs: {exc}") from None
 
     def _check_smoothness(self) -> None:
         """``ppo.spatial_smoothness`` finite ≥ 0 and ``ppo.smoothness_sigma`` finite > 0."""

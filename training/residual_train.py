@@ -28,6 +28,7 @@ import numpy as np
 
 from residual_quad.controllers.residual.features import N_FEATURES, OUTPUT_NAMES
 from residual_quad.controllers.residual.network import ResidualMLP
+from residual_quad.envs.checks import integer
 from residual_quad.training.residual_net import Adam, batch_step, normalize_targets
 
 
@@ -49,6 +50,7 @@ class TrainConfig:
     blas_threads: int = 1  # OpenBLAS threads during training (see training.blas)
 
     def __post_init__(self) -> None:
+        integer("seed", self.seed, low=0)
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError("hidden must list at least one positive width")
         if self.epochs < 1 or self.batch_size < 1 or self.patience < 1:

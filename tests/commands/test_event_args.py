@@ -7,6 +7,7 @@ import argparse
 import json
 
 import pytest
+from cli_helpers import assert_user_error, run_main
 
 from residual_quad.cli import main
 from residual_quad.commands.argtypes import event_arg
@@ -39,6 +40,22 @@ def test_event_arg_parses_every_kind():
 def test_bad_events_are_argument_errors_listing_the_kinds(text):
     with pytest.raises(argparse.ArgumentTypeError, match="KIND one of payload, wind, rotor"):
         event_arg(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("payload:t_s=1,t_s=2,mass_kg=0.5", "field 't_s' is given twice"),
+        ("rotor:t_s=1,rotor=0,efficiency=0.7,rotor=1", "field 'rotor' is given twice"),
+        ("payload:kind=wind,t_s=1,mass_kg=0.5", "the kind goes before the ':'"),
+    ],
+)
+def test_a_repeated_event_field_is_one_user_error_naming_it(capsys, text, message):
+    """A field given twice would silently keep the last value: refused at parse time."""
+    with pytest.raises(argparse.ArgumentTypeError, match=message):
+        event_arg(text)
+    res = run_main(["eval", "--controller", "pid", "--episode-s", "2", "--event", text], capsys)
+    assert_user_error(res, "eval", "argument --event: bad event", message)
 
 
 def test_eval_with_an_event_prints_the_recovery_columns(capsys):

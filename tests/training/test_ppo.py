@@ -340,6 +340,51 @@ def test_config_is_strict_and_holds_extra_out():
     assert cfg.total_steps == 16384 and cfg.seed == 0 and "extra" not in cfg.payloads
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("seed: -3\n", "seed must be an integer in [0, inf], got -3"),
+        ("eval_seed: -1\n", "eval_seed must be an integer in [0, inf], got -1"),
+        ("env_kwargs: {nope: 1}\n", "env_kwargs: unknown key(s) ['nope']; valid keys: ["),
+        ("env_kwargs: {wind: calm}\n", "env_kwargs may not set ['wind']"),
+        (
+            "env_kwargs: {preview: [10, 1.0e17]}\nfeatures: {preview_k: 10}\n",
+            "env_kwargs: preview window K·dt must be",
+        ),
+        ("env_kwargs: {control_hz: -5}\n", "env_kwargs: control_hz must be"),
+    ],
+)
+def test_a_bad_seed_or_env_kwargs_names_the_file_and_the_key(tmp_path, capsys, text, message):
+    """At load, not at the first reset: the message is the file, then the key (as the loader
+    names every other key), and `rquad train` prints it as one user error."""
+    from residual_quad.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value), err.value
+    assert main(["train", "ppo", str(path), "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == f"rquad train ppo: error: {err.value}"
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_residual_training_configs_name_a_negative_seed(tmp_path):
+    from residual_quad.training.collect import CollectConfig
+    from residual_quad.training.residual_train import TrainConfig
+
+    for cls, text, message in (
+        (TrainConfig, "seed: -3\n", "seed must be an integer in [0, inf], got -3"),
+        (CollectConfig, "seeds: [1, -3]\n", "seeds[1] must be an integer in [0, inf], got -3"),
+        (CollectConfig, "excitation_seed: -1\n", "excitation_seed must be an integer in [0, "),
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        with pytest.raises(ValueError) as err:
+            configs.load(cls, path)
+        assert str(err.value).startswith(f"{path}: ") and message in str(err.value), err.value
+
+
 def test_training_payloads_may_be_masses_lighter_than_the_held_out_one():
     """A grid of masses randomizes the payload beyond the named levels; a mass at or beyond the
     held-out ``extra`` (0.75 kg) would train on it (or make it an interpolation) and is refused,

@@ -138,7 +138,8 @@ def remote_address(text: str) -> str:
 def event_arg(text: str) -> dict:
     """One scenario event, ``KIND:FIELD=VALUE,...`` (``payload:t_s=5,mass_kg=0.5``,
     ``wind:t_s=5,mean_mps=3/0/0,rise_s=1``, ``rotor:t_s=5,rotor=0,efficiency=0.7``; a vector's
-    entries separated by ``/``), checked as the env checks it (:mod:`residual_quad.envs.events`)."""
+    entries separated by ``/``), checked as the env checks it (:mod:`residual_quad.envs.events`);
+    a field given twice is refused (it would silently keep the last)."""
     from residual_quad.envs.events import EVENT_KINDS, parse_event
 
     kind, _, rest = text.partition(":")
@@ -148,6 +149,10 @@ def event_arg(text: str) -> dict:
             key, eq, value = item.partition("=")
             if not eq:
                 raise ValueError(f"expected FIELD=VALUE, got {item!r}")
+            if key == "kind":
+                raise ValueError("the kind goes before the ':', not in a kind=... field")
+            if key in spec:
+                raise ValueError(f"field {key!r} is given twice")
             if "/" in value:
                 spec[key] = tuple(float(v) for v in value.split("/"))
             elif key == "rotor":
