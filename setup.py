@@ -68,7 +68,7 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view
             "msgpack>=1.0",
-            "mcap>=1.1",
+            "mcap>=1.6",  # Writer.flush: the flight log made durable every second
             "mcap-ros2-support>=0.5",
             "rosbags>=0.10",
             "foxglove-sdk>=0.20",
