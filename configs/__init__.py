@@ -324,3 +324,53 @@ def dump(obj: Any, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(to_dict(obj), sort_keys=False))
     return path
+
+
+class _Unset:
+    """The value of a key one config lacks (:func:`first_difference`)."""
+
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+#: what :func:`first_difference` reports for a key one side does not have
+UNSET: Any = _Unset()
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """The default of every field of the dataclass ``cls`` that has one, as plain data
+    (:func:`to_dict`), without building ``cls`` (no validation)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING:
+            out[f.name] = to_dict(f.default_factory())
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = to_dict(f.default)
+    return out
+
+
+def first_difference(
+    theirs: Any, ours: Any, ignore: typing.Iterable[str] = ()
+) -> tuple[str, Any, Any] | None:
+    """The first key where two configs as plain data (:func:`to_dict`, or a saved YAML) differ:
+    ``(key, their value, our value)``, the key a dotted path into nested mappings
+    (``env.preset``) and :data:`UNSET` for a side that lacks it; ``None`` when they agree.
+
+    Keys are visited in ``ours``' order, then those only ``theirs`` has; top-level keys in
+    ``ignore`` are not compared. Lists and scalars compare whole (``1 == 1.0``)."""
+    skip = set(ignore)
+
+    def walk(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            return None if a == b else (path, a, b)
+        for key in [*b, *(k for k in a if k not in b)]:
+            if not path and key in skip:
+                continue
+            found = walk(
+                a.get(key, UNSET), b.get(key, UNSET), f"{path}.{key}" if path else str(key)
+            )
+            if found is not None:
+                return found
+        return None
+
+    return walk(theirs, ours, "")

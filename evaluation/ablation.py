@@ -162,15 +162,12 @@ def run_status(folder: Path, cfg: PPOTrainConfig) -> str:
     if not saved.is_file():
         return "new"
     theirs = configs.to_dict(configs.load(PPOTrainConfig, saved))
-    ours = configs.to_dict(cfg)
-    for key in SPEED_KEYS:
-        theirs.pop(key, None)
-        ours.pop(key, None)
-    if theirs != ours:
-        key = next(k for k in ours if ours[k] != theirs.get(k))
+    differs = configs.first_difference(theirs, configs.to_dict(cfg), ignore=SPEED_KEYS)
+    if differs is not None:
+        key, there, here = differs
         raise ValueError(
-            f"{folder} holds a run of another config ({key}: {theirs.get(key)!r} there, "
-            f"{ours[key]!r} in the ablation); move it away or use another --out"
+            f"{folder} holds a run of another config ({key}: {there!r} there, "
+            f"{here!r} in the ablation); move it away or use another --out"
         )
     if (folder / "summary.json").is_file():
         return "done"

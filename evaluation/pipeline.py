@@ -27,7 +27,7 @@ from residual_quad.evaluation.beyond import (
     sweep_name,
 )
 from residual_quad.evaluation.sweep.config import SweepConfig
-from residual_quad.evaluation.sweep.engine import run_sweep
+from residual_quad.evaluation.sweep.engine import check_resume_config, run_sweep
 from residual_quad.evaluation.sweep.rows import read_rows
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
@@ -46,6 +46,8 @@ REGENERATE = "rquad pipeline --out docs/results --record-outcome"
 #: each stage's wall seconds (collect, train, evaluate, report) and the env-steps the evaluation
 #: flew, next to ``report.md`` (``rquad bench --sections pipeline`` reads it)
 TIMINGS_FILE = "pipeline_timings.json"
+#: the pipeline-config keys ``--resume`` may change: processes and the rendered GIF, never a row
+RESUME_FREE_KEYS = ("workers", "figure_workers", "animation")
 #: the stage (a key of the timings) that flies the "Beyond the source" sweeps
 BEYOND_STAGE = "evaluate, beyond the source"
 
@@ -123,6 +125,8 @@ def run_pipeline(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if resume:  # the reused stages must be this config's (each sweep checks its own too)
+        check_resume_config(cfg, out, PIPELINE_CONFIG_FILE, RESUME_FREE_KEYS)
     configs.dump(cfg, out / PIPELINE_CONFIG_FILE)
     timings: dict[str, float] = {}
     workers = cfg.workers or None

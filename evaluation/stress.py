@@ -32,7 +32,14 @@ from residual_quad.controllers.specs import ControllerEntry, ControllerSpec
 from residual_quad.envs.disturbances import WindModel, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES, check_reference
 from residual_quad.episode import RunSpec, build_controller, fly, fly_batch
-from residual_quad.evaluation.sweep.config import ControllerLabels, SweepConfig, expand
+from residual_quad.evaluation.sweep.config import (
+    ControllerLabels,
+    SweepConfig,
+    check_episode_s,
+    check_seeds,
+    check_unique,
+    expand,
+)
 from residual_quad.evaluation.sweep.engine import run_one, run_rows, sweep_batches
 from residual_quad.evaluation.sweep.rows import (
     SERIES_DIR,
@@ -47,6 +54,8 @@ from residual_quad.training.blas import blas_threads
 
 GROUPS = ("yaw", "envelope", "gust")
 CONFIG_FILE = "stress_config.yaml"
+#: the keys ``--resume`` may change (each run's id names its seed): ``engine.check_resume_config``
+RESUME_FREE_KEYS = ("seeds",)
 LOST = ("position_error",)  # terminations that are not a physical crash
 FLIP_TILT = math.pi / 2  # rad, a run whose tilt exceeded this was upside down
 
@@ -126,10 +135,8 @@ class StressScenario:
             )
         if not _finite_numbers([self.yaw_offset_deg], 1):
             raise ValueError(f"scenario {self.name}: yaw_offset_deg must be finite (deg)")
-        if self.episode_s is not None and not (
-            _finite_numbers([self.episode_s], 1) and self.episode_s > 0
-        ):
-            raise ValueError(f"scenario {self.name}: episode_s must be a positive number (s)")
+        if self.episode_s is not None:  # the stress study flies the env's default settings
+            check_episode_s(self.episode_s, where=f"scenario {self.name}: ")
 
     def spec(self, controller: str, seed: int, episode_s: float) -> RunSpec:
         """The run of ``controller`` (a label) in this scenario."""
@@ -173,21 +180,14 @@ class StressConfig(ControllerLabels):
     scenarios: list[StressScenario] = field(default_factory=list)  # the study's data: YAML only
 
     def __post_init__(self) -> None:
-        """Unknown labels and duplicates (a controller, seed or scenario name listed twice would
-        fly the same ``run_id`` twice) are errors naming the culprit."""
-        specs = self._resolve_controllers()
-        for spec in specs:  # a user factory or a bad option is named now, not mid-study
-            if (spec.is_import_path or spec.options) and spec.label not in self.controller_options:
-                build_controller(spec)
-        for what, values in (
-            ("seeds", self.seeds),
-            ("scenario names", [s.name for s in self.scenarios]),
-        ):
-            seen: set[Any] = set()
-            for v in values:
-                if v in seen:
-                    raise ValueError(f"{what}: {v!r} is listed twice; every entry must be unique")
-                seen.add(v)
+        """Unknown labels, duplicates (a controller, seed or scenario name listed twice would fly
+        the same ``run_id`` twice), seeds and episode lengths the env refuses and bad controller
+        options are errors at load naming the culprit."""
+        self._resolve_controllers()
+        check_seeds(self.seeds)
+        check_episode_s(self.episode_s)  # the default env: a stress study sets no env arguments
+        check_unique("scenario names", [s.name for s in self.scenarios])
+        self._check_controller_builds({})  # a user factory that raises fails its runs instead
 
 
 def stress_row(
@@ -350,6 +350,7 @@ def run_stress(
         progress=progress,
         desc="stress",
         retry_failed=retry_failed,
+        free_keys=RESUME_FREE_KEYS,
     )
     series: dict[tuple[str, str], np.ndarray] = {}
     if series_dir is not None:

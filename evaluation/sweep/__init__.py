@@ -2,7 +2,9 @@
 
 Each run becomes one JSON row appended to ``rows.jsonl`` the moment it finishes (one ``write`` +
 ``fsync`` of a complete line), so an interrupted sweep — Ctrl-C, a killed worker, a lost node —
-loses no finished run, and ``resume=True`` skips every run already in the file. Runs are pure
+loses no finished run, and ``resume=True`` skips every run already in the file — only with the
+config the folder was flown with (:func:`check_resume_config`: a run id does not name the
+settings, so other settings would mix silently with the rows there). Runs are pure
 functions of their spec (seeded env, controllers reset with the seed), so the local process pool and
 the Ray backend produce the same rows bit for bit (``wall_time`` aside).
 
@@ -24,6 +26,7 @@ from residual_quad.episode import RunSpec
 from residual_quad.evaluation.sweep.config import (
     CONFIG_FILE,
     MATRIX_ENV_KEYS,
+    RESUME_FREE_KEYS,
     SERIES_KEYS,
     ControllerLabels,
     SweepConfig,
@@ -34,6 +37,7 @@ from residual_quad.evaluation.sweep.engine import (
     DEFAULT_BACKEND,
     MAX_BATCH,
     SWEEP_BACKENDS,
+    check_resume_config,
     run_batch,
     run_one,
     run_rows,
@@ -66,6 +70,7 @@ __all__ = [
     "LOCK_FILE",
     "MATRIX_ENV_KEYS",
     "MAX_BATCH",
+    "RESUME_FREE_KEYS",
     "ROWS_FILE",
     "SERIES_DIR",
     "SERIES_KEYS",
@@ -75,6 +80,7 @@ __all__ = [
     "RowWriter",
     "RunSpec",
     "SweepConfig",
+    "check_resume_config",
     "drop_failed_rows",
     "expand",
     "failed_rows",

@@ -4,7 +4,8 @@ expansion into the :class:`~residual_quad.episode.RunSpec` of every run.
 
 A config is checked up front so that a sweep never trips over a bad value mid-flight: unknown
 names, duplicate entries, env arguments that do not build an env and controller options that do
-not build their controller are all errors at load time.
+not build their controller are all errors at load time (a user factory that raises anything but a
+``ValueError`` is a failing controller instead, which fails its runs: :func:`check_builds`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
+from residual_quad.controllers.base import BUILTIN_CONTROLLERS
 from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
@@ -31,6 +33,10 @@ from residual_quad.evaluation.recovery import recovery_spec
 #: the file a sweep's resolved config is saved as in its output folder
 CONFIG_FILE = "sweep_config.yaml"
 SERIES_KEYS = ("payload", "wind", "trajectory", "seed", "controller")
+#: the keys ``--resume`` may change (:func:`~residual_quad.evaluation.sweep.engine.
+#: check_resume_config`): the processes, which time series are kept, and the matrix axes, whose
+#: entries each run's id names (a resume with another seed adds or drops runs, and changes none)
+RESUME_FREE_KEYS = ("payloads", "winds", "trajectories", "seeds", "series", "workers")
 #: env arguments set per run (by the matrix, or by the controller: ``action_mode``), so ``env:``
 #: cannot set them
 MATRIX_ENV_KEYS = (
@@ -64,6 +70,12 @@ class ControllerLabels:
         self.controllers = normalized_entries(self.controllers, specs)
         self._specs = {s.label: s for s in specs}
         return specs
+
+    def _check_controller_builds(self, env: dict[str, Any]) -> None:
+        """Build every optioned or user controller once at ``env``'s control rate
+        (:func:`check_builds`): a bad option is named at load, not in the middle of a sweep."""
+        _check_controller_options(self.controller_options, env, self._specs)
+        _check_user_controllers(list(self._specs.values()), self.controller_options, env)
 
     def controller_spec(self, label: str) -> ControllerSpec:
         """The resolved spec of a run label (a compact spec that is not an entry parses itself)."""
@@ -130,7 +142,7 @@ class SweepConfig(ControllerLabels):
         """
         for p in self.payloads:
             resolve_payload(p)
-        specs = self._resolve_controllers()
+        self._resolve_controllers()
         for w in self.winds:
             _check_wind(w)
         for t in self.trajectories:
@@ -138,25 +150,66 @@ class SweepConfig(ControllerLabels):
                 raise ValueError(
                     f"unknown trajectory {t!r}; valid choices: {', '.join(TRAJECTORIES)}"
                 )
-        for seed in self.seeds:
-            if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-                raise ValueError(f"seeds: {seed!r} is not an integer >= 0")
-        for name in ("payloads", "winds", "trajectories", "seeds"):
+        for name in ("payloads", "winds", "trajectories"):
             values = getattr(self, name)
             if not values:
                 raise ValueError(f"{name}: the list is empty; a sweep needs at least one entry")
-            _check_unique(name, values)
-        if not (isinstance(self.episode_s, int | float) and 0 < self.episode_s < math.inf):
-            raise ValueError(f"episode_s must be a finite number > 0 (s), got {self.episode_s!r}")
+            check_unique(name, values)
+        check_seeds(self.seeds)
+        check_episode_s(self.episode_s, self.env)
         if not isinstance(self.workers, int) or self.workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0: every core), got {self.workers}")
         _check_env(self.env, self.episode_s)
         recovery_spec(self.env, self.episode_s, self.recovery_band_m)
-        _check_controller_options(self.controller_options, self.env, self._specs)
-        _check_user_controllers(specs, self.controller_options, self.env)
+        self._check_controller_builds(self.env)
         _check_series(self.series)
         ids = [s.run_id for s in expand(self)]
-        _check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+        check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+
+
+def check_seeds(seeds: Any) -> None:
+    """``seeds`` is a non-empty list of distinct integers >= 0 (the env's seeds): a
+    ``ValueError`` naming the bad entry, so that no run is flown with a seed the env refuses."""
+    if not isinstance(seeds, list) or not seeds:
+        raise ValueError(f"seeds: expected a non-empty list of integers >= 0, got {seeds!r}")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seeds: {seed!r} is not an integer >= 0")
+    check_unique("seeds", seeds)
+
+
+def check_episode_s(episode_s: Any, env: Any = None, where: str = "") -> None:
+    """``episode_s`` (s) is an episode length the env flies at the control rate of the env
+    settings ``env``: the env's own check (a finite number from one control period to its
+    ``MAX_EPISODE_S``), at load rather than as a failure of every run. ``where`` prefixes the
+    message (``"scenario x: "``)."""
+    if isinstance(episode_s, bool) or not isinstance(episode_s, int | float):
+        raise ValueError(f"{where}episode_s must be a number of seconds, got {episode_s!r}")
+    rate = (
+        {"control_hz": env["control_hz"]} if isinstance(env, dict) and "control_hz" in env else {}
+    )
+    try:
+        ResidualQuadEnv(episode_s=episode_s, **rate).close()
+    except ValueError as exc:
+        raise ValueError(f"{where}{exc}") from None
+
+
+def check_builds(
+    spec: ControllerSpec, env: dict[str, Any] | None = None, options: dict[str, Any] | None = None
+) -> None:
+    """Build ``spec`` (with ``options``) once at load, so that a bad spec or option is named now:
+    a ``ValueError`` (a missing module or attribute, an unknown option, something that is not a
+    Controller, a factory refusing a value). Anything else a user factory (an import path, a
+    plugin) raises when called — a missing device, a bug — is its controller failing, not the
+    config: it is not raised here, and every run of that controller becomes a failure row, as a
+    controller failing in flight does."""
+    try:
+        build_controller(spec, env, options)
+    except ValueError:
+        raise
+    except Exception:
+        if spec.target in BUILTIN_CONTROLLERS:
+            raise
 
 
 def _check_wind(wind: Any) -> None:
@@ -175,7 +228,8 @@ def _check_wind(wind: Any) -> None:
         )
 
 
-def _check_unique(name: str, values: list[Any]) -> None:
+def check_unique(name: str, values: list[Any]) -> None:
+    """A ``ValueError`` naming the first entry of ``values`` listed twice."""
     seen: set[Any] = set()
     for v in values:
         key = tuple(v) if isinstance(v, list) else v
@@ -210,17 +264,18 @@ def _check_env(env: Any, episode_s: float) -> None:
 def _check_user_controllers(
     specs: list[ControllerSpec], options: dict[str, dict[str, Any]], env: dict[str, Any]
 ) -> None:
-    """Build every spec that is not a plain built-in name once: a factory that fails, an object
+    """Build every spec that is not a plain built-in name once (:func:`check_builds`): an object
     that is not a Controller or a bad option is named now, not in the middle of the sweep."""
     for spec in specs:
         if (spec.is_import_path or spec.options) and spec.label not in options:
-            build_controller(spec, env)
+            check_builds(spec, env)
 
 
 def _check_controller_options(
     options: Any, env: dict[str, Any], specs: dict[str, ControllerSpec]
 ) -> None:
-    """Every ``controller_options`` entry names a controller label and builds it."""
+    """Every ``controller_options`` entry names a controller label and builds it
+    (:func:`check_builds`)."""
     if not isinstance(options, dict):
         raise ValueError(f"controller_options: expected a mapping label → options, got {options!r}")
     for label, opts in options.items():
@@ -228,7 +283,7 @@ def _check_controller_options(
             raise ValueError(f"controller_options[{label}]: expected a mapping, got {opts!r}")
         spec = specs.get(str(label)) or parse_spec(str(label))
         try:
-            build_controller(spec, env, opts)
+            check_builds(spec, env, opts)
         except Exception as exc:  # unknown option, wrong type, missing weights file, ...
             raise ValueError(
                 f"controller_options[{label}]: invalid options {opts!r}: {exc}"

@@ -14,16 +14,18 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from residual_quad import configs
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchedGroups, batch_from_spec, has_batch_path
+from residual_quad.controllers.specs import entry_label, resolve_entry
 from residual_quad.episode import (
     EpisodeResult,
     RunSpec,
@@ -34,7 +36,13 @@ from residual_quad.episode import (
     observation_env,
 )
 from residual_quad.evaluation.recovery import recovery_spec
-from residual_quad.evaluation.sweep.config import CONFIG_FILE, SweepConfig, expand, wants_series
+from residual_quad.evaluation.sweep.config import (
+    CONFIG_FILE,
+    RESUME_FREE_KEYS,
+    SweepConfig,
+    expand,
+    wants_series,
+)
 from residual_quad.evaluation.sweep.rows import (
     ROWS_FILE,
     SERIES_DIR,
@@ -205,6 +213,84 @@ def sweep_batches(
     return batches
 
 
+def _runs_settings(data: dict[str, Any], shared: dict[str, set[str]]) -> dict[str, Any]:
+    """The settings of a config (plain data) that fix the numbers of the runs ``shared`` names:
+    ``controllers`` as label → resolved spec and options, ``controller_options`` and
+    ``scenarios`` (by name) narrowed to the labels and names both configs fly."""
+    out = dict(data)
+    labels = shared.get("controllers", set())
+    if isinstance(data.get("controllers"), list):
+        out["controllers"] = {
+            spec.label: {"spec": spec.target, "options": configs.to_dict(spec.options)}
+            for spec in (
+                resolve_entry(e)
+                for e in data["controllers"]
+                if _entry_name("controllers", e) in labels
+            )
+        }
+    if isinstance(data.get("controller_options"), dict):
+        out["controller_options"] = {
+            k: v for k, v in data["controller_options"].items() if k in labels
+        }
+    if isinstance(data.get("scenarios"), list):
+        names = shared.get("scenarios", set())
+        out["scenarios"] = {
+            _entry_name("scenarios", s): s
+            for s in data["scenarios"]
+            if _entry_name("scenarios", s) in names
+        }
+    return out
+
+
+def _entry_name(key: str, entry: Any) -> str | None:
+    """The name a list entry gives its runs' ids: a controller's label, a scenario's name."""
+    if key == "controllers":
+        return entry_label(entry)
+    return entry.get("name") if isinstance(entry, dict) else None
+
+
+def check_resume_config(
+    config: Any, folder: str | Path, config_file: str, free_keys: Collection[str] = ()
+) -> None:
+    """Refuse to resume ``folder`` with another config than the one saved there as
+    ``config_file`` (a ``ValueError`` naming the first key that differs and both values): its
+    rows would mix with runs of other settings under the same run ids.
+
+    ``free_keys`` are top-level keys a resume may change: how the runs are flown, which series
+    are kept, the matrix axes (each run's id names its own payload, wind, trajectory and seed, so
+    adding or dropping an entry adds or drops runs and changes none). The ``controllers`` and
+    stress ``scenarios`` may gain or lose entries too, but a label or scenario name both configs
+    use must mean the same controller (spec, options, ``controller_options``) or scenario. Keys
+    the saved file lacks (a folder of an older version) count as their defaults. Nothing is
+    checked when the folder holds no saved config."""
+    path = Path(folder) / config_file
+    if not path.is_file():
+        return
+    saved = configs.read_yaml(path)
+    if not isinstance(saved, dict):
+        raise ValueError(
+            f"{path} does not hold a saved config (a YAML mapping); move it away to resume, or "
+            "choose a new --out"
+        )
+    ours = configs.parse_yaml(yaml.safe_dump(configs.to_dict(config), sort_keys=False))
+    theirs = {**configs.field_defaults(type(config)), **saved}
+    shared: dict[str, set[str]] = {}
+    for key in ("controllers", "scenarios"):
+        if isinstance(theirs.get(key), list) and isinstance(ours.get(key), list):
+            names = [{_entry_name(key, e) for e in side[key]} for side in (theirs, ours)]
+            shared[key] = (names[0] & names[1]) - {None}
+    differs = configs.first_difference(
+        _runs_settings(theirs, shared), _runs_settings(ours, shared), ignore=free_keys
+    )
+    if differs is not None:
+        key, there, here = differs
+        raise ValueError(
+            f"{folder} holds rows flown with another config ({key}: {there!r} in its "
+            f"{config_file}, {here!r} now); resume it only with that config, or fly this one "
+            "into a new folder (another --out)"
+        )
+
+
 def _output_error(what: str, path: Path, exc: OSError) -> ValueError:
     reason = exc.strerror or str(exc)
     return ValueError(f"cannot {what} {path}: {reason}")
@@ -225,6 +311,7 @@ def run_rows(
     on_row: Callable[[dict[str, Any]], None] | None = None,
     batches: Callable[[list[str], int], list[Job]] | None = None,
     retry_failed: bool = False,
+    free_keys: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The sweep engine: fly ``jobs`` (run id → job returning a row with that ``run_id``).
 
@@ -236,10 +323,12 @@ def run_rows(
     then the failure rows are dropped from the file (one atomic rewrite) and those runs fly
     again —, and without it an existing rows file is an error. A job's failure row (a controller
     error, ``"failed": true``) is kept like any row and the sweep goes on; nothing here raises
-    because a run failed. ``config`` (a dataclass) is saved as ``out_dir/config_file``. With
-    ``out_dir=None`` nothing is written. Returns every row, old and new, in the order of
-    ``jobs`` (the file keeps completion order), so whatever is computed from them does not
-    depend on the backend's timing.
+    because a run failed. ``config`` (a dataclass) is saved as ``out_dir/config_file``; resuming
+    a folder whose rows were flown with another config is a ``ValueError`` naming the first key
+    that differs, nothing flown or rewritten (:func:`check_resume_config`; ``free_keys``: the
+    keys a resume may change). With ``out_dir=None`` nothing is written. Returns every row, old
+    and new, in the order of ``jobs`` (the file keeps completion order), so whatever is computed
+    from them does not depend on the backend's timing.
     """
     if backend not in SWEEP_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid choices: {', '.join(SWEEP_BACKENDS)}")
@@ -268,6 +357,8 @@ def run_rows(
                 f"{rows_path} already holds {len(rows)} rows; pass resume=True (--resume) to "
                 "continue it or choose another output folder"
             )
+        if rows and config is not None:
+            check_resume_config(config, out, config_file, free_keys)
         if retry_failed and failed_rows(rows):
             try:
                 rows = drop_failed_rows(rows_path)
@@ -386,7 +477,9 @@ def run_sweep(
         cfg: the matrix.
         out_dir: output folder; the resolved config is saved there as ``sweep_config.yaml``.
         resume: keep the rows already in ``out_dir`` and fly only the missing runs; without it an
-            existing rows file is an error (nothing is overwritten by accident).
+            existing rows file is an error (nothing is overwritten by accident). The folder's
+            saved config must agree with ``cfg`` but for :data:`RESUME_FREE_KEYS`
+            (:func:`check_resume_config`).
         backend: ``local`` (process pool, one run per job), ``ray`` or ``vector`` (batches of
             runs of one controller on the vector env, one batch per process: same rows to
             ≤ 1e-9, :func:`run_batch`).
@@ -427,4 +520,5 @@ def run_sweep(
         on_row=on_row,
         batches=sweep_batches(cfg, specs, jobs, str(series_dir), batch_size),
         retry_failed=retry_failed,
+        free_keys=RESUME_FREE_KEYS,
     )

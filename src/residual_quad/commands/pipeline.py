@@ -66,7 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers", type=nonneg_int, default=None, help="processes (default 0: every core)"
     )
-    p.add_argument("--resume", action="store_true", help="reuse finished stages and rows")
+    p.add_argument(
+        "--resume", action="store_true", help="reuse finished stages and rows (of the same config)"
+    )
     add_retry_failed(p)
     p.add_argument("--no-animation", action="store_true", help="skip the rendered GIF")
     p.add_argument(

@@ -126,7 +126,12 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="runs/stress", help="output folder (rows, table, figures)")
     p.add_argument("--no-plot", action="store_true", help="skip the figures")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep finished rows, fly the rest; only with the config the folder was flown with "
+        "(more seeds, controllers or scenarios may be added)",
+    )
     add_retry_failed(p)
     p.add_argument(
         "--workers", type=positive_int, default=None, help="processes (default: all cores)"

@@ -55,11 +55,7 @@ def run_count(config: str = "sweep") -> int | None:
     policies: seconds, and the ``rl`` extra); ``None`` if the file does not parse."""
     try:
         data = configs.read_yaml(configs.resolve(config))
-        matrix = {
-            f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            for f in dataclasses.fields(SweepConfig)
-        }
-        matrix.update(data)
+        matrix = {**configs.field_defaults(SweepConfig), **data}
         labels = [spec.label for spec in resolve_entries(matrix["controllers"])]
         return len(expand(SimpleNamespace(**matrix, labels=labels)))  # type: ignore[arg-type]
     except Exception:  # a help text never breaks the command line
@@ -153,7 +149,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"{runs_text('sweep')} (sweep_quick: {runs_text('sweep_quick')})",
     )
     p.add_argument("--out", default="runs/sweep", help="output folder (rows.jsonl, series/)")
-    p.add_argument("--resume", action="store_true", help="keep finished rows, fly the rest")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep finished rows, fly the rest; only with the config the folder was flown with "
+        "(workers, backend, series and more matrix entries may differ; docs/reproducibility.md)",
+    )
     add_retry_failed(p)
     p.add_argument(
         "--backend",
