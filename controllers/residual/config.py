@@ -27,6 +27,7 @@ from residual_quad.controllers.options import (
     Section,
     Text,
 )
+from residual_quad.controllers.residual.application import THRUST_AXES
 from residual_quad.controllers.residual.features import FEATURE_NAMES
 from residual_quad.controllers.rls import (
     COVARIANCE_SCHEMES,
@@ -153,6 +154,15 @@ class ResidualConfig:
     rls: RLSConfig = field(default_factory=RLSConfig)
     ood: OODGuardConfig = field(default_factory=OODGuardConfig)
     output_filter: OutputFilterConfig = field(default_factory=OutputFilterConfig)
+    # where the body-z part of Δâ acts: "achieved" (the current body z axis, the source's rule)
+    # or "commanded" (the thrust axis about to be commanded; controllers/residual/application.py)
+    thrust_axis: str = "achieved"
+
+    def __post_init__(self) -> None:
+        if self.thrust_axis not in THRUST_AXES:
+            raise ValueError(
+                f"thrust_axis {self.thrust_axis!r}; valid choices: {', '.join(THRUST_AXES)}"
+            )
 
 
 _SECTIONS: dict[str, type] = {
@@ -203,6 +213,7 @@ RESIDUAL_OPTIONS: dict[str, Domain] = {
     "weights": Text("'default', 'none' or a weight file path", (Path,)),
     "kp": POSITIVE,  # 1/s²
     "kd": POSITIVE,  # 1/s
+    "thrust_axis": Choice(THRUST_AXES),
     **{
         name: Section(name, table, (cls,))
         for (name, table), cls in zip(
@@ -221,8 +232,9 @@ def residual_config(
     """The packaged ``configs/residual.yaml`` (or ``config``: a path, a shipped config name or a
     :class:`ResidualConfig`), with keyword overrides.
 
-    Overrides are top-level keys (``weights``, ``kp``, ``kd``) or, for the sections, mappings
-    merged into them (``rls={"p0": 0.1}``) — also given flat (``p0=0.1``) when unambiguous.
+    Overrides are top-level keys (``weights``, ``kp``, ``kd``, ``thrust_axis``) or, for the
+    sections, mappings merged into them (``rls={"p0": 0.1}``) — also given flat (``p0=0.1``) when
+    unambiguous.
     """
     if not isinstance(config, ResidualConfig):
         config = configs.load(ResidualConfig, config or configs.shipped("residual"))

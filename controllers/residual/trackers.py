@@ -30,6 +30,7 @@ from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Instance, Optional, Text
+from residual_quad.controllers.residual.application import commanded_axis_residual
 from residual_quad.controllers.residual.config import (
     RESIDUAL_OPTIONS,
     ResidualConfig,
@@ -136,7 +137,25 @@ class EstimatorHooks:
         self.estimator.forget_previous_sample()
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return self.estimator.estimate(obs, R, a_cmd)
+        return applied_estimate(self.estimator, obs, R, a_cmd)
+
+
+def applied_estimate(
+    estimator: ResidualEstimator | BatchedResidualEstimator,
+    obs: np.ndarray,
+    R: np.ndarray,
+    a_cmd: np.ndarray,
+) -> np.ndarray:
+    """The Δâ a residual tracker subtracts from ``a_cmd`` (world, m/s²; one vehicle or a batch):
+    the estimator's, with its body-z part on the axis its ``thrust_axis`` setting names
+    (:mod:`~residual_quad.controllers.residual.application`); the effective command the
+    estimator records for its next features is then the one actually sent."""
+    estimate = estimator.estimate(obs, R, a_cmd)
+    if estimator.config.thrust_axis == "achieved":
+        return estimate
+    applied = commanded_axis_residual(a_cmd, estimate, R, estimator.gravity)
+    estimator.set_command(a_cmd - applied)
+    return applied
 
 
 class ResidualGeoTracker(EstimatorState, EstimatorHooks, GeoTracker):
@@ -238,7 +257,7 @@ class EstimatorRows:
         self.estimator.forget_previous_sample(rows)
 
     def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return self.estimator.estimate(obs, R, a_cmd)
+        return applied_estimate(self.estimator, obs, R, a_cmd)
 
 
 class BatchedResidualGeoTracker(EstimatorState, EstimatorRows, BatchedTracker):

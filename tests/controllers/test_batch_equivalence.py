@@ -124,8 +124,10 @@ def test_fallback_loop_equals_single_hnewton():
         ("geo_rls", {"covariance": "efra"}),
         ("geo_rls", {"enabled": True, "covariance": "efra"}),
         ("geo_res", {"enabled": True}),
+        ("geo_rls_dob", {"thrust_axis": "commanded"}),
+        ("geo_res", {"thrust_axis": "commanded"}),
     ],
-    ids=["geo_rls_dob", "guard", "efra", "guard-efra", "geo_res-guard"],
+    ids=["geo_rls_dob", "guard", "efra", "guard-efra", "geo_res-guard", "dob-cmd", "res-cmd"],
 )
 def test_guarded_efra_and_observer_batches_equal_single(name, overrides):
     """The OOD guard (switching in the extra/windy helix row), EFRA and the angular disturbance
