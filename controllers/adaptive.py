@@ -37,7 +37,7 @@ from residual_quad import configs
 from residual_quad.controllers.attitude import AttitudeGains, BatchedInnerLoop, InnerLoop
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import check_n_envs
-from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag
+from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag, Range
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker, RLSGeoTracker
@@ -173,6 +173,11 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         **RLSGeoTracker.OPTIONS,
         "observer_tau": NON_NEGATIVE,  # s, 0: the raw one-period estimate
         "observer": Flag(),
+    }
+    #: geo_rls's, and the observer's bandwidth (its low-pass time constant, s)
+    TUNABLE: dict[str, Range] = {
+        **RLSGeoTracker.TUNABLE,
+        "observer_tau": Range(0.005, 0.1, log=True),
     }
 
     def __init__(

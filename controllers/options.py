@@ -243,6 +243,48 @@ POSITIVE = Number(gt=0.0)
 NON_NEGATIVE = Number(ge=0.0)
 
 
+@dataclass(frozen=True)
+class Range:
+    """The search range of a tunable option (``rquad tune``): ``[low, high]``, log-uniform when
+    ``log``. A controller declares its ranges in ``TUNABLE`` next to its ``OPTIONS`` table,
+    keyed by option path (``kp``, ``attitude.wn_rp``: a field of a mapping option)."""
+
+    low: float
+    high: float
+    log: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("low", "high"):
+            x = getattr(self, name)
+            if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
+                raise ValueError(f"range {name} must be a finite number, got {_shown(x)}")
+        if not self.low < self.high:
+            raise ValueError(f"range needs low < high, got [{self.low}, {self.high}]")
+        if not isinstance(self.log, bool):
+            raise ValueError(f"range log must be true or false, got {_shown(self.log)}")
+        if self.log and self.low <= 0.0:
+            raise ValueError(f"a log range needs low > 0, got [{self.low}, {self.high}]")
+
+
+def tunable_of(factory: Any) -> Mapping[str, Range]:
+    """The search ranges a factory declares (its ``TUNABLE`` attribute; empty without one)."""
+    table = getattr(factory, "TUNABLE", None)
+    return table if isinstance(table, Mapping) else {}
+
+
+def nested_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Option paths → options: ``{"kp": 3, "attitude.wn_rp": 12}`` → ``{"kp": 3, "attitude":
+    {"wn_rp": 12}}``."""
+    out: dict[str, Any] = {}
+    for path, value in values.items():
+        head, dot, field_name = path.partition(".")
+        if dot:
+            out.setdefault(head, {})[field_name] = value
+        else:
+            out[head] = value
+    return out
+
+
 def check_options(
     controller: str,
     table: Mapping[str, Domain],

@@ -37,7 +37,7 @@ from residual_quad.controllers.batch import (
     check_n_envs,
     check_obs_batch,
 )
-from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance
+from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance, Range
 from residual_quad.controllers.rotor_model import BatchedRotorModel, RotorModel
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -48,6 +48,15 @@ DEFAULT_KP = 20.0  # 1/s², position gain of the trackers (hover offset under Δ
 DEFAULT_KD = 8.0  # 1/s, velocity gain
 DEFAULT_KI = 15.0  # 1/s³, ``pid``'s integral gain
 DEFAULT_I_MAX = 1.0  # m·s, ``pid``'s integral bound per axis
+
+#: the search ranges of the trackers' position and attitude gains (``rquad tune``): a decade
+#: around the defaults (kp 20 1/s², kd 8 1/s, ω_n 18 rad/s, ζ 0.9)
+GAIN_RANGES: dict[str, Range] = {
+    "kp": Range(5.0, 60.0, log=True),  # 1/s²
+    "kd": Range(2.0, 20.0, log=True),  # 1/s
+    "attitude.wn_rp": Range(8.0, 30.0),  # rad/s
+    "attitude.zeta_rp": Range(0.5, 1.5),
+}
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
 ATTITUDE = Instance(
@@ -111,6 +120,8 @@ class Tracker(ObservationGuard):
         "attitude": ATTITUDE,
         "rotor_tau_s": NON_NEGATIVE,
     }
+    #: option path → search range of ``rquad tune``
+    TUNABLE: dict[str, Range] = GAIN_RANGES
 
     def __init__(
         self,
@@ -197,6 +208,7 @@ class PIDTracker(Tracker):
     )
     #: ``ki = 0`` is a PD (no integral action)
     OPTIONS: dict[str, Domain] = {**Tracker.OPTIONS, "ki": NON_NEGATIVE, "i_max": POSITIVE}
+    TUNABLE: dict[str, Range] = {**GAIN_RANGES, "ki": Range(0.5, 40.0, log=True)}  # 1/s³
 
     def __init__(
         self,

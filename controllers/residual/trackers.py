@@ -29,7 +29,14 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.batch import check_n_envs
-from residual_quad.controllers.options import NON_NEGATIVE, Domain, Instance, Optional, Text
+from residual_quad.controllers.options import (
+    NON_NEGATIVE,
+    Domain,
+    Instance,
+    Optional,
+    Range,
+    Text,
+)
 from residual_quad.controllers.residual.application import commanded_axis_residual
 from residual_quad.controllers.residual.config import (
     RESIDUAL_OPTIONS,
@@ -42,7 +49,7 @@ from residual_quad.controllers.residual.estimator import (
 )
 from residual_quad.controllers.residual.network import FastMLP, ResidualMLP
 from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS
-from residual_quad.controllers.trackers import ATTITUDE, BatchedTracker, GeoTracker
+from residual_quad.controllers.trackers import ATTITUDE, GAIN_RANGES, BatchedTracker, GeoTracker
 
 #: the options of a residual tracker that are not residual settings
 _NOT_SETTINGS = ("config", "network", "attitude", "rotor_tau_s")
@@ -184,6 +191,8 @@ class ResidualGeoTracker(EstimatorState, EstimatorHooks, GeoTracker):
         learned="residual",
     )
     OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
+    #: the gains and the estimate's output low-pass (s)
+    TUNABLE: dict[str, Range] = {**GAIN_RANGES, "tau": Range(0.01, 0.5, log=True)}
     #: identify the network's last layer online (``geo_rls``)
     learn = False
     #: settings this tracker applies over ``configs/residual.yaml`` when no ``config`` is given
@@ -236,6 +245,12 @@ class RLSGeoTracker(ResidualGeoTracker):
     )
     learn = True
     default_settings: dict[str, Any] = {}  # the shipped config as it is (the source's geo_rls)
+    #: the gains, the RLS forgetting factor and prior covariance (normalized units)
+    TUNABLE: dict[str, Range] = {
+        **GAIN_RANGES,
+        "forgetting": Range(0.95, 0.999),
+        "p0": Range(1e-3, 1.0, log=True),
+    }
 
 
 # ----------------------------------------------------------------------------- N envs

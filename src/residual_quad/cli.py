@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "residual_quad.commands.bench",  # bench
     "residual_quad.commands.train",  # collect, train
     "residual_quad.commands.ablate",  # ablate
+    "residual_quad.commands.tune",  # tune
     "residual_quad.commands.stick",  # stick
     "residual_quad.commands.stress",  # stress
     "residual_quad.commands.serve",  # serve

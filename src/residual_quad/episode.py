@@ -432,6 +432,7 @@ def fly_batch(
     env: dict[str, Any] | None = None,
     *,
     nthread: int = 1,
+    keep_actions: bool = False,
 ) -> list[EpisodeResult]:
     """Fly ``len(specs)`` runs at once on the vector env: the batched counterpart of :func:`fly`.
 
@@ -450,6 +451,8 @@ def fly_batch(
         controller: the batch controller, ``controller.n_envs == len(specs)``.
         env: extra ``ResidualQuad-v0`` keyword arguments (shared).
         nthread: ``rollout`` threads (1: the calling thread; one process per core is faster).
+        keep_actions: also keep each run's actions, ``extras["actions"]`` (steps, 4), the env's
+            action units (the tuning objective's smoothness term reads them).
     """
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 
@@ -491,6 +494,7 @@ def fly_batch(
         pos, ref, res, wnd, est = (np.empty((steps + 1, n, 3)) for _ in range(5))
         thr = np.empty((steps + 1, n, 4))
         cos_tilt = np.empty((steps + 1, n))
+        actions = np.empty((steps, n, 4)) if keep_actions else None
         t[0], pos[0], ref[0] = 0.0, obs[:, L.pos], obs[:, L.ref_pos]
         thr[0], res[0], wnd[0] = obs[:, L.thrusts], info["residual_accel"], info["wind"]
         cos_tilt[0], est[0] = obs[:, L.R22], np.nan
@@ -504,6 +508,8 @@ def fly_batch(
             feed = np.where(done[:, None], first_obs, obs)
             action = controller.policy_batch(feed)
             applied = getattr(controller, "last_residual", None)
+            if actions is not None:
+                actions[k] = action
             obs, _, terminated, truncated, info = venv.step(action)
             k += 1
             t[k], pos[k], ref[k] = info["t"], obs[:, L.pos], obs[:, L.ref_pos]
@@ -536,5 +542,7 @@ def fly_batch(
             wall / n,
         )
         result.extras["residual_est"] = est[: end[i] + 1, i].copy()
+        if actions is not None:
+            result.extras["actions"] = actions[: end[i], i].copy()
         results.append(result)
     return results
