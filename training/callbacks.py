@@ -5,8 +5,9 @@ training episodes, TensorBoard ``rollout/*``), :class:`TrackingEval` (the evalua
 ``eval/*``, ``best.zip``) and :class:`RunCheckpoint` (``checkpoints/``). A callback that needs
 another's state holds it explicitly — :class:`RunCheckpoint` is given the :class:`RolloutStats`
 and the :class:`TrackingEval` whose counts and history its checkpoints record, as SB3's own
-``EvalCallback(callback_on_new_best=...)`` is given its child. :func:`training_callbacks` builds
-the four of a run (:class:`TrainingCallbacks`), in the order SB3 calls them.
+``EvalCallback(callback_on_new_best=...)`` is given its child. :class:`RewardProgress` tells a
+precision reward's env the fraction of the budget done (its annealing). :func:`training_callbacks`
+builds those of a run (:class:`TrainingCallbacks`), in the order SB3 calls them.
 
 This module imports stable-baselines3: :mod:`residual_quad.training.ppo` imports it only when
 training runs.
@@ -257,25 +258,54 @@ class RunCheckpoint(BaseCallback):
         return True
 
 
+class RewardProgress(BaseCallback):
+    """Tell the training env (its :meth:`~residual_quad.training.ppo_vec.QuadVecEnv.
+    set_progress`) the fraction of the budget done, ``num_timesteps / total``, before the first
+    step and after every step: the precision reward anneals its finest tolerance on it. The
+    count is the model's, which a checkpoint saves and a resume restores, so a resumed run
+    continues the annealing where it stopped (a budget changed at the resume rescales it, as it
+    does the learning-rate schedule)."""
+
+    def __init__(self, total: int):
+        super().__init__()
+        self.total = int(total)
+
+    def _tell(self) -> None:
+        self.training_env.unwrapped.set_progress(self.num_timesteps / self.total)
+
+    def _on_training_start(self) -> None:
+        self._tell()
+
+    def _on_step(self) -> bool:
+        self._tell()
+        return True
+
+
 @dataclass
 class TrainingCallbacks:
-    """The callbacks of one run; :meth:`as_list` is what ``model.learn`` gets (``extra`` last)."""
+    """The callbacks of one run; :meth:`as_list` is what ``model.learn`` gets (``extra`` last;
+    ``reward_progress`` with a precision reward only)."""
 
     progress: TrainingProgress
     stats: RolloutStats
     evaluation: TrackingEval
     checkpoint: RunCheckpoint
     extra: list[BaseCallback] = field(default_factory=list)
+    reward_progress: RewardProgress | None = None
 
     def as_list(self) -> list[BaseCallback]:
-        return [self.progress, self.stats, self.evaluation, self.checkpoint, *self.extra]
+        own = [self.progress, self.stats, self.evaluation, self.checkpoint]
+        if self.reward_progress is not None:
+            own.append(self.reward_progress)
+        return [*own, *self.extra]
 
 
 def training_callbacks(
     cfg: PPOTrainConfig, out: Path, vec_env: Any, progress: bool, state: RunState
 ) -> TrainingCallbacks:
-    """Progress bar, rollout tracking stats, tracking evaluation (+ ``best.zip``) and
-    checkpoints of a run writing into ``out`` (a resume: from ``state``)."""
+    """Progress bar, rollout tracking stats, tracking evaluation (+ ``best.zip``),
+    checkpoints of a run writing into ``out`` (a resume: from ``state``) and, with ``reward:
+    precision``, the budget's progress for its annealing."""
     # off-policy: pool the rollout figures over 32 vector steps (PPO's shipped rollout length)
     window = 0 if cfg.algo == "ppo" else 32 * vec_env.num_envs
     stats = RolloutStats(state.control_steps, window)
@@ -285,4 +315,5 @@ def training_callbacks(
         stats=stats,
         evaluation=evaluation,
         checkpoint=RunCheckpoint(cfg, out, vec_env, state, stats, evaluation),
+        reward_progress=RewardProgress(cfg.total_steps) if cfg.reward == "precision" else None,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +33,11 @@ from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
+from residual_quad.training.precision import PrecisionReward
 
 HELD_OUT_PAYLOADS = ("extra",)
+#: ``reward_weights``'s default: the env reward's weights training uses
+REWARD_WEIGHTS = {"alive": 2.0}
 
 
 @dataclass
@@ -202,7 +206,7 @@ class PPOTrainConfig:
     start_pos_noise: float = 0.0  # m, uniform start offset per axis (robustness to off starts)
     max_position_error: float = 1.5  # m, training episodes end beyond it (evaluation: env's 5 m)
     # env reward overrides; alive 2: with 1 the reward turns negative beyond ~1 m (docs/ppo.md)
-    reward_weights: dict[str, float] = field(default_factory=lambda: {"alive": 2.0})
+    reward_weights: dict[str, float] = field(default_factory=lambda: dict(REWARD_WEIGHTS))
     # the policy's own action cost per decision, w_smooth·‖u − u_prev‖² + w_magnitude·‖u‖² (u in
     # [-1, 1]; ppo_res: its correction, which the env's rotor-level terms do not see)
     action_smooth: float = 0.0
@@ -211,6 +215,11 @@ class PPOTrainConfig:
     # env's linear one: millimetres in calm air weigh as much as centimetres in a gust
     position_log: float = 0.0
     position_log_scale: float = 0.01  # m
+    # the training reward (REWARDS): env — the env's reward summed over the held periods, with
+    # the shaping terms above; precision — the `precision` section's kernel in their place, each
+    # decision paying in (0, 1] (training/precision.py, docs/rl_reward.md)
+    reward: str = "env"
+    precision: PrecisionReward = field(default_factory=PrecisionReward)  # reward: precision
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -345,6 +354,7 @@ class PPOTrainConfig:
         s = self.position_log_scale
         if isinstance(s, bool) or not (math.isfinite(s) and s > 0):
             raise ValueError(f"position_log_scale must be a finite number > 0 (m), got {s!r}")
+        self._check_reward()
         if self.total_steps <= 0 or (self.n_envs is not None and self.n_envs < 1):
             raise ValueError("total_steps and n_envs must be positive")
         if self.backend == "subproc":
@@ -360,6 +370,32 @@ class PPOTrainConfig:
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
         self._check_smoothness()
+
+    def _check_reward(self) -> None:
+        """``reward`` one of :data:`REWARDS`; ``precision`` a :class:`PrecisionReward` (checked
+        at its construction, whichever reward is used); ``reward: precision`` replaces the env
+        reward and its shaping, so it is refused beside a shaping term or other env reward
+        weights (they would do nothing)."""
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {list(REWARDS)}, got {self.reward!r}")
+        if not isinstance(self.precision, PrecisionReward):
+            raise ValueError(
+                "precision must be a mapping of PrecisionReward's fields (tolerances, weights, "
+                f"smooth, anneal_from, anneal_fraction), got {self.precision!r}"
+            )
+        if self.reward != "precision":
+            return
+        shaping = [k for k in PRECISION_REPLACES if getattr(self, k)]
+        if shaping:
+            raise ValueError(
+                f"reward 'precision' replaces the env reward and its shaping terms: set "
+                f"{', '.join(shaping)} to 0 (precision.smooth weighs the action change)"
+            )
+        if self.reward_weights != REWARD_WEIGHTS:
+            raise ValueError(
+                f"reward 'precision' replaces the env reward: reward_weights "
+                f"{self.reward_weights} would do nothing (leave the default {REWARD_WEIGHTS})"
+            )
 
     def _check_env_kwargs(self) -> None:
         """``env_kwargs``: ``ResidualQuad-v0`` arguments (the ones a policy file may record:
@@ -461,7 +497,36 @@ class PPOTrainConfig:
             )
 
 
+def recorded_reward(record: Mapping[str, Any]) -> str:
+    """The training reward a policy file's record names, from the run config it records whole
+    (``config.reward`` and ``config.precision``): ``"env"`` — also for a file written before
+    the key existed, the reward it was trained with — or ``"precision"`` with its tolerances, e.g.
+    ``"precision (σ 0.5, 0.1, 0.02 m; the finest from 0.8 m over 50 % of the budget)"``; a
+    section that does not read is named so, never an error (the record is a note here)."""
+    config = record.get("config")
+    config = config if isinstance(config, Mapping) else {}
+    reward = config.get("reward", "env")
+    if reward != "precision":
+        return str(reward)
+    section = config.get("precision")
+    try:
+        given = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(section or {}).items()}
+        p = PrecisionReward(**given)
+    except (TypeError, ValueError):
+        return f"precision (unreadable settings {section!r})"
+    text = f"precision (σ {', '.join(f'{s:g}' for s in p.tolerances)} m"
+    if p.anneal_from > 0:
+        share = f"{100 * p.anneal_fraction:g} %"
+        text += f"; the finest from {p.anneal_from:g} m over {share} of the budget"
+    return text + ")"
+
+
 _ACTIVATIONS = ("tanh", "relu", "elu")
+#: the training rewards of ``reward``: the env's (shaped), or :mod:`~residual_quad.training.
+#: precision`'s
+REWARDS = ("env", "precision")
+#: the shaping terms of the env reward that ``reward: precision`` replaces (must be 0 with it)
+PRECISION_REPLACES = ("position_log", "action_smooth", "action_magnitude")
 #: the learners of ``algo``: SB3's PPO and SAC [SAC], sb3-contrib's TQC [TQC]
 ALGOS = ("ppo", "sac", "tqc")
 BACKENDS = ("vector",)

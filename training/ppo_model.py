@@ -60,6 +60,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         privileged=cfg.privileged_critic,
         action_cost=(cfg.action_smooth, cfg.action_magnitude),
         position_log=(cfg.position_log, cfg.position_log_scale),
+        precision=cfg.precision if cfg.reward == "precision" else None,
         **cfg.env_kwargs,
     )
     return VecMonitor(venv)

@@ -21,6 +21,14 @@ Conventions translated from the vector env's to SB3's:
 - **Action repeat.** Each action is held for ``action_repeat`` control periods (rewards summed),
   an env stopping at the end of its episode, as the deployed
   :class:`~residual_quad.controllers.ppo.PPOController` does.
+- **Reward.** By default the env's reward summed over the held periods, with the optional
+  shaping (``position_log`` per period, ``action_cost`` per decision). With ``precision`` (a
+  :class:`~residual_quad.training.precision.PrecisionReward`) each control period ``k`` of
+  decision ``t`` pays ``P(‖e_p,k‖, ‖u_t − u_{t−1}‖², progress)`` ∈ (0, 1] instead, and the
+  decision pays their mean over the ``action_repeat`` periods it holds (a period after its
+  episode ended pays 0), at least :data:`PRECISION_FLOOR`: every decision in (0, 1]
+  (docs/rl_reward.md). ``progress`` (:meth:`QuadVecEnv.set_progress`) anneals the finest
+  tolerance; the training sets it from the model's step count.
 - **Domain randomization.** Every episode of every env draws its scenario with
   :class:`ScenarioSampler` (uniform over the config's payloads × winds × trajectories; the
   ``extra`` payload is refused by the config): the first ones at construction (generator seeded
@@ -49,7 +57,12 @@ from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
+from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.privileged import PRIVILEGED_DIM, privileged_columns
+
+#: the least a decision pays with a precision reward: float32's smallest normal number, so the
+#: reward SB3 stores stays > 0 where every kernel underflows (an error many tolerances wide)
+PRECISION_FLOOR = float(np.finfo(np.float32).tiny)
 
 
 class ScenarioSampler:
@@ -167,6 +180,12 @@ class QuadVecEnv(VecEnv):
             ``w·ln(1 + ‖e_p‖/s)`` (``s`` in m; ``w`` 0: off), a position cost whose slope grows
             as the error shrinks, so a millimetre in calm air is not lost beside a gust's
             centimetres.
+        precision: the precision reward (``None``: the env's, shaped as above): each decision
+            pays the mean over its ``action_repeat`` periods of
+            ``precision(‖e_p‖, ‖u − u_prev‖², progress)`` (``u`` the policy's action, ``u_prev``
+            the previous one of the episode, zero at its start), at least
+            :data:`PRECISION_FLOOR`, in place of the env reward and of ``action_cost`` and
+            ``position_log`` (which must be off).
 
     See the module docstring for the conventions. ``get_attr``/``set_attr``/``env_method`` reach
     the single envs that hold each env's scenario and generator (``vector_env.envs``).
@@ -186,6 +205,7 @@ class QuadVecEnv(VecEnv):
         privileged: bool = False,
         action_cost: tuple[float, float] = (0.0, 0.0),
         position_log: tuple[float, float] = (0.0, 0.01),
+        precision: PrecisionReward | None = None,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -210,6 +230,13 @@ class QuadVecEnv(VecEnv):
         self.estimator = estimator
         self.action_cost = tuple(float(w) for w in action_cost)  # (smooth, magnitude) weights
         self.position_log = tuple(float(w) for w in position_log)  # (weight, scale in m)
+        if precision is not None and (any(self.action_cost) or self.position_log[0]):
+            raise ValueError(
+                "the precision reward replaces the action cost and the log position cost: "
+                f"got action_cost {self.action_cost} and position_log {self.position_log}"
+            )
+        self.precision = precision
+        self.progress = 0.0  # the fraction of the training budget done (set_progress)
         period_s = self.vector_env.control_dt * self.action_repeat  # s per decision
         self.inputs = PolicyInputs(self.feature_spec, int(num_envs), self.action_dim, period_s)
         self.actor_dim = self.inputs.dim  # the policy's inputs; privileged columns come after
@@ -224,6 +251,16 @@ class QuadVecEnv(VecEnv):
         self._last = np.zeros((int(num_envs), self.action_dim))  # each env's last action
         self._estimate = np.zeros((int(num_envs), 3))  # Δâ of each env's last observation
         self._scenario_info = [_scenario_info(sc) for sc in self.vector_env.scenarios]
+
+    def set_progress(self, progress: float) -> None:
+        """The fraction of the training budget done, clipped to [0, 1]: the precision reward's
+        annealing (:meth:`~residual_quad.training.precision.PrecisionReward.tolerances_at`)
+        takes it for every later step. The training sets it from the model's step count (which
+        a checkpoint restores), so a resumed run anneals on from where it stopped."""
+        p = float(progress)
+        if not np.isfinite(p):
+            raise ValueError(f"progress must be a finite number, got {progress!r}")
+        self.progress = min(1.0, max(0.0, p))
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> np.ndarray:
@@ -265,6 +302,9 @@ class QuadVecEnv(VecEnv):
         # what the history remembers: the action, or the correction a pilot holds after it
         held = action if self.pilot is None else self.pilot.decide(action)
         w_log, s_log = self.position_log  # the log-shaped position cost (w 0: off)
+        precision = self.precision
+        if precision is not None:  # the decision's ‖u_t − u_{t−1}‖², the policy's own action
+            change_sq = np.sum((action - self._last) ** 2, axis=1)
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
             act = action if self.pilot is None else self.pilot(self._raw)
@@ -277,9 +317,14 @@ class QuadVecEnv(VecEnv):
                     est.set_command(self.pilot.last_command, running)
             obs, rew, term, trunc, info = venv.step_subset(active, act[active])
             self._raw[active] = obs[active]
-            reward[active] += rew[active]
-            if w_log:
-                reward[active] -= w_log * np.log1p(info["position_error"][active] / s_log)
+            if precision is not None:  # a non-finite error (a blown-up state) pays 0
+                err = info["position_error"][active]
+                err = np.where(np.isfinite(err), err, np.inf)
+                reward[active] += precision(err, change_sq[active], self.progress)
+            else:
+                reward[active] += rew[active]
+                if w_log:
+                    reward[active] -= w_log * np.log1p(info["position_error"][active] / s_log)
             last[active] = obs[active]
             terminated[active] = term[active]
             truncated[active] = trunc[active]
@@ -294,7 +339,10 @@ class QuadVecEnv(VecEnv):
         if est is not None:
             self._estimate = est.observe(last)
         features = self._with_privileged(self.inputs.features(last, held, self._estimate), truth)
-        reward -= self._action_cost(action)
+        if precision is not None:  # the periods' mean: every decision in (0, 1]
+            reward = np.maximum(reward / self.action_repeat, PRECISION_FLOOR)
+        else:
+            reward -= self._action_cost(action)
         self._last[:] = action
         infos = [
             {"position_error": e, "diverged": d, "control_steps": c, "scenario": sc}
