@@ -125,7 +125,119 @@ class Figure8(Trajectory):
         return Reference(pos, vel, acc, self.heading)
 
 
-TRAJECTORIES: dict[str, type[Trajectory]] = {"hover": Hover, "helix": Helix, "figure8": Figure8}
+@dataclass(frozen=True)
+class Lissajous(Trajectory):
+    """A 3-D Lissajous curve around ``(0, 0, z)``: ``x = a·sin(f_x·wt + phase)``,
+    ``y = b·sin(f_y·wt)``, ``z = z + c·sin(f_z·wt)`` with ``w = 2π/period``.
+
+    Integer frequency ratios close the curve once per ``period``; the agile tracking task of
+    [LEVELING] and a training and tuning family of shapes the evaluation never flies.
+    """
+
+    a: float = 2.0  # m
+    b: float = 1.5  # m
+    c: float = 0.3  # m
+    f_x: float = 1.0
+    f_y: float = 2.0
+    f_z: float = 3.0
+    phase: float = 0.5 * math.pi  # rad, of x
+    period: float = 12.0  # s
+    z: float = 1.5  # m
+    heading: float = 0.0  # rad
+    name = "lissajous"
+
+    def __post_init__(self) -> None:
+        for key in ("a", "b", "c"):
+            real(f"lissajous {key}", getattr(self, key), low=0.0, unit="m")
+        for key in ("f_x", "f_y", "f_z"):
+            real(f"lissajous {key}", getattr(self, key), low=0.0)
+        real("lissajous phase", self.phase, unit="rad")
+        real("lissajous period", self.period, low=0.0, low_open=True, unit="s")
+        real("lissajous z", self.z, unit="m")
+        real("lissajous heading", self.heading, unit="rad")
+
+    def __call__(self, t: float) -> Reference:
+        w = 2.0 * math.pi / self.period
+        amps = (self.a, self.b, self.c)
+        rates = (self.f_x * w, self.f_y * w, self.f_z * w)
+        angles = [rate * t for rate in rates]
+        angles[0] += self.phase
+        pos = np.array([amp * math.sin(ang) for amp, ang in zip(amps, angles, strict=True)])
+        pos[2] += self.z
+        vel = np.array(
+            [amp * r * math.cos(ang) for amp, r, ang in zip(amps, rates, angles, strict=True)]
+        )
+        acc = np.array(
+            [-amp * r * r * math.sin(ang) for amp, r, ang in zip(amps, rates, angles, strict=True)]
+        )
+        return Reference(pos, vel, acc, self.heading)
+
+
+@dataclass(frozen=True)
+class Spline(Trajectory):
+    """A closed, twice continuously differentiable path through ``waypoints`` random points.
+
+    The points are drawn from ``seed`` inside a box of half-widths ``(size, size, height)`` m
+    around ``(0, 0, z)`` and joined by a periodic quintic spline (scipy's ``make_interp_spline``:
+    continuous to the fourth derivative, so jerk and snap are smooth too), flown once per
+    ``period`` s at a uniform parameter speed: position, velocity and acceleration are the
+    spline's own, so the feed-forward is exact. A family of random smooth shapes for training
+    and tuning, never flown by the evaluation matrix.
+    """
+
+    seed: int = 0
+    waypoints: int = 6
+    size: float = 2.0  # m, horizontal half-width of the box
+    height: float = 0.5  # m, vertical half-width of the box
+    z: float = 1.5  # m
+    period: float = 16.0  # s per loop
+    heading: float = 0.0  # rad
+    name = "spline"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"spline seed must be an integer >= 0, got {self.seed!r}")
+        count = self.waypoints
+        if isinstance(count, bool) or not isinstance(count, int) or not 3 <= count <= 64:
+            raise ValueError(f"spline waypoints must be an integer in [3, 64], got {count!r}")
+        real("spline size", self.size, low=0.0, unit="m")
+        real("spline height", self.height, low=0.0, unit="m")
+        real("spline z", self.z, unit="m")
+        real("spline period", self.period, low=0.0, low_open=True, unit="s")
+        real("spline heading", self.heading, unit="rad")
+        from scipy.interpolate import make_interp_spline
+
+        rng = np.random.default_rng([self.seed, 0x5B])
+        half = np.array([self.size, self.size, self.height])
+        points = rng.uniform(-1.0, 1.0, (count, 3)) * half + np.array([0.0, 0.0, self.z])
+        knots = np.linspace(0.0, self.period, count + 1)
+        closed = np.vstack([points, points[:1]])
+        spline = make_interp_spline(knots, closed, k=5, bc_type="periodic")
+        object.__setattr__(self, "_spline", spline)
+        object.__setattr__(self, "_d1", spline.derivative(1))
+        object.__setattr__(self, "_d2", spline.derivative(2))
+
+    def __call__(self, t: float) -> Reference:
+        tau = math.fmod(t, self.period)
+        if tau < 0.0:
+            tau += self.period
+        return Reference(
+            np.asarray(self._spline(tau), dtype=float),  # type: ignore[attr-defined]
+            np.asarray(self._d1(tau), dtype=float),  # type: ignore[attr-defined]
+            np.asarray(self._d2(tau), dtype=float),  # type: ignore[attr-defined]
+            self.heading,
+        )
+
+
+#: the built-in trajectories by name; the evaluation matrix flies hover, helix and figure-8,
+#: lissajous and spline are families for training and tuning
+TRAJECTORIES: dict[str, type[Trajectory]] = {
+    "hover": Hover,
+    "helix": Helix,
+    "figure8": Figure8,
+    "lissajous": Lissajous,
+    "spline": Spline,
+}
 
 
 def make_trajectory(trajectory: str | Trajectory) -> Trajectory:

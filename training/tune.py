@@ -12,7 +12,8 @@ with K the episode's control steps, so a crash earns nothing for the steps it di
 
 **The scenarios are never the evaluation's.** Each is drawn from ``seed``: a payload mass uniform
 in ``payload_kg`` (below the matrix's held-out ``extra`` 0.75 kg), a wind level, a trajectory —
-helix and figure-8 with a random size and period, or a hover from a random start offset — and an
+helix, figure-8, Lissajous and random splines with a random size and period, or a hover from a
+random start offset — and an
 env seed from ``env_seeds``, which starts far above the matrix's seeds (0–19).
 
 **What is kept** (``out``): ``tune_config.yaml`` (the resolved config), ``study.db`` (optuna's own
@@ -52,6 +53,8 @@ TRAJECTORIES: dict[str, dict[str, tuple[float, float]]] = {
     "hover": {},  # from a random start offset (±0.5 m per axis)
     "helix": {"radius": (1.0, 3.0), "period": (6.0, 12.0)},  # m, s per turn
     "figure8": {"a": (1.5, 3.5), "b": (0.8, 2.0), "period": (8.0, 16.0)},  # m, m, s
+    "lissajous": {"a": (1.0, 3.0), "b": (0.8, 2.0), "c": (0.0, 0.5), "period": (10.0, 20.0)},
+    "spline": {"size": (1.0, 3.0), "period": (12.0, 24.0)},  # m, s; and a random seed
 }
 HOVER_OFFSET_M = 0.5  # m, the largest start offset per axis of a hover scenario
 #: the first env seed of the tuning scenarios: far above the matrix's (0–19)
@@ -70,7 +73,7 @@ class TuneConfig:
     episode_s: float = 10.0  # s per scenario
     payload_kg: tuple[float, float] = (0.0, 0.5)  # kg, the payload mass drawn per scenario
     winds: tuple[str, ...] = ("calm", "breezy", "windy")
-    trajectories: tuple[str, ...] = ("hover", "helix", "figure8")
+    trajectories: tuple[str, ...] = ("hover", "helix", "figure8", "lissajous", "spline")
     # option path → [low, high] or {low, high, log}: replaces the controller's range (a subset
     # of its TUNABLE table, or an option of its OPTIONS table with a range in its domain)
     space: dict[str, Any] = field(default_factory=dict)
@@ -148,7 +151,7 @@ class TuningScenario:
     payload_kg: float
     wind: str
     trajectory: str
-    params: tuple[tuple[str, float], ...]
+    params: tuple[tuple[str, Any], ...]
     seed: int
     offset_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
@@ -160,10 +163,12 @@ def tuning_scenarios(cfg: TuneConfig) -> list[TuningScenario]:
     out = []
     for i in range(cfg.scenarios):
         trajectory = cfg.trajectories[int(rng.integers(len(cfg.trajectories)))]
-        params = tuple(
+        params: tuple[tuple[str, Any], ...] = tuple(
             (name, round(float(rng.uniform(lo, hi)), 6))
             for name, (lo, hi) in TRAJECTORIES[trajectory].items()
         )
+        if trajectory == "spline":  # its own random waypoints
+            params = (*params, ("seed", int(rng.integers(2**31))))
         offset = (0.0, 0.0, 0.0)
         if trajectory == "hover":
             offset = tuple(round(float(x), 6) for x in rng.uniform(-1, 1, 3) * HOVER_OFFSET_M)

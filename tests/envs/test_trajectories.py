@@ -63,3 +63,58 @@ def test_user_trajectory_object_is_flown():
     assert not result.diverged
     assert result.rmse < 0.02
     assert result.pos[-1, 0] == pytest.approx(1.8, abs=0.05)
+
+
+def test_lissajous_closes_once_per_period_and_spans_its_amplitudes():
+    from residual_quad.envs.trajectories import Lissajous
+
+    traj = Lissajous(a=2.0, b=1.5, c=0.3, period=10.0)
+    assert traj(10.0).pos == pytest.approx(traj(0.0).pos, abs=1e-12)
+    assert traj(10.0).vel == pytest.approx(traj(0.0).vel, abs=1e-12)
+    xs = np.array([traj(t).pos for t in np.linspace(0.0, 10.0, 2001)])
+    assert np.ptp(xs, axis=0) == pytest.approx([4.0, 3.0, 0.6], abs=1e-3)
+
+
+def test_a_spline_is_seeded_closed_and_stays_in_its_box():
+    from residual_quad.envs.trajectories import Spline
+
+    a, b = Spline(seed=7), Spline(seed=7)
+    ts = np.linspace(0.0, 40.0, 801)
+    assert all(np.array_equal(a(t).pos, b(t).pos) for t in ts)  # the same seed, the same path
+    assert not np.allclose(Spline(seed=8)(3.0).pos, a(3.0).pos)
+    for t in (0.0, 5.0):  # periodic to the acceleration
+        for field in ("pos", "vel", "acc"):
+            assert getattr(a(t + a.period), field) == pytest.approx(getattr(a(t), field), abs=1e-9)
+    pos = np.array([a(t).pos for t in ts])
+    # a quintic overshoots its waypoints a little, never far
+    assert np.all(np.abs(pos[:, :2]) <= 1.5 * a.size)
+    assert np.all(np.abs(pos[:, 2] - a.z) <= 1.5 * a.height + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"seed": -1}, "seed"),
+        ({"waypoints": 2}, "waypoints"),
+        ({"waypoints": 3.5}, "waypoints"),
+        ({"period": 0.0}, "period"),
+        ({"size": float("nan")}, "size"),
+    ],
+)
+def test_bad_spline_parameters_are_named(params, message):
+    from residual_quad.envs.trajectories import make_named_trajectory
+
+    with pytest.raises(ValueError, match=message):
+        make_named_trajectory("spline", **params)
+
+
+@pytest.mark.parametrize("name", ["lissajous", "spline"])
+def test_the_training_families_fly_in_the_single_and_the_vector_env(name):
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    result = run_episode("geo", trajectory=name, seed=0, episode_s=4.0)
+    assert not result.diverged and result.rmse < 0.3
+    venv = ResidualQuadVectorEnv(2, scenarios=[{"trajectory": name}] * 2, episode_s=1.0)
+    obs, _ = venv.reset(seed=[0, 1])
+    assert np.all(np.isfinite(obs))
+    venv.close()

@@ -69,7 +69,7 @@ def test_the_tuning_scenarios_are_never_the_evaluations():
     scenarios = tuning_scenarios(cfg)
     assert scenarios == tuning_scenarios(cfg)  # seeded
     assert scenarios != tuning_scenarios(TuneConfig(scenarios=60, seed=4))
-    assert {s.trajectory for s in scenarios} == {"hover", "helix", "figure8"}
+    assert {s.trajectory for s in scenarios} == {"hover", "helix", "figure8", "lissajous", "spline"}
     for s in scenarios:
         assert 0.0 <= s.payload_kg < PAYLOAD_LEVELS["extra"]  # the held-out payload never
         assert s.seed >= FIRST_TUNING_SEED  # far from the matrix's seeds (0–19)
