@@ -1,11 +1,13 @@
-"""The one episode loop: fly one controller for one episode and measure it.
+"""Flying a controller and measuring the episode: :func:`run_episode`, the one episode loop.
 
-:func:`run_episode` is the unit every sweep, stress study, data collection, PPO evaluation, table
-and figure is built from: it returns an :class:`EpisodeResult` with the metrics and the time
-series; it never raises because a flight diverged (that is ``diverged=True``). A
-:class:`RunSpec` names one run (controller label, scenario, seed) and :func:`fly` flies it; the
-sweep engine (:mod:`residual_quad.evaluation.sweep`) maps many of them over worker processes.
-It lives in the root package so that both ``training`` and ``evaluation`` import it.
+:func:`run_episode` flies one controller for one episode and returns an :class:`EpisodeResult`
+with the metrics and the time series; it never raises because a flight diverged (that is
+``diverged=True``). A :class:`RunSpec` names one run (controller label, scenario, seed) and
+:func:`fly` flies it with :func:`run_episode`; :func:`fly_batch` flies many runs at once on the
+vector env (a batched controller stepping every env together), their metrics from the same
+:func:`episode_result`. The sweep engine (:mod:`residual_quad.evaluation.sweep`) maps runs over
+worker processes, one by one or in batches. It lives in the root package so that both
+``training`` and ``evaluation`` import it.
 """
 
 from __future__ import annotations
@@ -399,7 +401,8 @@ def fly(
     callback: Callable[..., None] | None = None,
     controller: Controller | ControllerSpec | None = None,
 ) -> EpisodeResult:
-    """Fly one spec with :func:`run_episode` (the one episode loop every study uses).
+    """Fly one spec with :func:`run_episode`, the one episode loop (:func:`fly_batch` flies
+    many specs at once on the vector env).
 
     Args:
         spec: the run.
