@@ -49,17 +49,32 @@ def real(
         unit: appended to the range in the message (e.g. ``"Hz"``).
     """
     ok = is_real(value)
+    shown = None
     if ok:
-        x = float(value)
-        ok = (
-            math.isfinite(x)
-            and (low is None or (x > low if low_open else x >= low))
-            and (high is None or (x < high if high_open else x <= high))
-        )
+        try:
+            x = float(value)
+        except OverflowError:  # an integer (or fraction) beyond the float range: not finite
+            ok, shown = False, _beyond_float(value)
+        else:
+            ok = (
+                math.isfinite(x)
+                and (low is None or (x > low if low_open else x >= low))
+                and (high is None or (x < high if high_open else x <= high))
+            )
     if not ok:
         what = _describe(low, high, low_open, high_open) + (f" ({unit})" if unit else "")
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {shown or repr(value)}")
     return x
+
+
+def _beyond_float(value: Any) -> str:
+    """How a message shows a number beyond the float range: its type and order of magnitude
+    (its digits would fill the message, and past 4300 of them ``repr`` itself refuses)."""
+    kind = f"{type(value).__name__}, beyond the float range"
+    try:
+        return f"{'-' if value < 0 else ''}1e{math.log10(abs(value)):.0f} ({kind})"
+    except (OverflowError, ValueError):
+        return f"a number ({kind})"
 
 
 def vector(name: str, value: Any, size: int = 3, unit: str = "") -> np.ndarray:

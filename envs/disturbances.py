@@ -28,6 +28,14 @@ WIND_LEVELS: dict[str, tuple[float, float]] = {
 }
 
 
+MAX_WIND_TAU_S = 1e9
+"""Longest gust correlation time accepted, s: the longest Dryden time constant ``L/V`` accepted
+(1000 km swept past at 1 mm/s, :data:`~residual_quad.envs.turbulence.LENGTH_RANGE_M` and
+``AIRSPEED_RANGE_MPS``). Over the longest episode (3600 s) such a gust decorrelates by
+``1 − e^{−3600/1e9} ≈ 3.6e-6``: it is a constant offset already, so a longer τ changes nothing
+physical — and it keeps the sampler's block length ``4τ/dt`` (physics steps ``dt`` of 1e-5 s to
+3600 s) a finite integer, which a τ near the largest float overflowed at reset."""
+
 MAX_PAYLOAD_KG = 1e9
 """Heaviest payload accepted, kg: far past any flight (1e6 kg already just falls), yet a mass at
 which MuJoCo's composite inertia stays well conditioned."""
@@ -56,6 +64,12 @@ def resolve_payload(payload: str | float) -> float:
             f"[0, {MAX_PAYLOAD_KG:g}] kg, got {payload!r}"
         )
     return float(payload)
+
+
+def check_wind_tau(value: object) -> float:
+    """``wind_tau`` as a float in (0, :data:`MAX_WIND_TAU_S`] s, else a ``ValueError`` naming
+    it."""
+    return real("wind_tau", value, low=0.0, high=MAX_WIND_TAU_S, low_open=True, unit="s")
 
 
 @dataclass(frozen=True)
@@ -126,7 +140,7 @@ class WindModel:
 
     mean: float = 0.0  # m/s
     sigma: float = 0.0  # m/s, horizontal gust standard deviation
-    tau: float = 2.0  # s, gust correlation time
+    tau: float = 2.0  # s, gust correlation time, in (0, MAX_WIND_TAU_S]
     direction: float = 0.0  # rad, heading the mean wind blows towards
     vertical_scale: float = 0.5  # vertical σ relative to horizontal
     turbulence: DrydenTurbulence | None = None  # Dryden gusts in place of the OU ones
@@ -134,7 +148,7 @@ class WindModel:
     def __post_init__(self) -> None:
         real("wind mean", self.mean, low=0.0, unit="m/s")
         real("wind sigma", self.sigma, low=0.0, unit="m/s")
-        real("wind_tau", self.tau, low=0.0, low_open=True, unit="s")
+        check_wind_tau(self.tau)
         real("wind_direction", self.direction, unit="rad")
         real("wind vertical_scale", self.vertical_scale, low=0.0)
         if self.turbulence is not None:
@@ -175,7 +189,11 @@ class WindModel:
                     f"wind must be one of {list(WIND_LEVELS)} or a (mean, sigma) pair in m/s, "
                     f"got {wind!r}"
                 )
-            base = cls(mean=float(mean), sigma=float(sigma))
+            try:
+                mean, sigma = float(mean), float(sigma)
+            except OverflowError:  # an integer beyond the float range: the model names it
+                pass
+            base = cls(mean=mean, sigma=sigma)
         if not overrides:
             return base
         fields = {**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}}

@@ -182,7 +182,11 @@ def check_preview(preview: Any) -> PreviewSpec | None:
     is_int = isinstance(k, numbers.Integral) and not isinstance(k, bool | np.bool_)
     if not is_int or not 0 <= int(k) <= MAX_PREVIEW_POINTS:
         raise ValueError(f"{valid}; got K = {k!r}")
-    if not is_real(dt_s) or not (math.isfinite(float(dt_s)) and float(dt_s) > 0.0):
+    try:
+        dt_ok = is_real(dt_s) and math.isfinite(float(dt_s)) and float(dt_s) > 0.0
+    except OverflowError:  # an integer beyond the float range
+        dt_ok = False
+    if not dt_ok:
         raise ValueError(f"{valid}; got dt = {dt_s!r}")
     return PreviewSpec(int(k), float(dt_s)) if int(k) else None
 

@@ -52,6 +52,26 @@ def specific_force(acc, rot, gravity: float):
     ]
 
 
+def check_rates(physics_hz: object, control_hz: object) -> tuple[float, float, int]:
+    """``(physics_hz, control_hz, substeps)``: the rates as floats (Hz) if ``physics_hz`` is in
+    (0, :data:`MAX_PHYSICS_HZ`] and a whole multiple ``substeps`` of ``control_hz`` (> 0), else
+    a ``ValueError`` naming the rate (both when they disagree)."""
+    physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
+    control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
+    if control_hz > physics_hz:
+        raise ValueError(
+            f"control_hz ({control_hz:g} Hz) must not exceed physics_hz ({physics_hz:g} Hz): "
+            "physics_hz must be a positive integer multiple of control_hz"
+        )
+    ratio = physics_hz / control_hz
+    if abs(ratio - round(ratio)) > 1e-9:
+        raise ValueError(
+            f"physics_hz ({physics_hz}) must be a positive integer multiple of "
+            f"control_hz ({control_hz})"
+        )
+    return physics_hz, control_hz, int(round(ratio))
+
+
 class QuadrotorPlant:
     """MuJoCo quadrotor with unmodelled disturbances.
 
@@ -82,20 +102,7 @@ class QuadrotorPlant:
         events: tuple[Event, ...] = (),
     ):
         self.airframe = airframe or Airframe()
-        physics_hz = real("physics_hz", physics_hz, low=0.0, high=MAX_PHYSICS_HZ, low_open=True)
-        control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
-        if control_hz > physics_hz:
-            raise ValueError(
-                f"control_hz ({control_hz:g} Hz) must not exceed physics_hz ({physics_hz:g} Hz): "
-                "physics_hz must be a positive integer multiple of control_hz"
-            )
-        ratio = physics_hz / control_hz
-        if abs(ratio - round(ratio)) > 1e-9:
-            raise ValueError(
-                f"physics_hz ({physics_hz}) must be a positive integer multiple of "
-                f"control_hz ({control_hz})"
-            )
-        self.substeps = int(round(ratio))
+        physics_hz, control_hz, self.substeps = check_rates(physics_hz, control_hz)
         self.physics_dt = 1.0 / physics_hz
         self.control_dt = self.substeps * self.physics_dt
         self.payload_kg = float(payload_kg)

@@ -13,41 +13,32 @@ from gymnasium import spaces
 from gymnasium.error import ResetNeeded
 
 from residual_quad.envs import checks
-from residual_quad.envs.actions import ACTION_MODES, clip_action, make_action_mapping
+from residual_quad.envs.actions import clip_action, make_action_mapping
 from residual_quad.envs.airframe import Airframe
-from residual_quad.envs.checks import integer, real
-from residual_quad.envs.disturbances import (
-    DragModel,
-    GroundEffect,
-    WindModel,
-    resolve_payload,
+from residual_quad.envs.checks import real
+from residual_quad.envs.config import (
+    MAX_EPISODE_S,
+    MAX_RENDER_SIZE,
+    RENDER_MODES,
+    SETTINGS,
+    EnvConfig,
 )
-from residual_quad.envs.events import Event, event_truth, fire_due, parse_events
+from residual_quad.envs.disturbances import DragModel, GroundEffect, WindModel
+from residual_quad.envs.events import Event, event_truth, fire_due
 from residual_quad.envs.imu_bias import ImuBias
 from residual_quad.envs.latency import Latency, hover_action
-from residual_quad.envs.observation import ObsLayout, check_preview, true_observation
+from residual_quad.envs.observation import ObsLayout, true_observation
 from residual_quad.envs.plant import QuadrotorPlant
-from residual_quad.envs.presets import plant_options
 from residual_quad.envs.preview import make_preview
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
 from residual_quad.envs.reward import RewardWeights
 from residual_quad.envs.sensors import SensorNoise, Sensors
-from residual_quad.envs.task import Task, reason, step_info, task_step
-from residual_quad.envs.termination import CrashConditions
-from residual_quad.envs.trajectories import (
-    Trajectory,
-    check_reference,
-    make_trajectory,
-    reference_fields,
-)
+from residual_quad.envs.task import TaskParams, reason, step_info, task_step
+from residual_quad.envs.trajectories import Trajectory, check_reference, reference_fields
 from residual_quad.envs.turbulence import DrydenTurbulence
 
-MAX_EPISODE_S = 3600.0
-"""Longest episode accepted, s (one hour: 360 000 steps at 100 Hz)."""
-
-MAX_RENDER_SIZE = 8192
-"""Largest rendered image side, pixels."""
+__all__ = ["MAX_EPISODE_S", "MAX_RENDER_SIZE", "RESET_OPTIONS", "EnvConfig", "ResidualQuadEnv"]
 
 _ONE = slice(None)  # the single env's row in its latency lines (a batch of one)
 _FULL_EFFICIENCY = np.ones(4)  # the rotors' efficiencies without events (info; copied)
@@ -97,10 +88,11 @@ class ResidualQuadEnv(gym.Env):
     recomputed and assigned every physics substep. The task is to track a reference trajectory.
 
     The class is the specification and the glue; each task piece lives in its own module of
-    :mod:`residual_quad.envs`: the plant (``plant``), the action mapping (``actions``), the
-    observation layout (``observation``), the reward (``reward``, :class:`RewardWeights`), the
-    episode end (``termination``, :class:`CrashConditions`), the sensor noise (``sensors``,
-    :class:`SensorNoise`) and the period residual of the nominal model (``dynamics``).
+    :mod:`residual_quad.envs`: the settings (``config``, :class:`EnvConfig`), the plant
+    (``plant``), the action mapping (``actions``), the observation layout (``observation``), the
+    reward (``reward``, :class:`RewardWeights`), the episode end (``termination``,
+    :class:`CrashConditions`), the sensor noise (``sensors``, :class:`SensorNoise`) and the
+    period residual of the nominal model (``dynamics``).
 
     ## Action space
 
@@ -200,69 +192,83 @@ class ResidualQuadEnv(gym.Env):
 
     ## Arguments
 
-    | argument | default | meaning |
-    |---|---|---|
-    | ``payload`` | ``"none"`` | ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg) or a mass in
-    [0, 1e9] kg |
-    | ``wind`` | ``"calm"`` | ``calm/breezy/windy``, ``(mean, sigma)`` m/s or a ``WindModel`` |
-    | ``trajectory`` | ``"hover"`` | ``hover/helix/figure8`` or a :class:`Trajectory` instance |
-    | ``ground_effect`` | ``True`` | Cheeseman–Bennett thrust gain near the floor |
-    | ``control_hz`` / ``physics_hz`` | 100 / 500 | rates, Hz (physics a multiple of control,
-    at most 1e5 Hz) |
-    | ``episode_s`` | 20.0 | episode length, s: one control period to :data:`MAX_EPISODE_S`
-    (3600 s) |
-    | ``action_mode`` | ``"rotor"`` | ``rotor`` or ``ctbr`` |
-    | ``render_mode`` | ``None`` | ``None`` or ``"rgb_array"`` (headless too: EGL/OSMesa) |
-    | ``drag`` | ``DragModel()`` | k_h = 0.055, k_v = 0.090 N/(m/s)², c_lin = 0.020 N/(m/s) |
-    | ``wind_tau`` / ``wind_direction`` | 2.0 s / 0 rad | gust correlation time, mean-wind heading |
-    | ``turbulence`` | ``None`` | Dryden gusts in place of the OU ones: ``light``, ``moderate``,
-    ``severe`` or a :class:`~residual_quad.envs.turbulence.DrydenTurbulence` |
-    | ``airframe`` | ``Airframe()`` | nominal vehicle parameters |
-    | ``seed`` | ``None`` | integer ≥ 0, used by the first ``reset`` that passes none |
-    | ``max_tilt`` | π/2 | crash tilt, rad, in (0, π] |
-    | ``crash_speed`` | 1.0 | floor contact faster than this is a crash, m/s, ≥ 0 |
-    | ``max_position_error`` | 5.0 | tracking error that ends the episode, m, > 0 |
-    | ``max_body_rate`` | (4, 4, 2) | ``ctbr`` rate scale, rad/s |
-    | ``k_rate`` | 20.0 | ``ctbr`` rate-loop gain, 1/s |
-    | ``reward_weights`` | see Rewards | :class:`RewardWeights` or a dict of overrides (strict) |
-    | ``pos_noise`` / ``vel_noise`` | 0 / 0 | white sensor noise std on the observation, m, m/s |
-    | ``gyro_noise`` / ``imu_noise`` | 0 / 0 | ... on body rates and accelerometer, rad/s, m/s² |
-    | ``sensor_noise`` | ``None`` | the four levels as one :class:`SensorNoise` instead (not both) |
-    | ``imu_bias`` | ``None`` | gyro/accelerometer bias random walks: ``adis16448``, an
-    :class:`~residual_quad.envs.imu_bias.ImuBias` or a dict of its fields (strict) |
-    | ``width`` / ``height`` | 640 / 480 | rendered image size, pixels (1 to 8192) |
-    | ``preset`` | ``None`` | ``ideal`` or ``realistic`` plant options (:mod:`~residual_quad.envs.
-    presets`); the three below, when given, override it |
-    | ``rotor_tau_s`` | 0 | first-order rotor lag, s, in [0, 10] (:mod:`~residual_quad.envs.
-    actuators`) |
-    | ``action_delay_steps`` / ``obs_delay_steps`` | 0 / 0 | command / sensor latency, control
-    periods, integers in [0, 1000] (:mod:`~residual_quad.envs.latency`) |
-    | ``events`` | ``None`` | payload, wind and rotor events in the episode
-    (:mod:`residual_quad.envs.events`; dataclasses or dicts with a ``kind``) |
-    | ``preview`` | ``None`` | ``(K, dt)``: K future reference points dt s apart [DATT] (K an
-    integer in [0, 1000], dt > 0 finite, s; ``None`` or K = 0: no preview) |
+    The keyword arguments are the fields of :class:`~residual_quad.envs.config.EnvConfig`, with
+    the same names and defaults; each field there gives its type, unit and valid range. The env
+    builds one from its arguments (``env.config``) and reads every setting from it.
 
-    Every argument is checked at construction: a wrong type, a NaN or inf, or a value out of its
-    range is a ``ValueError`` that names the argument, shows the value and states the valid range
-    (or lists the valid choices); rates, lengths, limits, gains, noise levels and drag, wind and
-    reward parameters must be finite.
+    | argument | meaning |
+    |---|---|
+    | ``payload`` | payload welded under the frame: ``none/light/heavy/extra`` (0/0.25/0.5/0.75 kg)
+    or a mass |
+    | ``wind`` / ``wind_tau`` / ``wind_direction`` | mean wind and OU gusts: ``calm/breezy/windy``,
+    ``(mean, sigma)`` or a ``WindModel``; the gusts' correlation time; the mean wind's heading |
+    | ``turbulence`` | Dryden gusts in place of the OU ones: ``light``, ``moderate``, ``severe`` or
+    a :class:`~residual_quad.envs.turbulence.DrydenTurbulence` |
+    | ``trajectory`` | the reference: ``hover/helix/figure8`` or a :class:`Trajectory` instance |
+    | ``ground_effect`` / ``drag`` / ``airframe`` | the Cheeseman–Bennett gain on or off; the drag
+    coefficients (:class:`DragModel`); the nominal vehicle (:class:`Airframe`) |
+    | ``control_hz`` / ``physics_hz`` / ``episode_s`` | the rates (physics a whole multiple of
+    control) and the episode's length, up to :data:`MAX_EPISODE_S` |
+    | ``action_mode`` / ``max_body_rate`` / ``k_rate`` | ``rotor`` or ``ctbr`` (see Action space);
+    ``ctbr``'s rate scale and rate-loop gain |
+    | ``render_mode`` / ``width`` / ``height`` | ``None`` or ``"rgb_array"`` (headless too:
+    EGL/OSMesa) and the image's size |
+    | ``seed`` | used by the first ``reset`` that passes none |
+    | ``max_tilt`` / ``crash_speed`` / ``max_position_error`` | the crash limits (see Episode end) |
+    | ``reward_weights`` | :class:`RewardWeights` or a dict of overrides (see Rewards) |
+    | ``pos_noise`` / ``vel_noise`` / ``gyro_noise`` / ``imu_noise`` or ``sensor_noise`` | white
+    sensor noise on the observation, per quantity or as one :class:`SensorNoise` (not both) |
+    | ``imu_bias`` | gyro/accelerometer bias random walks: ``adis16448``, an
+    :class:`~residual_quad.envs.imu_bias.ImuBias` or a dict of its fields |
+    | ``preset`` / ``rotor_tau_s`` / ``action_delay_steps`` / ``obs_delay_steps`` | plant options:
+    a named set (:mod:`~residual_quad.envs.presets`) and the rotor lag and latencies that, when
+    given, override it |
+    | ``events`` | payload, wind and rotor events in the episode (:mod:`residual_quad.envs.events`;
+    dataclasses or dicts with a ``kind``) |
+    | ``preview`` | ``(K, dt)``: K future reference points dt s apart in the observation [DATT] |
+
+    Every argument is checked at construction (when the config is built): a wrong type, a NaN or
+    inf, or a value out of its range is a ``ValueError`` that names the argument, shows the value
+    and states the valid range (or lists the valid choices); rates, lengths, limits, gains, noise
+    levels and drag, wind and reward parameters must be finite.
 
     ## Version history
 
-    * v0: initial release; arguments, reset options and actions checked strictly, MuJoCo
-      instability flagged as ``simulation_unstable``, ``step`` after the episode's end refused.
-      Second stage: ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.
-      ResidualQuadVectorEnv`; ``max_episode_steps`` is a plain Gymnasium limit (it no longer
-      follows a custom ``episode_s``; ``reset`` warns when the default cuts an episode).
-      Third stage: off-by-default plant options ``rotor_tau_s``, ``action_delay_steps``,
-      ``obs_delay_steps`` and the ``preset`` that sets them; ``turbulence`` (Dryden gusts) and
-      ``imu_bias``; ``info`` gains ``rotor_thrusts``, ``gyro_bias`` and ``accel_bias``.
-      Fourth stage: the off-by-default reference ``preview`` (``PreviewSpec``, ``preview_pos``).
+    * v0: initial release ("Plant, ResidualQuad-v0, trajectories, ..."). The id has not changed
+      since; what changed in it, in order (**default** marks a change to what an env built with
+      the default arguments returns):
+
+      - **default**: every ``reset`` draws one number from the env's generator (the seed of the
+        sensors' own stream) before the gusts, so a seed flies other gusts in ``breezy`` and
+        ``windy`` wind than in the first release ("Env: optional white sensor noise ...").
+      - **default**: the observation space's bounds are finite (``ObsLayout.bounds``, were ±inf),
+        ``ref_yaw`` is wrapped to [−π, π] (it grew with the helix's heading) and the ``chase``
+        camera looks from higher ("Foundation tests: ...; finite observation bounds").
+      - **default**: ``rot`` is the current quaternion's rotation; it was MuJoCo's ``xmat``, one
+        physics substep behind ("Env observation from the current quaternion ...").
+      - **default**: a MuJoCo instability warning in a substep ends the episode as
+        ``simulation_unstable`` (it was ``non_finite``, found by the clock MuJoCo resets); every
+        argument, reset option and reference is checked, an action of another shape than
+        ``(4,)`` is refused (it was flattened), ``step`` after the end raises ``ResetNeeded``,
+        and ``gym.make`` adds a ``TimeLimit`` of 2000 steps, the default episode ("env: validate
+        every constructor argument and reset option ...").
+      - ``gym.make_vec`` builds :class:`~residual_quad.envs.vector_env.ResidualQuadVectorEnv`;
+        ``max_episode_steps`` is a plain Gymnasium limit (it no longer follows a custom
+        ``episode_s``; ``reset`` warns when the default cuts an episode).
+      - Off by default: the plant options ``rotor_tau_s``, ``action_delay_steps``,
+        ``obs_delay_steps`` and the ``preset`` that sets them; ``turbulence`` (Dryden gusts);
+        ``imu_bias``; ``events``. ``info`` gains ``rotor_thrusts``, ``gyro_bias``,
+        ``accel_bias``, ``mean_wind``, ``rotor_efficiency`` and ``events_fired``.
+      - Off by default: the reference ``preview`` (``PreviewSpec``, ``preview_pos``).
+      - The settings are one :class:`~residual_quad.envs.config.EnvConfig` (the same arguments,
+        defaults and errors; the same episodes bit for bit); ``wind_tau`` above
+        :data:`~residual_quad.envs.disturbances.MAX_WIND_TAU_S` (1e9 s) is refused (near the
+        largest float it passed and overflowed at ``reset``).
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 50}
 
-    def __init__(
+    def __init__(  # the settings' types, units and ranges: EnvConfig's fields
         self,
         payload: str | float = "none",
         wind: str | tuple[float, float] | WindModel = "calm",
@@ -278,99 +284,63 @@ class ResidualQuadEnv(gym.Env):
         wind_direction: float | None = None,
         airframe: Airframe | None = None,
         seed: int | None = None,
-        max_tilt: float = math.pi / 2,  # rad
-        crash_speed: float = 1.0,  # m/s
-        max_position_error: float = 5.0,  # m
-        max_body_rate: tuple[float, float, float] = (4.0, 4.0, 2.0),  # rad/s
-        k_rate: float = 20.0,  # 1/s
+        max_tilt: float = math.pi / 2,
+        crash_speed: float = 1.0,
+        max_position_error: float = 5.0,
+        max_body_rate: tuple[float, float, float] = (4.0, 4.0, 2.0),
+        k_rate: float = 20.0,
         reward_weights: RewardWeights | dict[str, float] | None = None,
-        pos_noise: float = 0.0,  # m, std of white noise on the observed position
-        vel_noise: float = 0.0,  # m/s, ... velocity
-        gyro_noise: float = 0.0,  # rad/s, ... body rates
-        imu_noise: float = 0.0,  # m/s², ... accelerometer
+        pos_noise: float = 0.0,
+        vel_noise: float = 0.0,
+        gyro_noise: float = 0.0,
+        imu_noise: float = 0.0,
         width: int = 640,
         height: int = 480,
         sensor_noise: SensorNoise | None = None,
-        turbulence: str | DrydenTurbulence | None = None,  # Dryden gusts instead of OU ones
-        imu_bias: str | ImuBias | dict[str, float] | None = None,  # IMU bias random walks
-        preset: str | None = None,  # named plant options; explicit ones below override it
-        rotor_tau_s: float | None = None,  # s, first-order rotor lag (None: the preset's, or 0)
-        action_delay_steps: int | None = None,  # control periods of command latency (None: ...)
-        obs_delay_steps: int | None = None,  # control periods of sensor latency (None: ...)
-        events: tuple[Event | dict[str, Any], ...] | None = None,  # see envs/events.py
-        preview: tuple[int, float] | None = None,  # (K points, dt s): future reference window
+        turbulence: str | DrydenTurbulence | None = None,
+        imu_bias: str | ImuBias | dict[str, float] | None = None,
+        preset: str | None = None,
+        rotor_tau_s: float | None = None,
+        action_delay_steps: int | None = None,
+        obs_delay_steps: int | None = None,
+        events: tuple[Event | dict[str, Any], ...] | None = None,
+        preview: tuple[int, float] | None = None,
     ):
-        if not isinstance(action_mode, str) or action_mode not in ACTION_MODES:
-            raise ValueError(
-                f"unknown action_mode {action_mode!r}; valid choices: {', '.join(ACTION_MODES)}"
-            )
-        if render_mode is not None and (
-            not isinstance(render_mode, str) or render_mode not in self.metadata["render_modes"]
-        ):
-            raise ValueError(
-                f"unknown render_mode {render_mode!r}; valid choices: None, "
-                f"{', '.join(self.metadata['render_modes'])}"
-            )
-        if not isinstance(ground_effect, bool | np.bool_):
-            raise ValueError(f"ground_effect must be True or False, got {ground_effect!r}")
-        seed = checks.seed_value(seed)
-        checks.instance("drag", drag, DragModel | None, "a DragModel or None")
-        checks.instance("airframe", airframe, Airframe | None, "an Airframe or None")
-        checks.instance("sensor_noise", sensor_noise, SensorNoise | None, "a SensorNoise or None")
-        if wind_tau is not None:
-            real("wind_tau", wind_tau, low=0.0, low_open=True, unit="s")
-        if wind_direction is not None:
-            real("wind_direction", wind_direction, unit="rad")
-        max_body_rate = checks.vector("max_body_rate", max_body_rate, 3, "rad/s")
-        if not np.all(max_body_rate > 0):
-            raise ValueError(f"max_body_rate must be positive, got {max_body_rate.tolist()}")
-        k_rate = real("k_rate", k_rate, low=0.0, low_open=True, unit="1/s")
-        width = integer("width", width, low=1, high=MAX_RENDER_SIZE)
-        height = integer("height", height, low=1, high=MAX_RENDER_SIZE)
-        control_hz = real("control_hz", control_hz, low=0.0, low_open=True, unit="Hz")
-        episode_s = real(
-            "episode_s", episode_s, low=0.0, high=MAX_EPISODE_S, low_open=True, unit="s"
-        )
-        if episode_s < 1.0 / control_hz:
-            raise ValueError(
-                f"episode_s ({episode_s:g} s) is shorter than one control period "
-                f"(1/control_hz = {1.0 / control_hz:g} s)"
-            )
-        self.plant_options = plant_options(
-            preset,
-            rotor_tau_s=rotor_tau_s,
-            action_delay_steps=action_delay_steps,
-            obs_delay_steps=obs_delay_steps,
-        )
-        self.preview_spec = check_preview(preview)  # a PreviewSpec, None: no preview
-        self.payload_kg = resolve_payload(payload)
-        self.wind_model = WindModel.from_spec(
-            wind, tau=wind_tau, direction=wind_direction, turbulence=turbulence
-        )
-        self.trajectory = make_trajectory(trajectory)
-        self.airframe = airframe or Airframe()
+        arguments = locals()  # the first statement: exactly the arguments (and self)
+        config = EnvConfig(**{name: arguments[name] for name in SETTINGS})  # checks them all
+        self.config = config
+        self.plant_options = config.plant_options
+        self.preview_spec = config.preview_spec  # a PreviewSpec, None: no preview
+        self.payload_kg = config.payload_kg
+        self.wind_model = config.wind_model
+        self.trajectory = config.reference
+        self.airframe = config.vehicle
         self.plant = QuadrotorPlant(
             airframe=self.airframe,
             payload_kg=self.payload_kg,
-            drag=drag,
+            drag=config.drag,
             wind=self.wind_model,
-            ground_effect=GroundEffect(self.airframe.rotor_radius) if ground_effect else None,
-            physics_hz=physics_hz,
-            control_hz=control_hz,
+            ground_effect=GroundEffect(self.airframe.rotor_radius)
+            if config.ground_effect
+            else None,
+            physics_hz=config.physics_hz,
+            control_hz=config.control_hz,
             rotor_tau_s=self.plant_options.rotor_tau_s,
-            events=parse_events(events, episode_s),
+            events=config.scheduled_events,
         )
         self.events = self.plant.events  # this episode's events and their state, or None
         self._mean_wind = self.wind_model.mean_vector  # m/s, world (info without events)
         self.control_dt = self.plant.control_dt  # s
-        self.max_steps = max(1, int(round(episode_s / self.control_dt)))
+        self.max_steps = max(1, int(round(config.episode_s / self.control_dt)))
         self.preview = make_preview(self.preview_spec, self.control_dt, self.max_steps)  # or None
-        self.action_mode = action_mode
-        self.render_mode = render_mode
-        self.metadata = {**self.metadata, "render_fps": int(round(control_hz))}
-        self._seed = seed
-        self.crash_conditions = CrashConditions(max_tilt, crash_speed, max_position_error)
-        self.action_mapping = make_action_mapping(action_mode, self.airframe, max_body_rate, k_rate)
+        self.action_mode = config.action_mode
+        self.render_mode = config.render_mode
+        self.metadata = {**self.metadata, "render_fps": int(round(config.control_hz))}
+        self._seed = config.seed
+        self.crash_conditions = config.crash_conditions
+        self.action_mapping = make_action_mapping(
+            config.action_mode, self.airframe, config.max_body_rate, config.k_rate
+        )
         opts = self.plant_options
         self.latency = Latency(
             1,
@@ -378,19 +348,9 @@ class ResidualQuadEnv(gym.Env):
             opts.obs_delay_steps,
             hover_action(self.action_mapping, self.airframe.hover_thrust),
         )
-        self.reward_weights = RewardWeights.from_spec(reward_weights)
-        individual_noise = (pos_noise, vel_noise, gyro_noise, imu_noise)
-        if sensor_noise is None:
-            sensor_noise = SensorNoise(*individual_noise)
-        elif any(std != 0.0 for std in individual_noise):
-            raise ValueError(
-                "give sensor noise either as sensor_noise=SensorNoise(...) or as "
-                "pos_noise/vel_noise/gyro_noise/imu_noise, not both"
-            )
-        if imu_bias is None:  # the preset's level, if any
-            imu_bias = self.plant_options.imu_bias
-        self.sensors = Sensors(sensor_noise, ImuBias.from_spec(imu_bias), self.control_dt)
-        self.task = Task(
+        self.reward_weights = config.rewards
+        self.sensors = Sensors(config.noise, config.bias, self.control_dt)
+        self.task = TaskParams(
             self.crash_conditions,
             self.reward_weights,
             self.control_dt,
@@ -398,7 +358,7 @@ class ResidualQuadEnv(gym.Env):
             self.airframe.gravity,
             self.max_steps,
         )  # what the task step (shared with the vector env) needs
-        self._width, self._height = width, height
+        self._width, self._height = config.width, config.height
         self._renderer: mujoco.Renderer | None = None
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)

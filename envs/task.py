@@ -76,8 +76,9 @@ INFO_KEYS: tuple[str, ...] = tuple(_INFO_FIELDS)
 
 
 @dataclass(frozen=True)
-class Task:
-    """What the task step needs to know about an environment (shared by all envs of a batch)."""
+class TaskParams:
+    """The parameters of the task step: what it needs to know about an environment (shared by
+    all envs of a batch)."""
 
     conditions: CrashConditions
     weights: RewardWeights
@@ -106,7 +107,7 @@ _ONE_ENV = contextlib.nullcontext()
 
 
 def task_step(
-    task: Task,
+    task: TaskParams,
     prev_obs: Any,
     obs: Any,
     action: Any,

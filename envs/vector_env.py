@@ -148,7 +148,8 @@ class ResidualQuadVectorEnv(VectorEnv):
     control_hz, max_episode_steps)`` steps (``make_vec`` passes the spec's 2000) |
     | ``reference_table_bytes`` | 64 MiB | memory for the built-in trajectories' tabulated
     references (see References; 0: a trajectory call per env and step) |
-    | ``**kwargs`` | | every argument of the single env (``seed`` excepted) |
+    | ``**kwargs`` | | the single env's settings, the fields of :class:`~residual_quad.envs.config.
+    EnvConfig` (``seed`` excepted), checked as there; a scenario overrides some per env |
     """
 
     metadata = {

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from residual_quad.envs.config import EnvConfig
 from residual_quad.envs.residual_quad_env import RESET_OPTIONS, ResidualQuadEnv
 from residual_quad.envs.trajectories import Reference, Trajectory
 from residual_quad.envs.turbulence import DrydenTurbulence
@@ -54,13 +55,17 @@ junk = st.one_of(
     st.complex_numbers(max_magnitude=10.0),
 )
 values = st.one_of(numbers, junk)
-# positive scales (a preview's dt, a turbulence length or airspeed): the ends of float64 — the
-# least subnormal, the largest finite — and values around the physical bounds
+# integers beyond the float range: real numbers whose float() raises OverflowError
+beyond_float = st.sampled_from([10**400, -(10**400), 2**1024])
+# positive scales (a preview's dt, a turbulence length or airspeed, a gust correlation time):
+# the ends of float64 — the least subnormal, the largest finite — values around the physical
+# bounds and integers beyond the float range
 scales = st.one_of(
-    st.sampled_from([5e-324, 1e-300, 1e-17, 1e-6, 1e-3, 0.06, 1.0, 3600.0, 1e6, 1e17, 1e300]),
+    st.sampled_from([5e-324, 1e-300, 1e-17, 1e-6, 1e-3, 0.06, 1.0, 3600.0, 1e6, 1e9, 1e17, 1e300]),
     st.just(sys.float_info.max),
     st.floats(min_value=0.0, exclude_min=True, allow_infinity=False),
     numbers,
+    beyond_float,
 )
 previews = st.one_of(
     st.tuples(st.integers(-1, 1001), scales),
@@ -109,8 +114,8 @@ turbulences = st.one_of(
     ),
     values,
 )
-#: the strategies of the arguments that take more than a number or a name
-VALUES = {"preview": previews, "turbulence": turbulences}
+#: the strategies of the arguments that take more than a number or a name, or a scale
+VALUES = {"preview": previews, "turbulence": turbulences, "wind_tau": scales}
 
 #: what each fuzzed argument's error message must mention
 ARGUMENTS = {
@@ -167,8 +172,11 @@ def _flies_or_flags(env: ResidualQuadEnv, steps: int = 3) -> None:
 
 
 def _arguments(name: str, value) -> dict:
-    """The constructor arguments of one fuzzed ``value`` of argument ``name``."""
-    return value.kwargs() if isinstance(value, _Dryden) else {name: value}
+    """The constructor arguments of one fuzzed ``value`` of argument ``name`` (a correlation
+    time in a gusty wind, which samples its gusts)."""
+    if isinstance(value, _Dryden):
+        return value.kwargs()
+    return {name: value, "wind": "windy"} if name == "wind_tau" else {name: value}
 
 
 @_settings(120)
@@ -178,22 +186,30 @@ def test_any_constructor_argument_is_refused_clearly_or_flies(data):
     # rarely build one) are drawn about half the time
     names = st.one_of(st.sampled_from(sorted(ARGUMENTS)), st.sampled_from(sorted(VALUES)))
     name = data.draw(names, label="name")
-    value = data.draw(VALUES.get(name, values), label="value")
+    value = data.draw(VALUES.get(name, st.one_of(values, beyond_float)), label="value")
+    kwargs = None
     try:
-        env = ResidualQuadEnv(**_arguments(name, value))
+        kwargs = _arguments(name, value)
+        env = ResidualQuadEnv(**kwargs)
     except ValueError as err:
         assert ARGUMENTS[name] in str(err), str(err)
+        if kwargs is not None:  # built, refused by the env: the config refuses it alike
+            with pytest.raises(ValueError) as config_err:
+                EnvConfig(**kwargs)
+            assert str(config_err.value) == str(err)
         return
+    EnvConfig(**kwargs)  # builds as the env did
     _flies_or_flags(env)
 
 
 @_settings(80)
 @given(name=st.sampled_from(sorted(VALUES)), data=st.data())
-def test_any_preview_or_turbulence_is_refused_at_construction_or_flies_in_both_envs(name, data):
+def test_any_extreme_scale_is_refused_at_construction_or_flies_in_both_envs(name, data):
     """Extreme scales (a preview's dt up to 1.8e308 s, turbulence lengths and airspeeds from the
-    least subnormal to the largest float, a mean wind sweeping it at 1e300 m/s) are refused
-    when the env is built, naming the argument, or the single and the vector env reset and fly:
-    never an OverflowError or ZeroDivisionError at reset."""
+    least subnormal to the largest float, a mean wind sweeping it at 1e300 m/s, a gust
+    correlation time ``wind_tau`` from the least subnormal to the largest float, integers beyond
+    the float range) are refused when the env is built, naming the argument, or the single and
+    the vector env reset and fly: never an OverflowError or ZeroDivisionError at reset."""
     kwargs = None
     try:
         kwargs = _arguments(name, data.draw(VALUES[name], label="value"))
