@@ -41,7 +41,7 @@ setup(
         "residual_quad.envs": ["assets/*.xml"],
         "residual_quad.configs": ["*.yaml"],
         "residual_quad.controllers": ["weights/*.npz", "weights/*.zip", "weights/*.json"],
-        "residual_quad.evaluation": ["committed_outcome.json"],
+        "residual_quad.evaluation.studies": ["committed_outcome.json"],
         "residual_quad.evaluation.studies.stick": ["scenarios/*.yaml"],
     },
     include_package_data=False,
@@ -65,6 +65,7 @@ setup(
             "pandas<3",
         ],
         "cluster": ["ray>=2.9"],
+        "tune": ["optuna>=4.0"],  # rquad tune: the seeded search of the trackers' gains
         "test": ["pytest>=8", "pytest-xdist>=3.5", "hypothesis>=6", "ruff>=0.5", "websockets>=12"],
         "server": [  # rquad serve, ResidualQuadRemote-v0, MCAP flight logs, Foxglove live view
             "msgpack>=1.0",

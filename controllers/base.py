@@ -59,7 +59,7 @@ class InformationUse:
     """What a controller sees when it acts, and how it was tuned: its row of the report's
     information audit [LEVELING]. Declared where the controller is defined (a class attribute
     ``INFORMATION`` in the class's own namespace, never inherited), read by
-    :mod:`residual_quad.evaluation.information`.
+    :mod:`residual_quad.evaluation.report.information`.
 
     ``learned`` names the training record that completes the row: ``"policy"`` (a PPO/SB3
     policy file: its ``features`` and ``privileged_critic`` entries and its budget),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,82 @@ def test_no_module_passes_math_or_numpy_as_a_value():
                 if any(isinstance(v, ast.Name) and v.id in ("math", "np", "numpy") for v in values):
                     passed.append(f"{name}:{node.lineno}")
     assert passed == []
+
+
+#: the rooms of ``evaluation/`` and the rooms each may import: the sweep engine stands alone, the
+#: report reads sweep rows, studies fly sweeps and write reports, a bench measures anything
+EVALUATION = "residual_quad.evaluation"
+ROOM_IMPORTS: dict[str, set[str]] = {
+    "sweep": set(),
+    "report": {"sweep"},
+    "studies": {"sweep", "report"},
+    "bench": {"sweep", "report", "studies"},
+}
+#: a dotted path into the package as a string import spells it, ``:function`` for a factory spec
+_MODULE_PATH = re.compile(r"(residual_quad(?:\.\w+)+)(:\w+)?")
+
+
+def _room(module: str) -> str | None:
+    """The room of an ``evaluation`` module (``None`` outside it and for the package itself)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == EVALUATION.split(".") and len(parts) > 2 else None
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings or other bare string statements
+    (those name modules for the reader; an import by string is always an expression's value)."""
+    bare = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare
+    ]
+
+
+def test_evaluation_rooms_import_one_way():
+    """Every module of ``evaluation/`` lives in one of :data:`ROOM_IMPORTS`' rooms and imports
+    (lazy imports included) only the rooms its room may: the room graph is acyclic, and nothing in
+    sweep, report or studies reaches a bench. The package ``__init__`` imports no room, so that
+    importing one room never loads another."""
+    graph = _graph()
+    modules = sorted(m for m in graph if m.startswith(EVALUATION + "."))
+    assert {_room(m) for m in modules} == set(ROOM_IMPORTS)  # every module is in a known room
+    rooms: dict[str, set[str]] = {room: set() for room in ROOM_IMPORTS}
+    wrong: list[str] = []
+    for module in modules:
+        for dep in graph[module]:
+            room, other = _room(module), _room(dep)
+            if other is None or other == room:
+                continue
+            rooms[room].add(other)
+            if other not in ROOM_IMPORTS[room]:
+                wrong.append(f"{module} -> {dep}")
+    assert wrong == []
+    assert _cycles(rooms) == []
+    assert {d for d in graph[EVALUATION] if _room(d)} == set()
+
+
+def test_no_string_imports_between_rooms():
+    """No module names a module of another ``evaluation`` room in a string (a ``"module:function"``
+    registry, ``importlib.import_module``, ``-c`` code): such an import hides a dependency from
+    :func:`test_evaluation_rooms_import_one_way`. Nor does an ``evaluation`` module name a
+    ``"module:function"`` outside its room (the old bench registry did, for the server's bench,
+    which imported the registry back)."""
+    modules = _modules()
+    known = set(modules)
+    named: list[str] = []
+    for module, path in modules.items():
+        room = _room(module)
+        for node in _code_strings(ast.parse(path.read_text(encoding="utf-8"))):
+            for match in _MODULE_PATH.finditer(node.value):
+                target, spec = match.group(1), match.group(2)
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                other = _room(target)
+                if (other and other != room) or (room and spec and other != room):
+                    named.append(f"{module}:{node.lineno} names {match.group(0)}")
+    assert named == []

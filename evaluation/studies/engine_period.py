@@ -175,7 +175,7 @@ def frozen_periods() -> Iterator[None]:
 def frozen_rows(sample: tuple[str, ...] = FROZEN_SAMPLE) -> list[dict[str, Any]]:
     """Each sampled committed row re-flown with frozen periods: the metrics' relative change
     and whether the discrete outcome (diverged, steps) moved."""
-    from residual_quad.evaluation import reproduce
+    from residual_quad.evaluation.studies import reproduce
 
     out = []
     for run_id in sample:

@@ -28,7 +28,7 @@ from residual_quad.envs.disturbances import WIND_LEVELS, WindModel, resolve_payl
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.episode import RunSpec, build_controller
-from residual_quad.evaluation.recovery import recovery_spec
+from residual_quad.evaluation.sweep.recovery import recovery_spec
 
 #: the file a sweep's resolved config is saved as in its output folder
 CONFIG_FILE = "sweep_config.yaml"

@@ -35,7 +35,6 @@ from residual_quad.episode import (
     fly_batch,
     observation_env,
 )
-from residual_quad.evaluation.recovery import recovery_spec
 from residual_quad.evaluation.sweep.config import (
     CONFIG_FILE,
     RESUME_FREE_KEYS,
@@ -43,6 +42,7 @@ from residual_quad.evaluation.sweep.config import (
     expand,
     wants_series,
 )
+from residual_quad.evaluation.sweep.recovery import recovery_spec
 from residual_quad.evaluation.sweep.rows import (
     ROWS_FILE,
     SERIES_DIR,

@@ -25,7 +25,7 @@ import numpy as np
 
 from residual_quad.envs.disturbances import resolve_payload
 from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, RunSpec, control_dt
-from residual_quad.evaluation.recovery import RecoverySpec, recovery_metrics
+from residual_quad.evaluation.sweep.recovery import RecoverySpec, recovery_metrics
 
 try:
     import fcntl
@@ -61,7 +61,7 @@ def result_row(
     """The row of one flown matrix spec (JSON-ready), from its result and the residual estimate
     the controller applied at each step (``est[k]``: at step k, NaN rows where it has none); the
     time series go to ``series_dir`` when given. A scenario with events (``recovery``) adds the
-    recovery columns (:mod:`residual_quad.evaluation.recovery`)."""
+    recovery columns (:mod:`residual_quad.evaluation.sweep.recovery`)."""
     bias = bias_z = None
     steady = res.t >= STEADY_STATE_FROM_S - 1e-9
     if not res.diverged and steady.any() and np.isfinite(est[1:]).all():  # est[0]: no step yet

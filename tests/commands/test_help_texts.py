@@ -13,7 +13,7 @@ from cli_helpers import run_main
 from residual_quad import configs
 from residual_quad.cli import build_parser
 from residual_quad.commands.train import TRAIN_TARGETS
-from residual_quad.evaluation.pipeline import QUICK
+from residual_quad.evaluation.studies.pipeline import QUICK
 from residual_quad.evaluation.sweep import SweepConfig, expand
 
 

@@ -6,7 +6,7 @@ import json
 
 from cli_helpers import run_main
 
-from residual_quad.evaluation import reproduce as r
+from residual_quad.evaluation.studies import reproduce as r
 
 
 def _one_row_per_kind(monkeypatch):

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from residual_quad import configs
 from residual_quad.controllers.residual.config import ResidualConfig
-from residual_quad.evaluation.stress import StressConfig, TrajectorySpec
 from residual_quad.evaluation.studies.stick.study import Scenario, scenario_path
+from residual_quad.evaluation.studies.stress import StressConfig, TrajectorySpec
 from residual_quad.evaluation.sweep import SweepConfig
 from residual_quad.training.collect import CollectConfig
 from residual_quad.training.ppo_config import PPOTrainConfig

@@ -10,9 +10,9 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.controllers.residual.config import ResidualConfig
-from residual_quad.evaluation.ablation import AblationConfig
-from residual_quad.evaluation.stress import StressConfig
+from residual_quad.evaluation.studies.ablation import AblationConfig
 from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
+from residual_quad.evaluation.studies.stress import StressConfig
 from residual_quad.evaluation.sweep import SweepConfig
 from residual_quad.training.collect import CollectConfig
 from residual_quad.training.ppo_config import PPOTrainConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from residual_quad import configs
-from residual_quad.evaluation import ablation, ablation_report
+from residual_quad.evaluation.studies import ablation, ablation_report
 from residual_quad.evaluation.sweep.rows import FolderLock
 from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig
 

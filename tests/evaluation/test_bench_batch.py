@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.slow
 def test_flight_rows_time_single_and_batched_flights() -> None:
-    from residual_quad.evaluation.bench_batch import flight_rows
+    from residual_quad.evaluation.bench.batch import flight_rows
 
     single, batched = flight_rows(quick=True)
     assert single.name.startswith("hnewton_rls flights: single")

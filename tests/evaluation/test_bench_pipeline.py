@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from residual_quad.evaluation import bench_pipeline, pipeline
+from residual_quad.evaluation.bench import pipeline as bench_pipeline
+from residual_quad.evaluation.studies import pipeline
 
 
 def test_rows_give_the_report_share_and_the_evaluation_over_its_floor(monkeypatch):

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 from residual_quad.cli import main  # noqa: E402
-from residual_quad.evaluation import bench_rl  # noqa: E402
-from residual_quad.evaluation.bench import SECTIONS  # noqa: E402
-from residual_quad.evaluation.bench_rl import KINDS, Split  # noqa: E402
+from residual_quad.evaluation.bench import rl as bench_rl  # noqa: E402
+from residual_quad.evaluation.bench.rl import KINDS, Split  # noqa: E402
+from residual_quad.evaluation.bench.sections import SECTIONS  # noqa: E402
 
 
 def test_rows_split_learner_and_env_with_ratios_to_the_ceiling():
@@ -32,7 +32,7 @@ def test_rows_split_learner_and_env_with_ratios_to_the_ceiling():
 
 
 def test_bench_rl_runs_every_kind_through_the_cli(monkeypatch, capsys):
-    assert SECTIONS["rl"] == "residual_quad.evaluation.bench_rl:run"
+    assert SECTIONS["rl"]() is bench_rl.run
     monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 512)  # 8 steps of 64 envs: seconds
     seen: dict[str, Split] = {}
     splits = bench_rl._splits

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from residual_quad.evaluation.bench_vector import run
+from residual_quad.evaluation.bench.vector import run
 
 
 def test_vector_bench_quick_rows():

@@ -8,12 +8,12 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.controllers.residual import DEFAULT_WEIGHTS
-from residual_quad.evaluation import beyond
-from residual_quad.evaluation.beyond import Extras, beyond_section
-from residual_quad.evaluation.pipeline import BEYOND_DIR, PipelineConfig, beyond_stage
-from residual_quad.evaluation.report import write_report
+from residual_quad.evaluation.report import beyond
+from residual_quad.evaluation.report.beyond import Extras, beyond_section
+from residual_quad.evaluation.report.document import write_report
+from residual_quad.evaluation.report.tables import Table
+from residual_quad.evaluation.studies.pipeline import BEYOND_DIR, PipelineConfig, beyond_stage
 from residual_quad.evaluation.sweep import SweepConfig, run_sweep
-from residual_quad.evaluation.tables import Table
 
 SMALL = SweepConfig(
     controllers=["geo", "geo_rls", "geo_rls_dob"],

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller
-from residual_quad.evaluation import reproduce as r
+from residual_quad.evaluation.studies import reproduce as r
 from residual_quad.numerics import blas_core
 
 SENSITIVITY = r.read_sensitivity()
@@ -164,7 +164,7 @@ def test_sampled_hnewton_rows_reproduce_on_the_batched_path(kind, run_id):
     tolerance (the vector env and the batched RLS are not bit for bit the single ones)."""
     from residual_quad import configs
     from residual_quad.episode import RunSpec
-    from residual_quad.evaluation.stress import StressConfig, stress_batch
+    from residual_quad.evaluation.studies.stress import StressConfig, stress_batch
     from residual_quad.evaluation.sweep.config import SweepConfig
     from residual_quad.evaluation.sweep.engine import run_batch
 

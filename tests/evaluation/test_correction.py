@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from residual_quad.evaluation.correction import correction_stats
+from residual_quad.evaluation.report.correction import correction_stats
 
 DT = 0.02  # s, 50 Hz decisions
 

@@ -7,7 +7,7 @@ import mujoco
 import numpy as np
 
 from residual_quad.envs.vector_physics import FULL_PHYSICS
-from residual_quad.evaluation import bench_period
+from residual_quad.evaluation.bench import period as bench_period
 from residual_quad.evaluation.studies import engine_period
 
 

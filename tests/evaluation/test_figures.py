@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from residual_quad.evaluation import figures
-from residual_quad.evaluation.figures import has_estimate, tracking_comparison
+from residual_quad.evaluation.report import figures
+from residual_quad.evaluation.report.figures import has_estimate, tracking_comparison
 
 T = 50
 
@@ -154,7 +154,7 @@ def test_gif_frames_show_the_same_flight_as_the_default_renderer():
     """The lighter render settings of the animation (smaller shadow map, no multisampling) draw
     the same scene: frames within a few levels of the default renderer's, on average."""
     from residual_quad.episode import run_episode
-    from residual_quad.evaluation import animation
+    from residual_quad.evaluation.report import animation
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     got = animation.frames_or_reason("geo", "heavy", "windy", "helix", 0.3, 10)

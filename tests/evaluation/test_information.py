@@ -11,7 +11,8 @@ from residual_quad.controllers.base import (
     InformationUse,
     resolve_factory,
 )
-from residual_quad.evaluation.information import (
+from residual_quad.evaluation.report.document import write_report
+from residual_quad.evaluation.report.information import (
     differences,
     equal_information,
     information_groups,
@@ -20,7 +21,6 @@ from residual_quad.evaluation.information import (
     information_table,
     with_policy_record,
 )
-from residual_quad.evaluation.report import write_report
 
 
 def test_every_registered_controller_declares_its_information_in_its_own_class():

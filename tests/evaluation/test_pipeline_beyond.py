@@ -15,14 +15,15 @@ import pytest
 from residual_quad import configs
 from residual_quad.cli import main
 from residual_quad.controllers.residual import DEFAULT_WEIGHTS
-from residual_quad.evaluation import pipeline
-from residual_quad.evaluation.beyond import (
+from residual_quad.evaluation.report.beyond import (
     BEYOND_DIR,
     RECOVERY_DIR,
     beyond_outcome_of,
     expected_crashes,
 )
-from residual_quad.evaluation.pipeline import (
+from residual_quad.evaluation.report.document import OUTCOME_FILE, rewrite_report, write_report
+from residual_quad.evaluation.studies import pipeline
+from residual_quad.evaluation.studies.pipeline import (
     PIPELINE_CONFIG_FILE,
     QUICK,
     REGENERATE,
@@ -34,7 +35,6 @@ from residual_quad.evaluation.pipeline import (
     outcome_differences,
     record_outcome,
 )
-from residual_quad.evaluation.report import OUTCOME_FILE, rewrite_report, write_report
 from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
 
 MAIN = SweepConfig(
@@ -190,7 +190,7 @@ def test_closing_lines_name_the_rl_crashes_as_expected_and_others_not():
 def test_a_policy_retrained_on_the_sweeps_plant_is_not_expected_to_crash(tmp_path):
     """``ppo: {plant: realistic}`` on the realistic preset flies a policy retrained on that
     plant: its crashes are named as not expected, in the closing lines and the section's note."""
-    from residual_quad.evaluation.beyond import retrained_for_plant
+    from residual_quad.evaluation.report.beyond import retrained_for_plant
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
 
     cfg = {

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from residual_quad.cli import main
-from residual_quad.evaluation.beyond import BEYOND_DIR, beyond_outcome_of
-from residual_quad.evaluation.pipeline import (
+from residual_quad.evaluation.report.beyond import BEYOND_DIR, beyond_outcome_of
+from residual_quad.evaluation.report.document import outcome_of_rows
+from residual_quad.evaluation.studies.pipeline import (
     QUICK,
     PipelineConfig,
     closing_lines,
@@ -21,7 +22,6 @@ from residual_quad.evaluation.pipeline import (
     is_committed_run,
     outcome_differences,
 )
-from residual_quad.evaluation.report import outcome_of_rows
 from residual_quad.evaluation.sweep import read_rows
 
 ROWS = Path(__file__).resolve().parents[2] / "docs" / "results" / "sweep" / "rows.jsonl"
@@ -113,7 +113,7 @@ def test_the_committed_report_is_its_rows_rendered(tmp_path):
 
 
 def test_the_stage_table_gives_each_stage_its_share():
-    from residual_quad.evaluation.pipeline import TIMINGS_FILE, stages_section
+    from residual_quad.evaluation.studies.pipeline import TIMINGS_FILE, stages_section
 
     text = stages_section({"collect": 10.0, "train": 5.0, "evaluate": 170.0, "report": 15.0})
     assert "total 200 s" in text
@@ -123,7 +123,7 @@ def test_the_stage_table_gives_each_stage_its_share():
 
 def test_a_callable_section_is_called_after_the_tables_are_computed(tmp_path, monkeypatch):
     """The pipeline times its report stage in such a section: it must see the tables done."""
-    from residual_quad.evaluation import report
+    from residual_quad.evaluation.report import document as report
 
     events = []
     real = report.make_tables

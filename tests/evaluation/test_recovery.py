@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from residual_quad.evaluation.recovery import (
+from residual_quad.evaluation.report.recovery import recovery_figure, recovery_table
+from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand
+from residual_quad.evaluation.sweep.engine import run_batch, run_one
+from residual_quad.evaluation.sweep.recovery import (
     RECOVERY_COLUMNS,
     RecoverySpec,
     events_label,
     recovery_metrics,
     recovery_spec,
 )
-from residual_quad.evaluation.recovery_report import recovery_figure, recovery_table
-from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, expand
-from residual_quad.evaluation.sweep.engine import run_batch, run_one
 
 DT = 0.01  # s
 T = np.arange(0, 2001) * DT  # s, a 20 s episode's time stamps

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from residual_quad import configs
-from residual_quad.evaluation.recovery import RECOVERY_COLUMNS
 from residual_quad.evaluation.sweep import SweepConfig, expand, read_rows
 from residual_quad.evaluation.sweep.engine import run_one
+from residual_quad.evaluation.sweep.recovery import RECOVERY_COLUMNS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "recovery"
 SAMPLE = [

@@ -6,15 +6,15 @@ import math
 
 import pytest
 
-from residual_quad.evaluation.report import target_checks, write_report
-from residual_quad.evaluation.rl_seeds import (
+from residual_quad.evaluation.report.document import target_checks, write_report
+from residual_quad.evaluation.report.rl_seeds import (
     bootstrap_mean,
     figure_rows,
     pool_training_seeds,
     rl_section,
     training_seed,
 )
-from residual_quad.evaluation.tables import make_tables
+from residual_quad.evaluation.report.tables import make_tables
 
 
 def test_training_seed_labels():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rliable")
-from residual_quad.evaluation import rl_stats  # noqa: E402
+from residual_quad.evaluation.report import rl_stats  # noqa: E402
 
 try:
     rl_stats.import_rliable()

@@ -8,20 +8,20 @@ import math
 import numpy as np
 import pytest
 
-from residual_quad.evaluation.paired import (
+from residual_quad.evaluation.report.paired import (
     default_pairs,
     paired_differences,
     paired_table,
     plant_change_table,
     probability_lower,
 )
-from residual_quad.evaluation.stats import (
+from residual_quad.evaluation.report.stats import (
     Interval,
     scenario_of,
     strata_of,
     stratified_mean_intervals,
 )
-from residual_quad.evaluation.tables import make_tables
+from residual_quad.evaluation.report.tables import make_tables
 
 
 def test_constant_cells_have_zero_width_and_are_marked():

@@ -12,7 +12,7 @@ import pytest
 def test_stress_config_is_strict_and_complete() -> None:
     from residual_quad import configs
     from residual_quad.episode import parse_label
-    from residual_quad.evaluation.stress import StressConfig
+    from residual_quad.evaluation.studies.stress import StressConfig
 
     def load_stress_config(source):
         return configs.load(StressConfig, source)
@@ -33,7 +33,7 @@ def test_stress_config_is_strict_and_complete() -> None:
 
 def test_stress_cli_runs_and_summarizes(tmp_path) -> None:
     from residual_quad.cli import main
-    from residual_quad.evaluation.stress import survival_check
+    from residual_quad.evaluation.studies.stress import survival_check
 
     args = ["stress", "--controllers", "geo,hnewton", "--scenarios", "yaw90_fig8fast_extra"]
     args += ["--seeds", "0", "--episode-s", "3", "--out", str(tmp_path), "--no-plot", "--quiet"]
@@ -52,7 +52,7 @@ def test_stress_and_nominal_fly_hnewton_batched_with_the_single_flights_rows(tmp
     """The vector backend (the default) flies hnewton/hnewton_rls batched on the vector env; its
     rows and saved tilt series equal one flight per run to 1e-9, discrete columns exactly."""
     from residual_quad import configs
-    from residual_quad.evaluation.stress import StressConfig, nominal_comparison, run_stress
+    from residual_quad.evaluation.studies.stress import StressConfig, nominal_comparison, run_stress
 
     full = configs.load(StressConfig, "stress")
     cfg = StressConfig(

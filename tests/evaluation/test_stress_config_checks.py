@@ -13,7 +13,7 @@ import yaml
 from residual_quad import configs
 from residual_quad.cli import main
 from residual_quad.envs.residual_quad_env import MAX_EPISODE_S
-from residual_quad.evaluation.stress import StressConfig
+from residual_quad.evaluation.studies.stress import StressConfig
 from residual_quad.evaluation.sweep import SweepConfig
 
 CONTROL_PERIOD_S = 0.01  # s, the env's default control period (100 Hz)

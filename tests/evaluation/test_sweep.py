@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from residual_quad import configs
+from residual_quad.evaluation.report.tables import make_tables
 from residual_quad.evaluation.sweep import SweepConfig, expand, read_rows, run_sweep
-from residual_quad.evaluation.tables import make_tables
 
 SMALL = dict(
     controllers=["pid", "geo"],
@@ -166,8 +166,8 @@ def test_tables_are_computed_from_rows_only(tmp_path):
 
 
 def test_report_lists_targets_and_figures(tmp_path):
-    from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.report import write_report
+    from residual_quad.evaluation.report.document import write_report
+    from residual_quad.evaluation.report.figures import make_figures
 
     cfg = SweepConfig(**{**SMALL, "series": [{"payload": "heavy", "wind": "windy"}]})
     rows = run_sweep(cfg, tmp_path, workers=1, progress=False)
@@ -180,7 +180,7 @@ def test_report_lists_targets_and_figures(tmp_path):
 
 
 def test_focus_tables_from_hand_made_rows():
-    from residual_quad.evaluation.tables import focus_tables
+    from residual_quad.evaluation.report.tables import focus_tables
 
     def row(c, p, w, t, rmse, diverged=False):
         return {

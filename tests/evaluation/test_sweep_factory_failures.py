@@ -14,7 +14,7 @@ import yaml
 
 from residual_quad import configs
 from residual_quad.cli import main
-from residual_quad.evaluation.stress import StressConfig, run_stress
+from residual_quad.evaluation.studies.stress import StressConfig, run_stress
 from residual_quad.evaluation.sweep import (
     FAILED_RUNS_EXIT,
     SweepConfig,

@@ -21,9 +21,15 @@ from residual_quad.controllers.trackers import (
     GeoTracker,
     Tracker,
 )
-from residual_quad.evaluation.figures import make_figures
-from residual_quad.evaluation.report import write_report
-from residual_quad.evaluation.stress import StressConfig, format_table, run_stress, summarize
+from residual_quad.evaluation.report.document import write_report
+from residual_quad.evaluation.report.figures import make_figures
+from residual_quad.evaluation.report.tables import focus_tables, make_tables
+from residual_quad.evaluation.studies.stress import (
+    StressConfig,
+    format_table,
+    run_stress,
+    summarize,
+)
 from residual_quad.evaluation.sweep import (
     FAILED_RUNS_EXIT,
     SweepConfig,
@@ -32,7 +38,6 @@ from residual_quad.evaluation.sweep import (
     read_rows,
     run_sweep,
 )
-from residual_quad.evaluation.tables import focus_tables, make_tables
 
 FAIL_STEP = 50  # the control step at which the flaky run fails (0.5 s at 100 Hz)
 FLAKY = '''

@@ -14,10 +14,10 @@ import yaml
 
 from residual_quad import configs
 from residual_quad.cli import main
-from residual_quad.evaluation.stress import StressConfig, run_stress
+from residual_quad.evaluation.report.tables import make_tables
+from residual_quad.evaluation.studies.stress import StressConfig, run_stress
 from residual_quad.evaluation.sweep import SweepConfig, read_rows, run_sweep
 from residual_quad.evaluation.sweep.rows import FolderLock, RowWriter
-from residual_quad.evaluation.tables import make_tables
 
 TINY = dict(  # 4 runs of 3.5 s: about a second in process
     controllers=["pid", "geo"],

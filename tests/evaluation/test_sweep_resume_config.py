@@ -17,8 +17,8 @@ import yaml
 
 from residual_quad import configs
 from residual_quad.cli import main
-from residual_quad.evaluation.pipeline import QUICK, run_pipeline
-from residual_quad.evaluation.stress import StressConfig, run_stress
+from residual_quad.evaluation.studies.pipeline import QUICK, run_pipeline
+from residual_quad.evaluation.studies.stress import StressConfig, run_stress
 from residual_quad.evaluation.sweep import (
     CONFIG_FILE,
     ROWS_FILE,
@@ -206,7 +206,7 @@ def test_the_pipeline_resumes_only_its_own_config(tmp_path, capsys, monkeypatch)
     got = run_main(["pipeline", "--out", str(out), "--retry-failed"], capsys)
     assert got.rc == 2 and "'sweep_quick' in its pipeline_config.yaml" in got.err
     # the processes and the GIF change no row
-    from residual_quad.evaluation.pipeline import RESUME_FREE_KEYS
+    from residual_quad.evaluation.studies.pipeline import RESUME_FREE_KEYS
     from residual_quad.evaluation.sweep import check_resume_config
 
     free = dataclasses.replace(QUICK, workers=3, figure_workers=2, animation=True)

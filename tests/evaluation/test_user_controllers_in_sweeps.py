@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from residual_quad import configs
-from residual_quad.evaluation.figures import COLORS, color_of
-from residual_quad.evaluation.report import order_rows
-from residual_quad.evaluation.stress import StressConfig
+from residual_quad.evaluation.report.document import order_rows
+from residual_quad.evaluation.report.figures import COLORS, color_of
+from residual_quad.evaluation.report.tables import controller_order, focus_tables, make_tables
+from residual_quad.evaluation.studies.stress import StressConfig
 from residual_quad.evaluation.sweep import CONFIG_FILE, SweepConfig, expand
-from residual_quad.evaluation.tables import controller_order, focus_tables, make_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"

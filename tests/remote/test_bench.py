@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 
-from residual_quad.evaluation.bench import SECTIONS
-from residual_quad.remote.bench import lockstep_round_trip, realtime_flight
+from residual_quad.evaluation.bench import remote as remote_bench
+from residual_quad.evaluation.bench.remote import lockstep_round_trip, realtime_flight
+from residual_quad.evaluation.bench.sections import SECTIONS, run_bench
+from residual_quad.evaluation.bench.timing import BenchRow
 
 
-def test_remote_section_is_registered():
-    assert SECTIONS["remote"] == "residual_quad.remote.bench:run"
+def test_remote_section_is_registered(monkeypatch):
+    """``rquad bench --sections remote`` runs the server's benchmark (a plain import, no string)."""
+    assert SECTIONS["remote"]() is remote_bench.run
+    rows = [BenchRow("remote", "stand-in", 1.0)]
+    monkeypatch.setattr(remote_bench, "run", lambda quick: rows)
+    assert run_bench(["remote"], quick=True) == rows
 
 
 def test_lockstep_round_trip_measures_both_paths():

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from residual_quad.commands.argtypes import positive_int, seed_list
-from residual_quad.evaluation import ablation, ablation_report
+from residual_quad.evaluation.studies import ablation, ablation_report
 
 DEFAULT_OUT = Path("runs/ablation")
 

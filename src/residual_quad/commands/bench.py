@@ -7,7 +7,8 @@ import json
 from dataclasses import asdict
 
 from residual_quad.commands.argtypes import name_list
-from residual_quad.evaluation.bench import SECTIONS, format_rows, run_bench
+from residual_quad.evaluation.bench.sections import SECTIONS, run_bench
+from residual_quad.evaluation.bench.timing import format_rows
 
 
 def _cmd(args: argparse.Namespace) -> int:

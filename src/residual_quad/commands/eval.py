@@ -155,7 +155,7 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
             from residual_quad.remote.telemetry import FlightTelemetry, McapSink
 
             telemetry = FlightTelemetry([McapSink(record)])
-        from residual_quad.evaluation.correction import CorrectionRecorder
+        from residual_quad.evaluation.report.correction import CorrectionRecorder
 
         recorder = (
             CorrectionRecorder(controller) if CorrectionRecorder.applies(controller) else None
@@ -204,7 +204,7 @@ def _chain(callbacks: list[Any]) -> Any:
 
 def _recovery(args: argparse.Namespace, r: EpisodeResult) -> dict[str, Any]:
     """The recovery columns of a flight with ``--event`` (none without)."""
-    from residual_quad.evaluation.recovery import recovery_metrics, recovery_spec
+    from residual_quad.evaluation.sweep.recovery import recovery_metrics, recovery_spec
 
     spec = recovery_spec({"events": args.events}, args.episode_s) if args.events else None
     return {} if spec is None else recovery_metrics(r.t, r.error, spec, r.diverged)

@@ -1,5 +1,5 @@
 """``--gif PATH`` of ``rquad eval`` and ``rquad demo``: the flight of one controller as an animated
-GIF, rendered by the report's flight animation (:func:`residual_quad.evaluation.animation.
+GIF, rendered by the report's flight animation (:func:`residual_quad.evaluation.report.animation.
 flight_animation`, MuJoCo off-screen)."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def write_gif(args: argparse.Namespace, plan: GifPlan) -> Path:
     """Fly ``plan``'s controller on the scenario of ``args`` with rendering and write the GIF to
     ``plan.path`` (replaced atomically); a ``ValueError`` with :data:`GL_HINT` if nothing renders
     here."""
-    from residual_quad.evaluation.animation import flight_animation
+    from residual_quad.evaluation.report.animation import flight_animation
 
     said = io.StringIO()
     with (

@@ -9,7 +9,7 @@ from pathlib import Path
 from residual_quad import configs
 from residual_quad.commands.argtypes import nonneg_int
 from residual_quad.commands.sweep import add_retry_failed, report_failures, runs_text
-from residual_quad.evaluation.pipeline import (
+from residual_quad.evaluation.studies.pipeline import (
     QUICK,
     REGENERATE,
     PipelineConfig,
@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--record-outcome",
         action="store_true",
         help="after the default pipeline, write its targets and diverged runs (beyond the "
-        "source included) as the committed expectation, evaluation/committed_outcome.json: "
+        "source included) as the committed expectation, evaluation/studies/committed_outcome.json: "
         "for regenerating docs/results",
     )
     p.set_defaults(func=_cmd)

@@ -13,7 +13,7 @@ from residual_quad.commands.argtypes import name_list, positive_int
 def _check(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from residual_quad.evaluation import reproduce as r
+    from residual_quad.evaluation.studies import reproduce as r
     from residual_quad.numerics import fingerprint
 
     sens = r.read_sensitivity()
@@ -35,7 +35,7 @@ def _check(args: argparse.Namespace) -> int:
 def _sensitivity(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from residual_quad.evaluation import reproduce as r
+    from residual_quad.evaluation.studies import reproduce as r
 
     n = sum(len(r.sample(k)) for k in r.KINDS)
     with tqdm(total=n, desc="jittered re-flights", unit="row") as bar:
@@ -52,7 +52,7 @@ def _sensitivity(args: argparse.Namespace) -> int:
 def _kernels(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from residual_quad.evaluation import reproduce as r
+    from residual_quad.evaluation.studies import reproduce as r
 
     variants = r.variants(args.kernels)
     with tqdm(total=len(variants), desc="numerics variants", unit="variant") as bar:
@@ -80,7 +80,7 @@ def _kernels(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``repro`` subcommand."""
-    from residual_quad.evaluation.reproduce import (
+    from residual_quad.evaluation.studies.reproduce import (
         DEFAULT_JITTER_FLIGHTS,
         DEFAULT_KERNELS,
         X86_KERNELS,

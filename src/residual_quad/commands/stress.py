@@ -11,7 +11,7 @@ from residual_quad import configs
 from residual_quad.commands.argtypes import episode_seconds, positive_int, seed_list
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.commands.sweep import add_retry_failed, report_failures
-from residual_quad.evaluation.stress import (
+from residual_quad.evaluation.studies.stress import (
     StressConfig,
     format_nominal,
     format_table,

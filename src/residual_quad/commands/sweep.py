@@ -15,7 +15,8 @@ from residual_quad.commands.argtypes import add_event_flag, positive_int, seed_l
 from residual_quad.commands.controller_args import add_list_controllers, spec_list
 from residual_quad.controllers.specs import resolve_entries
 from residual_quad.envs.presets import PRESETS
-from residual_quad.evaluation.report import order_rows, report_from_rows, rewrite_report
+from residual_quad.evaluation.report.document import order_rows, report_from_rows, rewrite_report
+from residual_quad.evaluation.report.tables import focus_tables
 from residual_quad.evaluation.sweep.config import SweepConfig, expand
 from residual_quad.evaluation.sweep.engine import (
     DEFAULT_BACKEND,
@@ -30,7 +31,6 @@ from residual_quad.evaluation.sweep.rows import (
     flown_rows,
     read_rows,
 )
-from residual_quad.evaluation.tables import focus_tables
 
 
 def report_failures(command: str, rows: list[dict], out: object) -> int:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow, median_time_us
+from residual_quad.evaluation.bench.timing import BenchRow, median_time_us
 
 SECTION = "residual"
 

@@ -29,13 +29,13 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindModel,
     WindProcess,
 )
-from residual_quad.evaluation.animation import frames_or_reason, write_animation
-from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
-from residual_quad.evaluation.tables import (  # noqa: E402
+from residual_quad.evaluation.report.animation import frames_or_reason, write_animation
+from residual_quad.evaluation.report.tables import (  # noqa: E402
     PAYLOAD_ORDER,
     WIND_ORDER,
     controller_order,
 )
+from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
 
 COLORS = {
     "pid": "#7f7f7f",

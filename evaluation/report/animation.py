@@ -2,7 +2,7 @@
 MuJoCo off-screen (headless: EGL or OSMesa) into a GIF.
 
 Each controller's flight is one job (:func:`frames_or_reason`), so the report stage renders them
-in parallel worker processes (:func:`residual_quad.evaluation.figures.make_figures`);
+in parallel worker processes (:func:`residual_quad.evaluation.report.figures.make_figures`);
 :func:`write_animation` puts the frames together.
 """
 

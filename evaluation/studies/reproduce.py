@@ -39,7 +39,7 @@ from residual_quad.controllers.base import ControlContext, Controller
 from residual_quad.numerics import fingerprint
 
 #: where the repository keeps the committed rows (absent in an installed package)
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 SWEEP_DIR = DOCS / "results" / "sweep"
 STRESS_DIR = DOCS / "stress"
 REPRO_DIR = DOCS / "results" / "reproducibility"
@@ -137,8 +137,9 @@ class UlpJitter:
 
 
 def jittered(context: ControlContext, *, of: str, jitter_seed: int, **options: Any) -> UlpJitter:
-    """Controller factory (import-path spec ``residual_quad.evaluation.reproduce:jittered``): the
-    controller of spec ``of`` (with ``options``) wrapped in :class:`UlpJitter`."""
+    """Controller factory (import-path spec
+    ``residual_quad.evaluation.studies.reproduce:jittered``): the controller of spec ``of`` (with
+    ``options``) wrapped in :class:`UlpJitter`."""
     from residual_quad.controllers.specs import parse_spec
 
     return UlpJitter(parse_spec(of).build(context, **options), jitter_seed)
@@ -197,7 +198,7 @@ def refly(kind: str, run_id: str, *, jitter_seed: int | None = None, **options: 
     change)."""
     from residual_quad import configs
     from residual_quad.episode import RunSpec
-    from residual_quad.evaluation.stress import StressConfig, run_stress
+    from residual_quad.evaluation.studies.stress import StressConfig, run_stress
     from residual_quad.evaluation.sweep.config import SweepConfig
     from residual_quad.evaluation.sweep.engine import run_one
 
@@ -232,7 +233,7 @@ def _entry(label: str, jitter_seed: int | None, options: dict[str, Any]) -> Any:
     if jitter_seed is None:
         return {"spec": label, "label": label, "options": options}
     return {
-        "spec": "residual_quad.evaluation.reproduce:jittered",
+        "spec": f"{__name__}:jittered",
         "label": label,
         "options": {"of": label, "jitter_seed": int(jitter_seed), **options},
     }
@@ -375,7 +376,7 @@ def fly_sample_under(
     :class:`subprocess.CalledProcessError` with its stderr."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(env_extra)
-    code = "from residual_quad.evaluation import reproduce as r; r._fly_sample_json()"
+    code = f"import {__name__} as r; r._fly_sample_json()"
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=env,

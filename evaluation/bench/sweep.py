@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from residual_quad.controllers.base import SOURCE_TRACKERS
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SECTION = "sweep"
 

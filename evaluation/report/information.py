@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad.controllers.base import InformationUse
-from residual_quad.evaluation.tables import Table
+from residual_quad.evaluation.report.tables import Table
 
 #: the fields that decide "equal information" (memory and Δâ compared as present / absent)
 COMPARED = ("reference", "feedforward_accel", "preview_k", "memory", "residual_estimate")
@@ -126,7 +126,7 @@ def with_policy_record(info: InformationUse, record: dict[str, Any]) -> Informat
 
 def budget_of(info: InformationUse, record: dict[str, Any]) -> str:
     """The tuning budget cell: the declared tuning, plus what the training record says."""
-    from residual_quad.evaluation.rl_seeds import budget_text
+    from residual_quad.evaluation.report.rl_seeds import budget_text
 
     if info.learned == "policy" and record.get("budget"):
         return f"{budget_text(record['budget'])}; {info.tuning}"

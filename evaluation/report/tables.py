@@ -1,7 +1,7 @@
 """Result tables computed from sweep rows only (Markdown + CSV), mirroring the source's [RES §9].
 
 * ``main``: steady-state RMSE per payload × wind, mean over helix and figure-8 and seeds, every
-  cell with its 95 % bootstrap interval over seeds (:mod:`residual_quad.evaluation.stats`);
+  cell with its 95 % bootstrap interval over seeds (:mod:`residual_quad.evaluation.report.stats`);
 * ``payload_sweep``: helix, windy, per payload (RMSE and residual-estimate bias);
 * ``wind_sweep``: heavy payload, helix, per wind;
 * ``hover_check``: ``geo`` hover offset vs the analytic Δa/K_p (calm);
@@ -27,7 +27,7 @@ from residual_quad.controllers.trackers import DEFAULT_KP
 from residual_quad.envs.airframe import GRAVITY, Airframe
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.trajectories import TRAJECTORIES
-from residual_quad.evaluation.stats import (
+from residual_quad.evaluation.report.stats import (
     MARK_NOTES,
     Interval,
     strata_of,
@@ -109,7 +109,8 @@ def _order(values: Iterable[Any], preferred: list[Any]) -> list[Any]:
 def controller_order(rows: Iterable[dict[str, Any]]) -> list[str]:
     """Controller labels as tables show them: the registered controllers in registry order, then
     every other label (``hnewton:lm``, user controllers) in the order of the rows (the report
-    puts rows in config order first: :func:`residual_quad.evaluation.report.order_rows`)."""
+    puts rows in config order first:
+    :func:`residual_quad.evaluation.report.document.order_rows`)."""
     labels = list(dict.fromkeys(r["controller"] for r in rows))
     registered = available_controllers()  # built-ins, then installed plugins
     return [c for c in registered if c in labels] + [c for c in labels if c not in registered]

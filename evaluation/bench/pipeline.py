@@ -22,15 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SECTION = "pipeline"
 REPORT_SHARE_TARGET = "report <= 10 % of the pipeline"
 
 
 def run(quick: bool = False) -> list[BenchRow]:
-    from residual_quad.evaluation.bench_vector import Floor
-    from residual_quad.evaluation.pipeline import (
+    from residual_quad.evaluation.bench.vector import Floor
+    from residual_quad.evaluation.studies.pipeline import (
         BEYOND_STAGE,  # timed per env-step of its own sweeps
         QUICK,
         TIMINGS_FILE,

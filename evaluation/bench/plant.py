@@ -16,7 +16,7 @@ import numpy as np
 
 from residual_quad.controllers import make_controller
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SCENARIO = dict(payload="extra", wind="windy", trajectory="helix", ground_effect=True)
 

@@ -3,7 +3,8 @@
 For every scenario and seed both flew (diverged runs left out, counted), the difference
 ``d = metric(A) − metric(B)``; negative means A's error is lower. The table gives the mean of
 ``d`` over every matched run with its 95 % stratified bootstrap interval (the seeds' differences
-resampled within each scenario: :func:`residual_quad.evaluation.stats.stratified_mean_intervals`),
+resampled within each scenario:
+:func:`residual_quad.evaluation.report.stats.stratified_mean_intervals`),
 the probability that A is lower on a matched run (ties count one half, as the probability of
 improvement of [RLIQM]) and a verdict that names the lower controller only when the interval
 excludes zero.
@@ -15,13 +16,13 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from residual_quad.evaluation.stats import (
+from residual_quad.evaluation.report.stats import (
     Interval,
     scenario_of,
     stratified_mean_intervals,
     usable,
 )
-from residual_quad.evaluation.tables import TRACKING, Table
+from residual_quad.evaluation.report.tables import TRACKING, Table
 
 #: the adaptive controllers compared, and the fixed-gain baselines they are compared with
 ADAPTIVE = ("geo_rls", "geo_rls_dob", "hnewton_rls")

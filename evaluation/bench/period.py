@@ -24,7 +24,7 @@ import time
 import mujoco
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SECTION = "period"
 

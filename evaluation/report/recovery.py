@@ -1,9 +1,9 @@
 """The recovery table and figure of runs with events, from the rows and the series a sweep wrote.
 
 Nothing here flies a controller: :func:`recovery_table` reads the recovery columns of the rows
-(:mod:`residual_quad.evaluation.recovery`), :func:`recovery_figure` the position series saved for
-the runs (``series/<run_id>.npz``, kept for every run by the shipped recovery configs). Rows
-without events (the committed sweep) give no table and no figure.
+(:mod:`residual_quad.evaluation.sweep.recovery`), :func:`recovery_figure` the position series
+saved for the runs (``series/<run_id>.npz``, kept for every run by the shipped recovery
+configs). Rows without events (the committed sweep) give no table and no figure.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from residual_quad.evaluation.beyond import RECOVERY_DIR, Extras  # noqa: E402
+from residual_quad.evaluation.report.beyond import RECOVERY_DIR, Extras  # noqa: E402
+from residual_quad.evaluation.report.tables import Table, controller_order  # noqa: E402
 from residual_quad.evaluation.sweep.rows import flown_rows, read_rows, series_stem  # noqa: E402
-from residual_quad.evaluation.tables import Table, controller_order  # noqa: E402
 
 FIGURE_BEFORE_S = 1.0  # s, shown before the event
 FIGURE_AFTER_S = 10.0  # s, shown after the event
@@ -128,7 +128,7 @@ def recovery_figure(
     """Position error around the event, one panel per scenario, every controller: the median
     over seeds with its 25–75 % band, the recovery band dashed (log scale), written as
     ``out/name``. ``None`` without runs with events or their series."""
-    from residual_quad.evaluation.figures import color_of
+    from residual_quad.evaluation.report.figures import color_of
 
     rows = event_rows(rows)
     groups = _groups(rows)

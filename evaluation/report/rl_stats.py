@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.evaluation.stats import BOOTSTRAP_SEED, CONFIDENCE
+from residual_quad.evaluation.report.stats import BOOTSTRAP_SEED, CONFIDENCE
 
 #: how to get rliable and the arch it needs (arch ≥ 8 imports under pandas 3)
 RLIABLE_HINT = 'pip install -c constraints.txt -e ".[rl]"'
@@ -190,7 +190,7 @@ def _rmse(r: dict[str, Any]) -> float:
 
 def normalized_scores(rows: list[dict[str, Any]], reference: str = REFERENCE) -> ScoreSet | None:
     """The pid-normalized accuracy (module docstring) of every controller of pooled ``rows``
-    (:func:`~residual_quad.evaluation.rl_seeds.pool_training_seeds`; failed runs already left
+    (:func:`~residual_quad.evaluation.report.rl_seeds.pool_training_seeds`; failed runs already left
     out) on the helix and figure-8 scenarios where ``reference`` has a run that did not
     diverge; a controller that did not fly each of them the same number of times is left out
     (:attr:`ScoreSet.left_out`). ``None`` when ``reference`` flew none. Runs of a task are

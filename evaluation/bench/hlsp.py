@@ -6,7 +6,7 @@ from ctypes import c_int
 
 import numpy as np
 
-from .bench import BenchRow, median_time_us
+from residual_quad.evaluation.bench.timing import BenchRow, median_time_us
 
 
 def bench_problem(n: int, seed: int = 0) -> list:

@@ -13,7 +13,7 @@ side, or the untrained policy goes on (resets every ≈ 40 steps: early training
 The clock is the process's CPU time, with one rollout thread: the work done per env-step, which
 other processes on a shared machine barely move (its wall time there swings by 3× and more).
 Every block is timed right after a block of the floor (raw ``mj_step`` × substeps,
-:class:`~residual_quad.evaluation.bench_vector.Floor`, on the same clock); the ratio is the median
+:class:`~residual_quad.evaluation.bench.vector.Floor`, on the same clock); the ratio is the median
 of neighbouring pairs.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 DESYNC_STEPS = 60  # policy steps of the untrained policy before timing: scattered episode ends
 
@@ -134,7 +134,7 @@ def in_training(
 def training_rows(quick: bool) -> list[BenchRow]:
     """The ``rl`` section's rows: the floor, then the env side in training at N = 64 (quick) or
     256, in CPU time."""
-    from residual_quad.evaluation.bench_vector import Floor
+    from residual_quad.evaluation.bench.vector import Floor
 
     floor = Floor(time.process_time)
     n = 64 if quick else 256

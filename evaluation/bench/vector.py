@@ -20,7 +20,7 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SECTION = "vector"
 SCENARIO = {"payload": "extra", "wind": "windy", "trajectory": "helix"}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.evaluation.beyond import (
+from residual_quad.evaluation.report.beyond import (
     BEYOND_DIR,
     PIPELINE_CONFIG_FILE,
     RECOVERY_DIR,
@@ -117,9 +117,9 @@ def run_pipeline(
     """Run every stage into ``out_dir``; returns the path of ``report.md``. ``retry_failed``
     (with ``resume``) flies the sweep's recorded failed runs again; failed runs never stop the
     pipeline: the report counts and lists them."""
-    from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.report import OUTCOME_FILE, write_report
-    from residual_quad.evaluation.rl_seeds import figure_rows
+    from residual_quad.evaluation.report.document import OUTCOME_FILE, write_report
+    from residual_quad.evaluation.report.figures import make_figures
+    from residual_quad.evaluation.report.rl_seeds import figure_rows
     from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
@@ -283,13 +283,13 @@ def beyond_stage(
     """Fly ``cfg.beyond`` into ``out/beyond/`` and each of ``cfg.recovery`` into
     ``out/recovery/<name>/``; return the report's "Beyond the source" section (tables also as
     ``tables/beyond_*.csv``; ``baseline``: the main matrix's rows, compared run by run)."""
-    from residual_quad.evaluation.beyond import (
+    from residual_quad.evaluation.report.beyond import (
         beyond_section,
         plant_matched,
         retrained_for_plant,
     )
-    from residual_quad.evaluation.recovery_report import recovery_extras
-    from residual_quad.evaluation.rl_seeds import training_seed
+    from residual_quad.evaluation.report.recovery import recovery_extras
+    from residual_quad.evaluation.report.rl_seeds import training_seed
 
     s_cfg, more = _prepared_sweep(cfg.beyond, cfg.beyond_overrides, weights)
     if notes is not None:
@@ -409,7 +409,7 @@ def closing_lines(outcome: dict[str, Any], committed: dict[str, Any] | None) -> 
 def beyond_lines(beyond: dict[str, Any]) -> list[str]:
     """One closing line per beyond-the-source sweep: its diverged runs, the shipped RL policies'
     crashes named as expected (trained on the ideal plant), any other named as not."""
-    from residual_quad.evaluation.beyond import expected_crashes
+    from residual_quad.evaluation.report.beyond import expected_crashes
 
     lines = []
     for name, o in beyond.items():
@@ -464,7 +464,7 @@ def outcome_differences(outcome: dict[str, Any], committed: dict[str, Any]) -> l
 def record_outcome(out_dir: str | Path) -> Path:
     """Write the outcome of the committed run just flown into ``out_dir`` (its ``outcome.json``)
     as the committed expectation, :data:`COMMITTED_OUTCOME`; returns its path."""
-    from residual_quad.evaluation.report import OUTCOME_FILE
+    from residual_quad.evaluation.report.document import OUTCOME_FILE
 
     outcome = json.loads((Path(out_dir) / OUTCOME_FILE).read_text(encoding="utf-8"))
     record = {"what": COMMITTED_WHAT, **outcome}

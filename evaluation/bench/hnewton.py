@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .bench import BenchRow, median_time_us
+from residual_quad.evaluation.bench.timing import BenchRow, median_time_us
 
 
 class _Timed:
@@ -36,8 +36,8 @@ class _Timed:
 
 def closed_loop_median_us(name: str, episode_s: float, **kw: object) -> float:
     """Median wall time (µs) of the control steps of one closed-loop episode."""
-    from ..controllers import make_controller
-    from .episode import run_episode
+    from residual_quad.controllers import make_controller
+    from residual_quad.episode import run_episode
 
     label, _, method = name.partition(":")
     timed = _Timed(make_controller(label, None, **({"method": method} if method else {})))
@@ -50,9 +50,8 @@ def run(quick: bool = False) -> list[BenchRow]:
     from residual_quad.controllers.prioritized.box_hlsp import BoxHLSP, box_levels
     from residual_quad.controllers.prioritized.hlsp import HLSPSolver
     from residual_quad.controllers.prioritized.quad import PrioritizedAllocator, ThrustVectorNewton
-
-    from ..envs.airframe import Airframe
-    from ..envs.trajectories import Figure8
+    from residual_quad.envs.airframe import Airframe
+    from residual_quad.envs.trajectories import Figure8
 
     calls, blocks = (30, 5) if quick else (200, 11)
     episode_s = 5.0 if quick else 20.0

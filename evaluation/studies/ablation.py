@@ -13,7 +13,7 @@ an interrupted PPO run resumes from its last checkpoint, and a folder holding a 
 config is an error naming the first key that differs (nothing is overwritten). The training's
 tracking evaluations of every finished run (``summary.json``'s ``evals``) become the rows
 ``out/ablation_rows.json``, which the table and figure of
-:mod:`residual_quad.evaluation.ablation_report` read.
+:mod:`residual_quad.evaluation.studies.ablation_report` read.
 
 Several ``rquad ablate`` processes may share one folder (one per core): each run is trained under
 a lock on its folder (:class:`~residual_quad.evaluation.sweep.rows.FolderLock`), and a process

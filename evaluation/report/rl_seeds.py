@@ -15,7 +15,7 @@ policy as its own label — ``ppo`` (training seed 0), ``ppo:training_seed=1``,
   every policy, read from the policy files (the per-cell resampling is
   :func:`scipy.stats.bootstrap`'s, as for the matrix cells); over every run, rliable's IQM,
   mean, probability of improvement and performance profiles of a normalized score
-  (:mod:`residual_quad.evaluation.rl_stats`, [RLIABLE]).
+  (:mod:`residual_quad.evaluation.report.rl_stats`, [RLIABLE]).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.specs import parse_spec
-from residual_quad.evaluation.rl_stats import rliable_lines
-from residual_quad.evaluation.stats import (
+from residual_quad.evaluation.report.rl_stats import rliable_lines
+from residual_quad.evaluation.report.stats import (
     BOOTSTRAP_SEED,
     RESAMPLES,
     Interval,
@@ -101,7 +101,7 @@ def _rmse(r: dict[str, Any]) -> float:
 
 def bootstrap_mean(values: list[float], seed: int = BOOTSTRAP_SEED) -> Interval:
     """Mean of ``values`` (one per training seed) and its 95 % percentile-bootstrap interval
-    (:func:`residual_quad.evaluation.stats.stratified_mean_intervals`, one stratum)."""
+    (:func:`residual_quad.evaluation.report.stats.stratified_mean_intervals`, one stratum)."""
     return stratified_mean_intervals([[list(values)]], seed=seed)[0]
 
 
@@ -143,7 +143,7 @@ def rl_section(
     """Markdown: the RL controllers over training seeds (see the module docstring); ``None``
     when the rows hold no shipped RL policy. Failure rows (controller errors) are left out.
     ``figure_dir``, ``link_from``, ``notes``: as for
-    :func:`~residual_quad.evaluation.rl_stats.rliable_lines`."""
+    :func:`~residual_quad.evaluation.report.rl_stats.rliable_lines`."""
     from residual_quad.evaluation.sweep.rows import flown_rows
 
     pooled = pool_training_seeds(flown_rows(rows))

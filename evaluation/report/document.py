@@ -16,21 +16,21 @@ from typing import Any
 from residual_quad import configs
 from residual_quad.controllers.base import SOURCE_TRACKERS
 from residual_quad.controllers.specs import entry_label
-from residual_quad.evaluation.information import (
+from residual_quad.evaluation.report.information import (
     information_groups,
     information_notes,
     information_table,
 )
-from residual_quad.evaluation.paired import paired_table
-from residual_quad.evaluation.rl_seeds import (
+from residual_quad.evaluation.report.paired import paired_table
+from residual_quad.evaluation.report.rl_seeds import (
     POLICY_KINDS,
     figure_rows,
     pool_training_seeds,
     rl_section,
     training_seed,
 )
+from residual_quad.evaluation.report.tables import Table, make_tables, write_tables
 from residual_quad.evaluation.sweep.rows import failed_rows, flown_rows
-from residual_quad.evaluation.tables import Table, make_tables, write_tables
 
 # the main table of [RES §9.1] (helix + figure-8 × 3 seeds), for side-by-side reading
 SOURCE_MAIN = {
@@ -263,8 +263,8 @@ def write_report(
     """Write ``tables/`` and ``report.md`` into ``out_dir``; returns the report path. Failed
     runs (controller errors) are counted and listed (the ``failures`` table), never averaged.
     ``extra_sections`` go before the tables, ``beyond_sections``
-    (:func:`residual_quad.evaluation.beyond.beyond_section`) after them; ``beyond_outcome``
-    (sweep name → :func:`residual_quad.evaluation.beyond.sweep_outcome`) goes into
+    (:func:`residual_quad.evaluation.report.beyond.beyond_section`) after them; ``beyond_outcome``
+    (sweep name → :func:`residual_quad.evaluation.report.beyond.sweep_outcome`) goes into
     ``outcome.json`` as its ``beyond`` entry.
 
     An extra section may be a callable: it is called once every table and check is computed,
@@ -369,8 +369,8 @@ def report_from_rows(
 ) -> Path:
     """Figures and ``report.md`` for a sweep folder, from its ``rows.jsonl`` alone
     (``workers``: processes drawing the figures; ``None``: every core)."""
-    from residual_quad.evaluation.figures import make_figures
-    from residual_quad.evaluation.recovery_report import recovery_section
+    from residual_quad.evaluation.report.figures import make_figures
+    from residual_quad.evaluation.report.recovery import recovery_section
     from residual_quad.evaluation.sweep.rows import read_rows
 
     rows = read_rows(run_dir)
@@ -436,14 +436,14 @@ def rewrite_report(out_dir: str | Path) -> Path:
     """Re-render ``report.md`` and ``tables/`` of a pipeline output folder from its rows
     (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
     its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
-    from residual_quad.evaluation.beyond import (
+    from residual_quad.evaluation.report.beyond import (
         BEYOND_DIR,
         beyond_outcome_of,
         beyond_section,
         recovery_names,
         retrained_for_plant,
     )
-    from residual_quad.evaluation.recovery_report import recovery_extras
+    from residual_quad.evaluation.report.recovery import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
 

@@ -24,7 +24,7 @@ machine) hits them alike. A figure is the median over iterations (the first, war
 one PPO iteration's time (or of its rollout or update part) per policy step: its inverse is
 policy steps/s. Ratios are to the ceiling, same run. The targets: >= 15 000 policy steps/s end to
 end on 2 cores (<= 66.7 us) and >= 50 % of the ceiling (ratio <= 2). The section ends with the
-env side alone, per env-step beside the floor (:mod:`~residual_quad.evaluation.bench_train_env`).
+env side alone, per env-step beside the floor (:mod:`~residual_quad.evaluation.bench.train_env`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SECTION = "rl"
 ROLLOUT_STEPS = 8192  # policy steps per PPO iteration, all envs (configs/ppo.yaml: 32 × 256)
@@ -112,7 +112,7 @@ def _splits(n_envs: int, iterations: int) -> dict[str, Split]:
     import torch
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from residual_quad.evaluation.bench_train_env import load_shipped_policy
+    from residual_quad.evaluation.bench.train_env import load_shipped_policy
     from residual_quad.training.ppo_model import (
         make_training_env,
         multi_tensor_adam,
@@ -176,7 +176,7 @@ def _rows(n: int, split: dict[str, Split]) -> list[BenchRow]:
 
 def run(quick: bool = False) -> list[BenchRow]:
     sizes = (64,) if quick else (64, 256)
-    from residual_quad.evaluation.bench_train_env import training_rows
+    from residual_quad.evaluation.bench.train_env import training_rows
 
     iterations = 2 if quick else 4
     rows = [row for n in sizes for row in _rows(n, _splits(n, iterations))]

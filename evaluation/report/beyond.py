@@ -6,7 +6,8 @@ own section in ``report.md``, computed from that sweep's rows alone:
 
 - the matrix (RMSE per payload × wind, mean over the tracking trajectories and seeds) with the
   95 % bootstrap interval over seeds on every cell;
-- the paired comparisons of the adaptive controllers (:mod:`residual_quad.evaluation.paired`);
+- the paired comparisons of the adaptive controllers
+  (:mod:`residual_quad.evaluation.report.paired`);
 - given the main matrix's rows, each controller's change from them on the same runs;
 - the diverged and failed runs;
 - the tables and figures other features contribute (:data:`EXTRA_MAKERS`: each maker reads the
@@ -15,7 +16,7 @@ own section in ``report.md``, computed from that sweep's rows alone:
 It works on any sweep rows. ``rquad pipeline`` flies one by default: the matrix under the
 ``realistic`` plant preset with 20 seeds (``sweep_realistic_20``), with the recovery table and
 figures of the payload-pickup and rotor-fault sweeps passed in as ``extras``
-(:func:`residual_quad.evaluation.recovery_report.recovery_extras`; ``docs/statistics.md``).
+(:func:`residual_quad.evaluation.report.recovery.recovery_extras`; ``docs/statistics.md``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
-from residual_quad.evaluation.paired import paired_table, plant_change_table
+from residual_quad.evaluation.report.paired import paired_table, plant_change_table
+from residual_quad.evaluation.report.tables import TRACKING, Table, matrix_table
 from residual_quad.evaluation.sweep.rows import diverged_counts, failed_rows, flown_rows, read_rows
-from residual_quad.evaluation.tables import TRACKING, Table, matrix_table
 
 SECTION_TITLE = "Beyond the source"
 #: the folder (in a pipeline's output) of the "beyond the source" sweep
@@ -230,7 +231,7 @@ def expected_crashes(
     """``diverged``'s controllers split into shipped RL policies trained on the ideal plant
     (their crashes on another plant are expected) and the others, ``retrained`` among them —
     the RL controllers flown with a policy retrained on the sweep's plant (not expected)."""
-    from residual_quad.evaluation.rl_seeds import training_seed
+    from residual_quad.evaluation.report.rl_seeds import training_seed
 
     rl = [c for c in diverged if training_seed(c) is not None and c not in retrained]
     return rl, [c for c in diverged if c not in rl]

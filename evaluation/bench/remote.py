@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from residual_quad.envs.registration import ENV_ID, REMOTE_ENV_ID
 from residual_quad.episode import EpisodeResult, build_controller, run_episode
-from residual_quad.evaluation.bench import BenchRow
+from residual_quad.evaluation.bench.timing import BenchRow
 
 SCENARIO = {"payload": "extra", "wind": "windy", "trajectory": "helix"}
 START_TIMEOUT_S = 60.0  # s for a server process to print its address
