@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from residual_quad.remote.config import ServerConfig
 from residual_quad.remote.protocol import HEADER, PROTOCOL_VERSION, frame, recv_message
-from residual_quad.remote.server import ServerConfig, SimServer
+from residual_quad.remote.server import SimServer
 
 LOOPBACK = "127.0.0.1"
 REPLY_TIMEOUT_S = 10.0  # s: no reply in a test may take longer

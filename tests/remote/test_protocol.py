@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from residual_quad.remote.client import parse_address, wire_scenario
+from residual_quad.remote.config import ServerConfig
 from residual_quad.remote.protocol import (
     ERROR_CODES,
     HEADER,
@@ -25,7 +26,6 @@ from residual_quad.remote.protocol import (
     parse_request,
     parse_scenario,
 )
-from residual_quad.remote.server import ServerConfig
 
 
 def test_frames_round_trip_in_both_encodings():

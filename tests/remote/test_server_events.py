@@ -91,7 +91,7 @@ def test_bad_events_are_bad_requests_that_say_why(events, message):
 
 
 def test_a_bad_event_in_the_server_config_is_an_error_at_start():
-    from residual_quad.remote.server import ServerConfig
+    from residual_quad.remote.config import ServerConfig
 
     with pytest.raises(ValueError, match="scenario events must be a list"):
         ServerConfig(scenario={"events": "rotor"})

@@ -252,7 +252,7 @@ def test_cli_defaults_are_the_server_defaults():
     import argparse
 
     from residual_quad.commands import serve
-    from residual_quad.remote.server import ServerConfig
+    from residual_quad.remote.config import ServerConfig
 
     parser = argparse.ArgumentParser()
     serve.register(parser.add_subparsers())

@@ -65,8 +65,9 @@ def scenario_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd(args: argparse.Namespace) -> int:
+    from residual_quad.remote.config import ServerConfig
     from residual_quad.remote.protocol import is_text
-    from residual_quad.remote.server import ServerConfig, SimServer
+    from residual_quad.remote.server import SimServer
     from residual_quad.remote.telemetry import FlightTelemetry, FoxgloveSink, McapSink
 
     logging.basicConfig(level=logging.INFO, format="rquad serve: %(message)s", stream=sys.stderr)
