@@ -40,7 +40,12 @@ from residual_quad.controllers.batch import check_n_envs
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag, Range
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
-from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker, RLSGeoTracker
+from residual_quad.controllers.residual.trackers import (
+    NETWORK_OBJECTIVE,
+    NETWORK_SCENARIOS,
+    BatchedRLSGeoTracker,
+    RLSGeoTracker,
+)
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -168,6 +173,9 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         residual_estimate="offline network + online RLS; angular disturbance observer",
         tuning="geo_rls's; observer: 3 designs and 2 τ measured, τ 0.02 s kept (docs/adaptive.md)",
         learned="residual",
+        objective=NETWORK_OBJECTIVE,
+        tuning_trials=5,
+        training_scenarios=NETWORK_SCENARIOS,
     )
     OPTIONS: dict[str, Domain] = {
         **RLSGeoTracker.OPTIONS,

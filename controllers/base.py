@@ -73,6 +73,13 @@ class InformationUse:
     privileged_training: bool = False  # truth (env ``info``) used in training
     tuning: str = ""  # how its gains / hyper-parameters were chosen
     learned: str = ""  # training record read by the audit: "", "policy", "residual"
+    #: what it outputs, and through what it reaches the rotors (the action level)
+    action: str = "acceleration command → the shared attitude loop"
+    decision_hz: float = 100.0  # Hz, decisions per second (a policy row: from its record)
+    #: what its tuning or training maximized (a policy row: completed from its record)
+    objective: str = "none (gains by hand or from the source)"
+    tuning_trials: int = 0  # configuration trials of its design, as documented (0: none)
+    training_scenarios: str = "none"  # what it was trained or tuned on (a learned row: completed)
 
     def __post_init__(self) -> None:
         if isinstance(self.preview_k, bool) or not isinstance(self.preview_k, int):
@@ -85,6 +92,12 @@ class InformationUse:
             )
         if not self.tuning:
             raise ValueError("tuning must say how the controller was tuned (an honest budget)")
+        trials = self.tuning_trials
+        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+            raise ValueError(f"tuning_trials must be an integer >= 0, got {trials!r}")
+        rate = self.decision_hz
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < 1e6:
+            raise ValueError(f"decision_hz must be a number of Hz > 0, got {rate!r}")
 
 
 Factory = Callable[..., Controller]

@@ -113,6 +113,8 @@ class PPOController(ObservationGuard):
         tuning="PPO hyper-parameters: a first policy and 3 update-size tries within a 30 min "
         "budget (docs/ppo.md)",
         learned="policy",
+        action="rotor thrusts",
+        tuning_trials=4,
     )
 
     def __init__(
@@ -298,6 +300,7 @@ class SACController(PPOController):
         tuning="SAC with SB3-zoo-like defaults, untuned here; its budget in the policy file "
         "(docs/ppo.md)",
         learned="policy",
+        action="rotor thrusts",
     )
 
 
@@ -312,6 +315,7 @@ class TQCController(PPOController):
         tuning="TQC with SB3-zoo-like defaults, untuned here; its budget in the policy file "
         "(docs/ppo.md)",
         learned="policy",
+        action="rotor thrusts",
     )
 
 

@@ -157,6 +157,8 @@ class PPOAdaptController(PPOController):
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
         tuning="ppo's hyper-parameters at half its budget; the estimator as geo_rls ships it",
         learned="policy",
+        action="rotor thrusts",
+        tuning_trials=1,
     )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"

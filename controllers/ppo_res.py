@@ -166,6 +166,8 @@ class ResidualPPOController(PIDTracker):
         tuning="ppo's try-3 update size; exploration: 3 tries; rate mode on geo: 4 tries; on "
         "pid: 49 tries and 9 variants × 3 seeds of the ablation (docs/ppo.md)",
         learned="policy",
+        action="acceleration correction of pid's command → the shared attitude loop",
+        tuning_trials=49,
     )
 
     def __init__(

@@ -232,6 +232,7 @@ class SB3Policy(ObservationGuard):
         feedforward_accel=True,
         tuning="a user's policy: its record's budget, else unknown",
         learned="policy",
+        action="the env's action (its action_mode)",
     )
     OPTIONS: dict[str, Domain] = {
         "path": Text("a stable-baselines3 .zip path", (Path,)),

@@ -80,6 +80,8 @@ from residual_quad.controllers.residual.estimator import (
 )
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import (
+    NETWORK_OBJECTIVE,
+    NETWORK_SCENARIOS,
     RESIDUAL_TRACKER_OPTIONS,
     EstimatorHooks,
     EstimatorRows,
@@ -151,6 +153,7 @@ class HNewtonTracker(Tracker):
         memory="thrust-vector Newton state (its own commands)",
         tuning="geo's position gains; Newton and allocation parameters set by hand "
         "(docs/hnewton.md), no recorded search",
+        action="prioritized thrust vector (hierarchical Newton) → the shared attitude loop",
     )
     OPTIONS: dict[str, Domain] = {
         "method": HNEWTON_PARAM_OPTIONS["method"],
@@ -249,6 +252,9 @@ class HNewtonRLSTracker(EstimatorHooks, HNewtonTracker):
         residual_estimate="offline network, last layer by online RLS (geo_rls's estimator)",
         tuning="hnewton's and geo_rls's settings; no search of their own",
         learned="residual",
+        action="prioritized thrust vector (hierarchical Newton) → the shared attitude loop",
+        objective=NETWORK_OBJECTIVE,
+        training_scenarios=NETWORK_SCENARIOS,
     )
     OPTIONS: dict[str, Domain] = {
         **HNewtonTracker.OPTIONS,

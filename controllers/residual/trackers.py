@@ -65,6 +65,14 @@ RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
 }
 
 
+#: the audit's objective and training scenarios of every tracker on the residual network
+NETWORK_OBJECTIVE = "network: mean squared error of the measured residual"
+NETWORK_SCENARIOS = (
+    "the network: 81 excited geo flights (payloads none–heavy, 3 winds, the matrix's 3 "
+    "trajectory shapes, env seeds 1000–1002)"
+)
+
+
 class EstimatorState:
     """The estimator's state as properties of a residual tracker, read by the TensorBoard logger,
     the tests and analyses: the single tracker's values, or one row per env in a batch (the
@@ -189,6 +197,9 @@ class ResidualGeoTracker(EstimatorState, EstimatorHooks, GeoTracker):
         residual_estimate="offline network",
         tuning="geo's gains; output low-pass τ: 4 values measured, 0.2 s kept (docs/adaptive.md)",
         learned="residual",
+        objective=NETWORK_OBJECTIVE,
+        tuning_trials=4,
+        training_scenarios=NETWORK_SCENARIOS,
     )
     OPTIONS: dict[str, Domain] = RESIDUAL_TRACKER_OPTIONS
     #: the gains and the estimate's output low-pass (s)
@@ -242,6 +253,8 @@ class RLSGeoTracker(ResidualGeoTracker):
         residual_estimate="offline network, last layer by online RLS",
         tuning="geo's gains; the source's RLS settings [RES] (p0 0.01, λ 0.99, warm-up 100)",
         learned="residual",
+        objective=NETWORK_OBJECTIVE,
+        training_scenarios=NETWORK_SCENARIOS,
     )
     learn = True
     default_settings: dict[str, Any] = {}  # the shipped config as it is (the source's geo_rls)

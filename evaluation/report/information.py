@@ -102,9 +102,60 @@ def residual_record(target: str, options: dict[str, Any]) -> dict[str, Any]:
         return {}
 
 
+def _kg_range(payloads: Sequence[Any]) -> str:
+    """A training config's payloads (level names or kg) as a mass range."""
+    from residual_quad.envs.disturbances import PAYLOAD_LEVELS
+
+    masses = [PAYLOAD_LEVELS.get(p, p) if isinstance(p, str) else p for p in payloads]
+    try:
+        low, high = min(map(float, masses)), max(map(float, masses))
+    except (TypeError, ValueError):
+        return "payloads " + "/".join(map(str, payloads))
+    return f"payload {low:g}–{high:g} kg"
+
+
+def training_scenarios_of(config: dict[str, Any]) -> str:
+    """What a policy record's training config flew: payload range, winds, trajectories (the
+    matrix's shapes, or randomized families) and where its env seeds start."""
+    if not config:
+        return "not recorded"
+    parts = []
+    if config.get("payloads"):
+        parts.append(_kg_range(config["payloads"]))
+    if config.get("winds"):
+        parts.append("/".join(map(str, config["winds"])))
+    trajectories = "/".join(map(str, config.get("trajectories") or ()))
+    if config.get("trajectory_draw") == "randomized":
+        parts.append(f"randomized {trajectories} (seeds off the matrix's)")
+    elif trajectories:
+        parts.append(f"{trajectories} (the matrix's shapes)")
+    return ", ".join(parts) or "not recorded"
+
+
+def objective_of(config: dict[str, Any]) -> str:
+    """The reward a policy record's training config maximized."""
+    if not config:
+        return "not recorded"
+    if config.get("reward") == "precision":
+        return "precision reward (a kernel on the position error × action smoothness)"
+    shaping = []
+    log_cost = config.get("position_log") or 0.0  # a weight, or (weight, scale)
+    if log_cost[0] if isinstance(log_cost, list | tuple) else log_cost:
+        shaping.append("log-shaped position cost")
+    if config.get("action_smooth") or config.get("action_magnitude"):
+        shaping.append("action costs")
+    return "env reward (alive − tracking, rate and smoothness costs)" + "".join(
+        f" + {s}" for s in shaping
+    )
+
+
 def with_policy_record(info: InformationUse, record: dict[str, Any]) -> InformationUse:
-    """``info`` completed by a policy record's ``features`` and ``privileged_critic``."""
+    """``info`` completed by a policy record's ``features``, privileged critic, decision rate,
+    reward and training scenarios."""
     features = record.get("features") or {}
+    config = record.get("config") or {}
+    repeat = record.get("action_repeat") or config.get("action_repeat") or 1
+    control_hz = (record.get("env_kwargs") or {}).get("control_hz", 100.0)
     memory = [info.memory] if info.memory else []
     if int(features.get("action_history", 0) or 0) > 0:
         memory.append(f"last {int(features['action_history'])} actions")
@@ -120,8 +171,33 @@ def with_policy_record(info: InformationUse, record: dict[str, Any]) -> Informat
         preview_k=max(info.preview_k, int(features.get("preview_k", 0) or 0)),
         memory="; ".join(memory),
         residual_estimate=estimate,
-        privileged_training=info.privileged_training or bool(record.get("privileged_critic")),
+        privileged_training=info.privileged_training
+        or bool(record.get("privileged_critic"))
+        or bool(record.get("privileged_columns"))
+        or bool(config.get("privileged_critic")),
+        decision_hz=float(control_hz) / float(repeat) if record else info.decision_hz,
+        objective=objective_of(config) if record else info.objective,
+        training_scenarios=training_scenarios_of(config) if record else info.training_scenarios,
     )
+
+
+def samples_and_wall(info: InformationUse, record: dict[str, Any]) -> tuple[str, str]:
+    """The training samples and wall time a learned row's record gives ("–" for none)."""
+    if info.learned == "policy" and record.get("budget"):
+        budget = record["budget"]
+        steps = budget.get("steps")
+        wall = budget.get("train_wall_s", budget.get("wall_s"))
+        return (
+            f"{steps / 1e6:.2f} M policy steps" if steps else "–",
+            f"{wall / 60:.1f} min" if wall else "–",
+        )
+    if info.learned == "residual" and record:
+        samples, wall = record.get("train_samples"), record.get("train_time_s")
+        return (
+            f"{samples:,} samples" if samples else "–",
+            f"{wall:.0f} s" if wall is not None else "–",
+        )
+    return "–", "–"
 
 
 def budget_of(info: InformationUse, record: dict[str, Any]) -> str:
@@ -147,20 +223,27 @@ def information_of(
     """(information use, tuning budget) of a controller label; ``(None, "undeclared")`` for a
     controller that declares none. ``read_policy``/``read_residual`` read the training records
     (replaceable in tests)."""
+    info, record = _info_and_record(label, read_policy, read_residual)
+    return (None, "undeclared") if info is None else (info, budget_of(info, record))
+
+
+def _info_and_record(
+    label: str, read_policy: Record, read_residual: Record
+) -> tuple[InformationUse | None, dict[str, Any]]:
     parsed = _options(label)
     if parsed is None:
-        return None, "undeclared"
+        return None, {}
     target, options = parsed
     info = declared_information(target)
     if info is None:
-        return None, "undeclared"
+        return None, {}
     record: dict[str, Any] = {}
     if info.learned == "policy":
         record = read_policy(target, options)
         info = with_policy_record(info, record)
     elif info.learned == "residual":
         record = read_residual(target, options)
-    return info, budget_of(info, record)
+    return info, record
 
 
 def _key(info: InformationUse) -> tuple[Any, ...]:
@@ -186,27 +269,59 @@ def _yes(v: Any) -> str:
     return v or "none"
 
 
-def information_table(labels: Sequence[str], **readers: Record) -> Table:
+#: the audit's columns on how a controller was made, after those on what it sees
+MADE_COLUMNS = (
+    "action",
+    "decisions",
+    "objective",
+    "tuning trials",
+    "training scenarios",
+    "samples",
+    "wall time",
+)
+
+
+def information_table(
+    labels: Sequence[str],
+    read_policy: Record = policy_record,
+    read_residual: Record = residual_record,
+) -> Table:
     """The audit table: one row per label (the pooled RL labels: the shipped training seed 0's
-    record), its information use and tuning budget."""
+    record) — what it sees, how it was made (action level, decision rate, objective, tuning
+    trials, training scenarios, samples, wall time) and its tuning budget in words."""
     body = []
     for label in labels:
-        info, budget = information_of(label, **readers)
+        info, record = _info_and_record(label, read_policy, read_residual)
         if info is None:
-            body.append([label, *["undeclared"] * len(COMPARED), budget])
+            body.append([label, *["undeclared"] * (len(COMPARED) + len(MADE_COLUMNS) + 1)])
             continue
-        body.append([label, *(_yes(getattr(info, f)) for f in COMPARED), budget])
+        samples, wall = samples_and_wall(info, record)
+        made = [
+            info.action,
+            f"{info.decision_hz:g} Hz",
+            info.objective,
+            str(info.tuning_trials),
+            info.training_scenarios,
+            samples,
+            wall,
+        ]
+        body.append(
+            [label, *(_yes(getattr(info, f)) for f in COMPARED), *made, budget_of(info, record)]
+        )
     return Table(
         "information",
-        "Information audit: what each controller sees, and its tuning budget [LEVELING]",
-        ["controller", *(FIELD_NAMES[f] for f in COMPARED), "tuning budget"],
+        "Information audit: what each controller sees, how it was made, and its tuning budget "
+        "[LEVELING]",
+        ["controller", *(FIELD_NAMES[f] for f in COMPARED), *MADE_COLUMNS, "tuning budget"],
         body,
         "Declared by each controller (`INFORMATION`, controllers/base.py `InformationUse`); "
         "learned controllers completed from their training records (policy file: features, "
-        "privileged critic, budget; residual network: its weights' metadata). Two controllers "
-        "are on equal information when they agree on every column but the budget (history and "
-        "Δâ compared as present or absent). Pooled RL rows show training seed 0's "
-        "record; the RL section lists every seed's budget.",
+        "privileged critic, decision rate, reward, training scenarios, budget; residual network: "
+        "its weights' metadata). Two controllers are on equal information when they agree on "
+        "every column of what they see (history and Δâ compared as present or absent). Tuning "
+        "trials: configuration tries of the design as documented (docs/rl.md, docs/adaptive.md); "
+        "`rquad tune` counts a study's trials (docs/tuning.md). Pooled RL rows show training "
+        "seed 0's record; the RL section lists every seed's budget.",
     )
 
 

@@ -161,3 +161,55 @@ def test_the_report_has_the_audit_table_and_the_paired_markers(tmp_path):
     assert "Information (audit table): " in report and "geo_rls–geo (" in report
     assert "Equal information (audit table): pid; geo; geo_rls." in report
     assert (tmp_path / "tables" / "information.csv").is_file()
+
+
+def test_bad_made_fields_are_refused():
+    with pytest.raises(ValueError, match="tuning_trials"):
+        InformationUse(tuning="x", tuning_trials=-1)
+    with pytest.raises(ValueError, match="tuning_trials"):
+        InformationUse(tuning="x", tuning_trials=True)
+    with pytest.raises(ValueError, match="decision_hz"):
+        InformationUse(tuning="x", decision_hz=0.0)
+
+
+def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget():
+    """The audit's columns on how a row was made come from its record: decisions per second
+    from the action repeat, the reward and the training draws from its config; a privileged
+    critic recorded as the file writes it (``privileged_columns``, ``config``) is read too."""
+    info = InformationUse(tuning="t", learned="policy", action="rotor thrusts", tuning_trials=7)
+    record = {
+        "action_repeat": 4,
+        "privileged_columns": ["wind"],
+        "config": {
+            "reward": "precision",
+            "payloads": ["none", "heavy"],
+            "winds": ["windy"],
+            "trajectories": ["lissajous", "spline"],
+            "trajectory_draw": "randomized",
+        },
+        "budget": {"steps": 3_000_000, "train_wall_s": 1200.0, "cpu_count": 2, "n_envs": 8},
+    }
+    done = with_policy_record(info, record)
+    assert done.decision_hz == 25.0 and done.privileged_training
+    assert done.objective.startswith("precision reward")
+    assert done.training_scenarios == (
+        "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's)"
+    )
+    table = information_table(["ppo"], read_policy=lambda t, o: record)
+    row = dict(zip(table.headers, table.rows[0], strict=True))
+    assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"
+    assert row["tuning trials"] == "4"  # ppo's declared tries; the record does not change it
+    assert row["samples"] == "3.00 M policy steps" and row["wall time"] == "20.0 min"
+    shaped = with_policy_record(info, {"config": {"position_log": [1.0, 0.01], "winds": []}})
+    assert shaped.objective.endswith("+ log-shaped position cost")
+    assert with_policy_record(info, {}).decision_hz == 100.0  # nothing recorded: declared
+
+
+def test_every_shipped_row_says_how_it_was_made():
+    table = information_table(["pid", "geo_rls", "ppo", "ppo_res"])
+    rows = {r[0]: dict(zip(table.headers, r, strict=True)) for r in table.rows}
+    assert rows["pid"]["decisions"] == "100 Hz" and rows["pid"]["samples"] == "–"
+    assert rows["geo_rls"]["samples"].endswith("samples")
+    assert rows["ppo"]["action"] == "rotor thrusts" and rows["ppo"]["decisions"] == "50 Hz"
+    assert rows["ppo_res"]["tuning trials"] == "49"
+    assert "matrix's shapes" in rows["ppo"]["training scenarios"]
