@@ -32,10 +32,21 @@ def run_main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
     return Outcome(rc, captured.out, captured.err)
 
 
-def run_subprocess(argv: list[str], cwd: str, timeout: float = 60.0) -> Outcome:
-    """``python -m residual_quad.cli argv`` in a child process (bounded by ``timeout``, s)."""
+def run_subprocess(
+    argv: list[str],
+    cwd: str,
+    timeout: float = 60.0,
+    *,
+    unset: tuple[str, ...] = (),
+    **env_vars: str,
+) -> Outcome:
+    """``python -m residual_quad.cli argv`` in a child process (bounded by ``timeout``, s), with
+    ``MUJOCO_GL=egl`` unless ``unset`` names it; ``unset`` removes variables from the child's
+    environment, ``env_vars`` set others."""
     env = {**os.environ, "MUJOCO_GL": "egl", "PYTHONWARNINGS": "ignore"}
-    env.pop("RQUAD_DEBUG", None)
+    for name in ("RQUAD_DEBUG", *unset):
+        env.pop(name, None)
+    env.update(env_vars)
     proc = subprocess.run(
         [sys.executable, "-m", "residual_quad.cli", *argv],
         cwd=cwd,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import Outcome, assert_user_error
+from cli_helpers import Outcome, assert_user_error, run_subprocess
 
 SITECUSTOMIZE = """
 import ctypes
@@ -44,22 +44,13 @@ def _rquad_without_gl(argv: list[str], cwd: Path) -> Outcome:
     site = cwd / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM", "RQUAD_DEBUG")
-    }
-    env.update(PYTHONPATH=str(site), PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [sys.executable, "-m", "residual_quad.cli", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
+    return run_subprocess(
+        argv,
+        str(cwd),
         timeout=180,
-        check=False,
+        unset=("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM"),
+        PYTHONPATH=str(site),
     )
-    return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_the_reproduction_really_has_no_egl(tmp_path):
