@@ -34,6 +34,7 @@ from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.training.precision import PrecisionReward
+from residual_quad.training.scenarios import FIRST_OFF_MATRIX_SEED, check_families
 
 HELD_OUT_PAYLOADS = ("extra",)
 #: ``reward_weights``'s default: the env reward's weights training uses
@@ -202,6 +203,13 @@ class PPOTrainConfig:
     payloads: list[Any] = field(default_factory=lambda: ["none", "light", "heavy"])
     winds: list[str] = field(default_factory=lambda: ["calm", "breezy", "windy"])
     trajectories: list[str] = field(default_factory=lambda: ["hover", "helix", "figure8"])
+    # how an episode's trajectory is drawn (TRAJECTORY_DRAWS): fixed — a listed trajectory with
+    # its default parameters (for hover, helix and figure8: the evaluation matrix's own), env
+    # seeds seed + i (how every shipped policy was trained); randomized — a listed family with
+    # random parameters (training/scenarios.py, the draw rquad tune uses: a hover from a random
+    # start offset) and env seeds from FIRST_OFF_MATRIX_SEED (10 000) up: training never flies
+    # a scenario of the matrix (docs/rl.md)
+    trajectory_draw: str = "fixed"
     episode_s: float = 20.0  # s per training episode
     start_pos_noise: float = 0.0  # m, uniform start offset per axis (robustness to off starts)
     max_position_error: float = 1.5  # m, training episodes end beyond it (evaluation: env's 5 m)
@@ -344,6 +352,7 @@ class PPOTrainConfig:
             bad = [v for v in values if v not in valid]
             if bad:
                 raise ValueError(f"unknown {kind} {bad}; valid: {', '.join(valid)}")
+        self._check_trajectory_draw()
         for sc in self.eval_scenarios:
             if len(sc) != 3:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")
@@ -370,6 +379,24 @@ class PPOTrainConfig:
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
         self._check_smoothness()
+
+    def _check_trajectory_draw(self) -> None:
+        """``trajectory_draw`` one of :data:`TRAJECTORY_DRAWS`; ``randomized`` draws every listed
+        trajectory as a family, so each needs its parameter ranges
+        (:data:`~residual_quad.training.scenarios.TRAJECTORY_RANGES`)."""
+        if self.trajectory_draw not in TRAJECTORY_DRAWS:
+            raise ValueError(
+                f"trajectory_draw must be one of {list(TRAJECTORY_DRAWS)}, got "
+                f"{self.trajectory_draw!r}"
+            )
+        if self.trajectory_draw == "randomized":
+            check_families("trajectories", self.trajectories)
+
+    def env_seed_offset(self) -> int:
+        """What the training envs' seeds start from: 0 (``trajectory_draw: fixed``, env ``i``
+        seeded ``seed + i``) or :data:`~residual_quad.training.scenarios.FIRST_OFF_MATRIX_SEED`
+        (``randomized``: never a seed of the matrix)."""
+        return FIRST_OFF_MATRIX_SEED if self.trajectory_draw == "randomized" else 0
 
     def _check_reward(self) -> None:
         """``reward`` one of :data:`REWARDS`; ``precision`` a :class:`PrecisionReward` (checked
@@ -527,6 +554,8 @@ _ACTIVATIONS = ("tanh", "relu", "elu")
 REWARDS = ("env", "precision")
 #: the shaping terms of the env reward that ``reward: precision`` replaces (must be 0 with it)
 PRECISION_REPLACES = ("position_log", "action_smooth", "action_magnitude")
+#: the trajectory draws of ``trajectory_draw`` (:class:`PPOTrainConfig`)
+TRAJECTORY_DRAWS = ("fixed", "randomized")
 #: the learners of ``algo``: SB3's PPO and SAC [SAC], sb3-contrib's TQC [TQC]
 ALGOS = ("ppo", "sac", "tqc")
 BACKENDS = ("vector",)

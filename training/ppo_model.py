@@ -1,8 +1,9 @@
 """What a PPO training learns with: the SB3 env of a config and the SB3 ``PPO`` model on it.
 
 :func:`make_training_env` builds the monitored :class:`~residual_quad.training.ppo_vec.QuadVecEnv`
-(all envs in one vector env, domain randomization through
-:class:`~residual_quad.training.ppo_vec.ScenarioSampler`), :func:`normalized` puts it behind
+(all envs in one vector env, domain randomization through :func:`training_sampler`: the
+:class:`~residual_quad.training.ppo_vec.ScenarioSampler`, or off the evaluation matrix the
+:class:`~residual_quad.training.scenarios.OffMatrixSampler`), :func:`normalized` puts it behind
 ``VecNormalize``, :func:`new_model` makes the seeded ``PPO`` and :func:`prepare_learner` gives a
 model, new or loaded from a checkpoint, the config's learner settings: :func:`fix_std` freezes its
 exploration scale where the config says so, :func:`multi_tensor_adam` switches Adam to its
@@ -18,15 +19,29 @@ from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_pu
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
+def training_sampler(cfg: PPOTrainConfig) -> Any:
+    """The scenario sampler of ``cfg``'s training episodes: :class:`ScenarioSampler` over the
+    lists (``trajectory_draw: fixed``, each trajectory with its default parameters) or
+    :class:`~residual_quad.training.scenarios.OffMatrixSampler` (``randomized``)."""
+    if cfg.trajectory_draw == "randomized":
+        from residual_quad.training.scenarios import OffMatrixSampler
+
+        return OffMatrixSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+    from residual_quad.training.ppo_vec import ScenarioSampler
+
+    return ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+
+
 def make_training_env(cfg: PPOTrainConfig) -> Any:
     """The SB3 ``VecEnv`` of ``cfg`` (monitored, not yet normalized): :class:`QuadVecEnv` on the
-    vector env, its scenarios drawn by :class:`ScenarioSampler` (seeded ``cfg.seed``)."""
+    vector env, its scenarios drawn by :func:`training_sampler` (seeded ``cfg.seed``), its env
+    seeds from ``cfg.env_seed_offset()`` up."""
     from stable_baselines3.common.vec_env import VecMonitor
 
-    from residual_quad.training.ppo_vec import QuadVecEnv, ScenarioSampler
+    from residual_quad.training.ppo_vec import QuadVecEnv
 
     n_envs = cfg.resolved_envs()
-    sampler = ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+    sampler = training_sampler(cfg)
     pilot = None
     if cfg.controller == "ppo_res":
         from residual_quad.controllers.ppo_res import ResidualPilot
@@ -50,6 +65,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         action_repeat=cfg.action_repeat,
         nthread=cfg.env_threads,
         scenario_seed=cfg.seed,
+        seed_offset=cfg.env_seed_offset(),
         pilot=pilot,
         features=cfg.features.spec(),
         estimator=estimator,

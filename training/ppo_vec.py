@@ -31,11 +31,15 @@ Conventions translated from the vector env's to SB3's:
   tolerance; the training sets it from the model's step count.
 - **Domain randomization.** Every episode of every env draws its scenario with
   :class:`ScenarioSampler` (uniform over the config's payloads × winds × trajectories; the
-  ``extra`` payload is refused by the config): the first ones at construction (generator seeded
+  ``extra`` payload is refused by the config) or, with ``trajectory_draw: randomized``,
+  :class:`~residual_quad.training.scenarios.OffMatrixSampler` (a trajectory object with random
+  parameters per episode): the first ones at construction (generator seeded
   ``scenario_seed``), each later one at its autoreset from the vector env's sampler generator;
   each env's own generator continues across episodes.
-- **Seeding.** ``seed(s)`` then ``reset()`` (what SB3 does): env ``i`` gets seed ``s + i``, the
-  sampler ``s + num_envs`` (the vector env's rule). Same seed → same episodes.
+- **Seeding.** ``seed(s)`` then ``reset()`` (what SB3 does): env ``i`` gets seed
+  ``s + seed_offset + i``, the sampler ``s + seed_offset + num_envs`` (the vector env's rule;
+  ``seed_offset`` 0 by default, :data:`~residual_quad.training.scenarios.
+  FIRST_OFF_MATRIX_SEED` off the matrix). Same seed → same episodes.
 
 ``infos[i]`` carries ``position_error`` (m), ``diverged``, ``control_steps`` (periods simulated
 this step) and ``scenario`` (payload, wind, trajectory) — the keys the training callbacks read.
@@ -55,6 +59,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
+from residual_quad.envs.checks import integer
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
 from residual_quad.training.precision import PrecisionReward
@@ -105,7 +110,14 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
     another env left for a drawn scenario (its plant compiled for the payload) instead of
     building one (≈3 ms, more than a hundred policy steps of an env): a reset restores an env
     completely (same generator state → the same episode; the equivalence tests compare with the
-    vector env's own autoreset, which builds)."""
+    vector env's own autoreset, which builds).
+
+    A scenario whose ``trajectory`` is a trajectory object (a random one per episode: the
+    off-matrix draw) is pooled by the rest of the scenario: a spare env of the same payload,
+    wind and events takes the new trajectory (the single env reads ``trajectory`` only at
+    reset and step, so that is the env a build would give), so the pool holds at most
+    ``num_envs`` envs per (payload, wind, events), however many trajectories are drawn. The env
+    in place is never changed: a failed autoreset puts it back as it was."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -114,12 +126,19 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
 
     def replace_env(self, index: int, scenario: dict[str, Any]) -> None:
         key = _build_key(scenario)
-        if key == self._keys[index]:
+        trajectory = scenario.get("trajectory")
+        drawn = trajectory is not None and not isinstance(trajectory, str)  # an object
+        if key == self._keys[index] and not drawn:
             return  # the same scenario: the env itself serves again
         old = self.envs[index]
-        self._spare.setdefault(self._keys[index], []).append(old)
         spare = self._spare.get(key)
-        new = spare.pop() if spare else self.make_env(index, scenario)
+        if spare:  # taken before the old env joins the pool: never the env in place
+            new = spare.pop()
+            if drawn:
+                new.trajectory = trajectory
+        else:
+            new = self.make_env(index, scenario)
+        self._spare.setdefault(self._keys[index], []).append(old)
         new.np_random = old.np_random  # the env's generator continues
         self.set_env(index, new)
         self._keys[index] = key
@@ -133,13 +152,24 @@ class _MaskedVectorEnv(ResidualQuadVectorEnv):
 
 
 def _scenario_info(scenario: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """``infos[i]["scenario"]``: the episode's (payload, wind, trajectory)."""
-    return scenario.get("payload"), scenario.get("wind"), scenario.get("trajectory")
+    """``infos[i]["scenario"]``: the episode's (payload, wind, trajectory), a trajectory object
+    by its name."""
+    trajectory = scenario.get("trajectory")
+    if trajectory is not None and not isinstance(trajectory, str):
+        trajectory = getattr(trajectory, "name", type(trajectory).__name__)
+    return scenario.get("payload"), scenario.get("wind"), trajectory
 
 
 def _build_key(scenario: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """What an env is built from in a scenario (all but its reset ``options``), hashable."""
-    return tuple(sorted((str(k), repr(v)) for k, v in scenario.items() if k != "options"))
+    """What an env is built from in a scenario (all but its reset ``options``), hashable; a
+    trajectory object is left out (a pooled env takes it over: :class:`_MaskedVectorEnv`)."""
+    return tuple(
+        sorted(
+            (str(k), repr(v))
+            for k, v in scenario.items()
+            if k != "options" and not (k == "trajectory" and not isinstance(v, str))
+        )
+    )
 
 
 class QuadVecEnv(VecEnv):
@@ -152,6 +182,10 @@ class QuadVecEnv(VecEnv):
         scenarios: the first episode's scenario of each env (``None``: drawn with ``sampler``
             from a generator seeded ``scenario_seed``).
         scenario_seed: see ``scenarios``.
+        seed_offset: added to every seed ``seed(s)`` gives (env ``i``: ``s + seed_offset + i``;
+            the sampler ``s + seed_offset + num_envs``); with an offset, a first ``reset``
+            before any ``seed`` seeds as ``seed(0)`` — every env seed is at least the offset
+            (off the matrix: :data:`~residual_quad.training.scenarios.FIRST_OFF_MATRIX_SEED`).
         action_repeat: control periods each action is held (rewards summed).
         nthread: ``rollout`` threads of the vector env (``None``: the cores).
         pilot: ``None`` — the actions are the env's (4 rotor or ``ctbr`` values); or what
@@ -199,6 +233,7 @@ class QuadVecEnv(VecEnv):
         nthread: int | None = None,
         scenarios: Sequence[Mapping[str, Any]] | None = None,
         scenario_seed: int = 0,
+        seed_offset: int = 0,
         pilot: Any = None,
         features: FeatureSpec | None = None,
         estimator: Any = None,
@@ -221,6 +256,8 @@ class QuadVecEnv(VecEnv):
             int(num_envs), scenarios=scenarios, sampler=sampler, nthread=nthread, **env_kwargs
         )
         self.sampler = sampler
+        self.seed_offset = integer("seed_offset", seed_offset, low=0)
+        self._seeded = False  # a reset with a seed happened
         self.action_repeat = int(action_repeat)
         self.pilot = pilot
         self.action_dim = 4 if pilot is None else int(pilot.action_dim)
@@ -264,9 +301,16 @@ class QuadVecEnv(VecEnv):
 
     # ------------------------------------------------------------------ reset / step
     def reset(self) -> np.ndarray:
-        """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + i``, the sampler
-        ``s + num_envs``), each in its current scenario."""
-        obs, info = self.vector_env.reset(seed=self._seeds[0])
+        """Reset every env (after ``seed(s)``: env ``i`` seeded ``s + seed_offset + i``, the
+        sampler ``s + seed_offset + num_envs``), each in its current scenario."""
+        seed = self._seeds[0]
+        if self.seed_offset:
+            if seed is None and not self._seeded:
+                seed = 0  # never from entropy: every env seed at least the offset
+            if seed is not None:
+                seed += self.seed_offset
+        obs, info = self.vector_env.reset(seed=seed)
+        self._seeded |= seed is not None
         self._reset_seeds()
         self._reset_options()
         self._raw[:] = obs

@@ -13,8 +13,9 @@ with K the episode's control steps, so a crash earns nothing for the steps it di
 **The scenarios are never the evaluation's.** Each is drawn from ``seed``: a payload mass uniform
 in ``payload_kg`` (below the matrix's held-out ``extra`` 0.75 kg), a wind level, a trajectory —
 helix, figure-8, Lissajous and random splines with a random size and period, or a hover from a
-random start offset — and an
-env seed from ``env_seeds``, which starts far above the matrix's seeds (0–19).
+random start offset (:func:`~residual_quad.training.scenarios.draw_trajectory`, the draw training
+off the matrix uses too) — and an env seed from :data:`FIRST_TUNING_SEED` up, far above the
+matrix's seeds (0–19).
 
 **What is kept** (``out``): ``tune_config.yaml`` (the resolved config), ``study.db`` (optuna's own
 storage: every trial, resumable), ``trials.jsonl`` (one fsynced row per trial: its gains, score,
@@ -44,21 +45,20 @@ from residual_quad.controllers.specs import check_spec_options, parse_spec
 from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.training.precision import PrecisionReward
+from residual_quad.training.scenarios import (
+    FIRST_OFF_MATRIX_SEED,
+    TRAJECTORY_RANGES,
+    draw_trajectory,
+)
 
 #: the install hint when optuna is missing
 OPTUNA_HINT = "rquad tune needs optuna: pip install 'residual-quad[tune]'"
 
-#: trajectories the tuning draws from, with the ranges of their random parameters
-TRAJECTORIES: dict[str, dict[str, tuple[float, float]]] = {
-    "hover": {},  # from a random start offset (±0.5 m per axis)
-    "helix": {"radius": (1.0, 3.0), "period": (6.0, 12.0)},  # m, s per turn
-    "figure8": {"a": (1.5, 3.5), "b": (0.8, 2.0), "period": (8.0, 16.0)},  # m, m, s
-    "lissajous": {"a": (1.0, 3.0), "b": (0.8, 2.0), "c": (0.0, 0.5), "period": (10.0, 20.0)},
-    "spline": {"size": (1.0, 3.0), "period": (12.0, 24.0)},  # m, s; and a random seed
-}
-HOVER_OFFSET_M = 0.5  # m, the largest start offset per axis of a hover scenario
+#: trajectories the tuning draws from, with the ranges of their random parameters (the shared
+#: draw of :mod:`~residual_quad.training.scenarios`)
+TRAJECTORIES = TRAJECTORY_RANGES
 #: the first env seed of the tuning scenarios: far above the matrix's (0–19)
-FIRST_TUNING_SEED = 10_000
+FIRST_TUNING_SEED = FIRST_OFF_MATRIX_SEED
 
 
 @dataclass(frozen=True)
@@ -162,24 +162,15 @@ def tuning_scenarios(cfg: TuneConfig) -> list[TuningScenario]:
     rng = np.random.default_rng([cfg.seed, 0x7E])
     out = []
     for i in range(cfg.scenarios):
-        trajectory = cfg.trajectories[int(rng.integers(len(cfg.trajectories)))]
-        params: tuple[tuple[str, Any], ...] = tuple(
-            (name, round(float(rng.uniform(lo, hi)), 6))
-            for name, (lo, hi) in TRAJECTORIES[trajectory].items()
-        )
-        if trajectory == "spline":  # its own random waypoints
-            params = (*params, ("seed", int(rng.integers(2**31))))
-        offset = (0.0, 0.0, 0.0)
-        if trajectory == "hover":
-            offset = tuple(round(float(x), 6) for x in rng.uniform(-1, 1, 3) * HOVER_OFFSET_M)
+        drawn = draw_trajectory(rng, cfg.trajectories)  # the shared draw, then the conditions
         out.append(
             TuningScenario(
                 payload_kg=round(float(rng.uniform(*cfg.payload_kg)), 6),
                 wind=cfg.winds[int(rng.integers(len(cfg.winds)))],
-                trajectory=trajectory,
-                params=params,
+                trajectory=drawn.name,
+                params=drawn.params,
                 seed=FIRST_TUNING_SEED + cfg.seed * cfg.scenarios + i,
-                offset_m=offset,  # type: ignore[arg-type]
+                offset_m=drawn.offset_m,
             )
         )
     return out

@@ -1,0 +1,239 @@
+"""Training off the evaluation matrix (``trajectory_draw: randomized``): random trajectories drawn
+with ``rquad tune``'s draw, env seeds from 10 000 up; ``fixed`` (the default) is today's draw."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+from residual_quad import configs  # noqa: E402
+from residual_quad.controllers.policy_file import read_meta  # noqa: E402
+from residual_quad.envs.disturbances import PAYLOAD_LEVELS, resolve_payload  # noqa: E402
+from residual_quad.envs.trajectories import TRAJECTORIES  # noqa: E402
+from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
+from residual_quad.training.ppo import train  # noqa: E402
+from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig  # noqa: E402
+from residual_quad.training.ppo_model import make_training_env, training_sampler  # noqa: E402
+from residual_quad.training.ppo_vec import ScenarioSampler, _MaskedVectorEnv  # noqa: E402
+from residual_quad.training.scenarios import (  # noqa: E402
+    FIRST_OFF_MATRIX_SEED,
+    TRAJECTORY_RANGES,
+    OffMatrixSampler,
+    draw_trajectory,
+)
+from residual_quad.training.tune import TuneConfig, tuning_scenarios  # noqa: E402
+
+#: the evaluation matrix: its trajectories fly with their default parameters from seeds 0–19
+MATRIX_TRAJECTORIES = ("hover", "helix", "figure8")
+MATRIX_SEEDS = range(20)
+FAMILIES = ["hover", "helix", "figure8", "lissajous", "spline"]
+#: the shipped training configs: each trains on today's draw
+SHIPPED_TRAINING = ("ppo", "ppo_res", "ppo_adapt", "ppo_realistic", "ppo_res_realistic", "sac")
+
+
+def _config(**kw) -> PPOTrainConfig:
+    base = {
+        "seed": 3,
+        "n_envs": 4,
+        "env_threads": 1,
+        "payloads": ["none", "light", "heavy", 0.6],
+        "trajectories": FAMILIES,
+        "trajectory_draw": "randomized",
+        "ppo": PPOHyperparams(n_steps=64, batch_size=128, n_epochs=1),
+        "total_steps": 256,
+    }
+    return PPOTrainConfig(**{**base, **kw})
+
+
+def _is_default(trajectory) -> bool:
+    """Every parameter of ``trajectory`` at its class default (the matrix's trajectory)."""
+    return trajectory == type(trajectory)()
+
+
+def test_tune_draws_its_scenarios_with_the_shared_draw():
+    """The refactor kept ``rquad tune``'s scenarios: pinned values of seed 0 (drawn before the
+    draw moved to training/scenarios.py), and each is the shared draw followed by the payload
+    and the wind from the same generator."""
+    scenarios = tuning_scenarios(TuneConfig(seed=0))
+    first, second = scenarios[0], scenarios[1]
+    assert (first.trajectory, first.params, first.payload_kg, first.wind, first.seed) == (
+        "helix",
+        (("radius", 1.228978), ("period", 7.290649)),
+        0.277982,
+        "windy",
+        FIRST_OFF_MATRIX_SEED,
+    )
+    assert second.params == (("size", 2.580668), ("period", 18.673978), ("seed", 131498714))
+    cfg = TuneConfig(scenarios=40, seed=5)
+    rng = np.random.default_rng([cfg.seed, 0x7E])  # tune's generator
+    for s in tuning_scenarios(cfg):
+        drawn = draw_trajectory(rng, cfg.trajectories)
+        assert (drawn.name, drawn.params, drawn.offset_m) == (s.trajectory, s.params, s.offset_m)
+        assert round(float(rng.uniform(*cfg.payload_kg)), 6) == s.payload_kg
+        assert cfg.winds[int(rng.integers(len(cfg.winds)))] == s.wind
+
+
+def test_randomized_training_never_draws_a_matrix_scenario():
+    """Over 3 000 sampled episodes: every family and condition comes up, no trajectory flies the
+    matrix's default parameters (a hover starts off its point), every payload is lighter than
+    the held-out extra; the same generator state gives the same episode."""
+    cfg = _config()
+    sampler = training_sampler(cfg)
+    assert isinstance(sampler, OffMatrixSampler)
+    rng = np.random.default_rng(0)
+    names, payloads = set(), set()
+    for _ in range(3000):
+        scenario = sampler(rng)
+        trajectory = scenario["trajectory"]
+        assert type(trajectory) is TRAJECTORIES[trajectory.name]
+        names.add(trajectory.name)
+        payloads.add(scenario["payload"])
+        assert resolve_payload(scenario["payload"]) < PAYLOAD_LEVELS["extra"]
+        if trajectory.name == "hover":  # the matrix's hover point, never from its start
+            assert np.any(scenario["options"]["position_offset"] != 0.0)
+        else:  # every drawn parameter off its default
+            assert not _is_default(trajectory)
+            default = type(trajectory)()
+            for key in TRAJECTORY_RANGES[trajectory.name]:
+                assert getattr(trajectory, key) != getattr(default, key), (trajectory, key)
+    assert names == set(FAMILIES) and payloads == {"none", "light", "heavy", 0.6}
+    state = np.random.default_rng(11)
+    a, b = sampler(state), sampler(np.random.default_rng(11))
+    assert a["trajectory"] == b["trajectory"] and a["payload"] == b["payload"]
+
+
+def test_randomized_training_envs_are_seeded_off_the_matrix():
+    """Every env seed of a randomized run is >= 10 000 — after ``seed(s)`` (a new run, and a
+    resume's ``seed + steps``) and on a first reset without one — and the envs fly the sampler's
+    random trajectories through their autoresets (no env is reseeded there)."""
+    cfg = _config(episode_s=0.3, max_position_error=0.3)
+    for seed in (None, 0, cfg.seed, 123_456):
+        venv = make_training_env(cfg)
+        if seed is not None:
+            venv.seed(seed)
+        venv.reset()
+        quad = venv.venv
+        seeds = [env.np_random_seed for env in quad.vector_env.envs]
+        assert min(seeds) >= FIRST_OFF_MATRIX_SEED and not set(seeds) & set(MATRIX_SEEDS)
+        assert seeds == [FIRST_OFF_MATRIX_SEED + (seed or 0) + i for i in range(4)]
+        if seed == cfg.seed:
+            generators = [env.np_random for env in quad.vector_env.envs]  # seeded just now
+            rng = np.random.default_rng(1)
+            flown, ends = set(), 0
+            for _ in range(150):  # 0.3 s episodes: many autoresets
+                _, _, dones, infos = venv.step(rng.uniform(-0.2, 0.0, (4, 4)).astype(np.float32))
+                ends += int(dones.sum())
+                flown |= {info["scenario"][2] for info in infos}
+                for i, env in enumerate(quad.vector_env.envs):
+                    assert not _is_default(env.trajectory) or env.trajectory.name == "hover"
+                    assert env.np_random is generators[i]  # continued, never reseeded
+            assert flown == set(FAMILIES) and ends > 20
+        venv.close()
+
+
+def test_fixed_is_todays_draw_for_every_shipped_config():
+    """``trajectory_draw: fixed`` (the default, every shipped training config) builds the old
+    :class:`ScenarioSampler` over the same lists — its draws those of a fresh one — and seeds
+    env ``i`` with ``seed + i`` as before."""
+    for name in SHIPPED_TRAINING:
+        cfg = configs.load(PPOTrainConfig, name)
+        assert cfg.trajectory_draw == "fixed" and cfg.env_seed_offset() == 0
+        sampler = training_sampler(cfg)
+        assert type(sampler) is ScenarioSampler
+        old = ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+        ra, rb = np.random.default_rng(7), np.random.default_rng(7)
+        for _ in range(300):
+            a, b = sampler(ra), old(rb)
+            assert a.keys() == b.keys() and all(
+                np.array_equal(a[k], b[k]) if k == "options" else a[k] == b[k] for k in a
+            )
+            assert isinstance(a["trajectory"], str)
+    cfg = _config(trajectory_draw="fixed", trajectories=["hover", "helix", "figure8"])
+    venv = make_training_env(cfg)
+    venv.seed(2)
+    venv.reset()
+    assert [env.np_random_seed for env in venv.venv.vector_env.envs] == [2, 3, 4, 5]
+    assert all(isinstance(sc["trajectory"], str) for sc in venv.venv.vector_env.scenarios)
+    venv.close()
+
+
+def test_a_random_trajectory_per_episode_keeps_the_env_pool_bounded():
+    """The adapter's env reuse takes a random trajectory per episode without building (or
+    keeping) an env each time: one spare env per (payload, wind) after some 70 episodes, and
+    the same observations as the vector env's own autoreset, which builds every env."""
+    sampler = OffMatrixSampler(["light"], ["windy"], FAMILIES, 0.1)
+    first = [sampler(np.random.default_rng(i)) for i in range(3)]
+    kw = {
+        "scenarios": first,
+        "sampler": sampler,
+        "nthread": 1,
+        "episode_s": 0.2,
+        "max_position_error": 0.25,
+        "pos_noise": 0.01,
+    }
+    mine, theirs = _MaskedVectorEnv(3, **kw), ResidualQuadVectorEnv(3, **kw)
+    a, _ = mine.reset(seed=5)
+    b, _ = theirs.reset(seed=5)
+    assert np.array_equal(a, b)
+    rng = np.random.default_rng(2)
+    episodes = 0
+    built = {id(env) for env in mine.envs}
+    for _ in range(400):
+        actions = rng.uniform(-0.3, 0.0, (3, 4))
+        a, ra, ta, ua, _ = mine.step(actions)
+        b, rb, *_ = theirs.step(actions)
+        assert np.array_equal(a, b) and np.array_equal(ra, rb)
+        episodes += int(np.sum(ta | ua))
+        built |= {id(env) for env in mine.envs}
+    assert episodes > 60
+    assert [sc["trajectory"] for sc in mine.scenarios] == [
+        sc["trajectory"] for sc in theirs.scenarios
+    ]
+    assert sum(len(v) for v in mine._spare.values()) == 1 and len(built) == 4
+    mine.close(), theirs.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("trajectory_draw: random\n", "trajectory_draw must be one of ['fixed', 'randomized']"),
+        ("trajectory_draw: randomized\ntrajectories: [hover, spiral]\n", "unknown trajectories"),
+        ("trajectory_draw: [randomized]\n", "trajectory_draw: expected a string"),
+    ],
+)
+def test_a_bad_trajectory_draw_names_the_file_and_key(tmp_path, text, message):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"mine\.yaml") as err:
+        configs.load(PPOTrainConfig, path)
+    assert message in str(err.value)
+
+
+def test_families_without_ranges_are_refused():
+    with pytest.raises(ValueError, match=r"trajectories: unknown \['spiral'\]; valid choices"):
+        OffMatrixSampler(["none"], ["calm"], ["helix", "spiral"])
+    with pytest.raises(ValueError, match="trajectories must list at least one of hover"):
+        OffMatrixSampler(["none"], ["calm"], [])
+
+
+def test_smoke_training_off_the_matrix(tmp_path):
+    """256 policy steps with ``trajectory_draw: randomized`` train, and the run's config and
+    policy file record the draw."""
+    cfg = _config(
+        n_envs=2,
+        ppo=PPOHyperparams(n_steps=128, batch_size=128, n_epochs=1),
+        episode_s=2.0,
+        eval_freq=0,
+        checkpoint_freq=0,
+        eval_scenarios=[["light", "breezy", "hover"]],
+    )
+    summary = train(cfg, tmp_path, progress=False)
+    assert summary["steps"] == 256 and summary["control_steps"] > 256
+    assert configs.load(PPOTrainConfig, tmp_path / "config.yaml") == cfg
+    record = read_meta(tmp_path / "final.zip")["config"]
+    assert record["trajectory_draw"] == "randomized" and record["trajectories"] == FAMILIES
+    assert dataclasses.asdict(cfg)["trajectory_draw"] == "randomized"

@@ -1,0 +1,128 @@
+"""Scenarios off the evaluation matrix: the random trajectories ``rquad tune`` and training draw.
+
+The evaluation matrix flies hover, helix and figure-8 with their default parameters, from env
+seeds 0–19. :func:`draw_trajectory` draws one trajectory the matrix never flies — helix,
+figure-8, Lissajous or a random spline with a random size and period (:data:`TRAJECTORY_RANGES`),
+or a hover from a random start offset (±:data:`HOVER_OFFSET_M` per axis) — from a seeded
+generator; ``rquad tune`` (:func:`~residual_quad.training.tune.tuning_scenarios`) and training
+with ``trajectory_draw: randomized`` (:class:`OffMatrixSampler`) both draw with it, so the two
+see one family of shapes. Their env seeds start at :data:`FIRST_OFF_MATRIX_SEED`, far above the
+matrix's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from residual_quad.envs.trajectories import Trajectory, make_named_trajectory
+from residual_quad.training.blas import blas_threads
+
+#: the trajectory families drawn, with the ranges of their random parameters (uniform)
+TRAJECTORY_RANGES: dict[str, dict[str, tuple[float, float]]] = {
+    "hover": {},  # from a random start offset (±HOVER_OFFSET_M per axis)
+    "helix": {"radius": (1.0, 3.0), "period": (6.0, 12.0)},  # m, s per turn
+    "figure8": {"a": (1.5, 3.5), "b": (0.8, 2.0), "period": (8.0, 16.0)},  # m, m, s
+    "lissajous": {"a": (1.0, 3.0), "b": (0.8, 2.0), "c": (0.0, 0.5), "period": (10.0, 20.0)},
+    "spline": {"size": (1.0, 3.0), "period": (12.0, 24.0)},  # m, s; and a random seed
+}
+HOVER_OFFSET_M = 0.5  # m, the largest start offset per axis of a hover scenario
+#: the first env seed of tuning and off-matrix training scenarios: far above the matrix's (0–19)
+FIRST_OFF_MATRIX_SEED = 10_000
+_DIGITS = 6  # decimals a drawn parameter or offset keeps (readable, and exact in a record)
+_SPLINE_SEEDS = 2**31  # a spline's waypoint seed is drawn below this
+
+
+@dataclass(frozen=True)
+class TrajectoryDraw:
+    """One drawn trajectory: its family ``name``, its parameters (name, value) and the start
+    offset (m) of a hover (zero for the others)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+    offset_m: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def build(self) -> Trajectory:
+        """The trajectory object (:func:`~residual_quad.envs.trajectories.
+        make_named_trajectory` with the parameters)."""
+        return make_named_trajectory(self.name, **dict(self.params))
+
+
+def check_families(key: str, families: Sequence[str]) -> None:
+    """``families`` a non-empty list of :data:`TRAJECTORY_RANGES`'s names; else a
+    ``ValueError`` naming ``key`` and the valid choices."""
+    if not families:
+        raise ValueError(f"{key} must list at least one of {', '.join(TRAJECTORY_RANGES)}")
+    unknown = [f for f in families if f not in TRAJECTORY_RANGES]
+    if unknown:
+        raise ValueError(f"{key}: unknown {unknown}; valid choices: {', '.join(TRAJECTORY_RANGES)}")
+
+
+def draw_trajectory(rng: np.random.Generator, families: Sequence[str]) -> TrajectoryDraw:
+    """One trajectory off the matrix from ``rng``: a family uniform over ``families`` (an entry
+    listed k times is drawn k times as often), each parameter uniform in its range
+    (:data:`TRAJECTORY_RANGES`, rounded to 6 decimals), a spline's waypoint seed, and a hover's
+    start offset uniform in ±:data:`HOVER_OFFSET_M` per axis. The draws come in this order, so
+    one generator state gives one trajectory."""
+    name = families[int(rng.integers(len(families)))]
+    params: tuple[tuple[str, Any], ...] = tuple(
+        (key, round(float(rng.uniform(lo, hi)), _DIGITS))
+        for key, (lo, hi) in TRAJECTORY_RANGES[name].items()
+    )
+    if name == "spline":  # its own random waypoints
+        params = (*params, ("seed", int(rng.integers(_SPLINE_SEEDS))))
+    offset = (0.0, 0.0, 0.0)
+    if name == "hover":
+        x, y, z = (round(float(v), _DIGITS) for v in rng.uniform(-1, 1, 3) * HOVER_OFFSET_M)
+        offset = (x, y, z)
+    return TrajectoryDraw(name, params, offset)
+
+
+class OffMatrixSampler:
+    """Training's domain randomization off the matrix (``trajectory_draw: randomized``):
+    ``sampler(rng) -> scenario`` for the vector env (picklable).
+
+    Each episode draws payload and wind uniformly from the lists (as
+    :class:`~residual_quad.training.ppo_vec.ScenarioSampler`; an entry listed k times is drawn
+    k times as often), then a trajectory with :func:`draw_trajectory` from ``families``: the
+    scenario's ``trajectory`` is the trajectory object, a hover's start offset its
+    ``position_offset``. With ``start_pos_noise > 0`` every scenario also gets
+    ``ScenarioSampler``'s uniform start offset (m; the vertical one not below
+    ``-start_pos_noise / 2``), added to a hover's.
+    """
+
+    def __init__(
+        self,
+        payloads: Sequence[Any],
+        winds: Sequence[str],
+        families: Sequence[str],
+        start_pos_noise: float = 0.0,  # m
+    ):
+        check_families("trajectories", families)
+        self.conditions = [(p, w) for p in payloads for w in winds]
+        self.families = tuple(families)
+        self.start_pos_noise = float(start_pos_noise)
+
+    def draw(self, rng: np.random.Generator) -> tuple[Any, str, TrajectoryDraw, np.ndarray]:
+        """One episode's payload, wind, trajectory draw and start offset (m)."""
+        payload, wind = self.conditions[int(rng.integers(len(self.conditions)))]
+        trajectory = draw_trajectory(rng, self.families)
+        offset = np.array(trajectory.offset_m, dtype=float)
+        if self.start_pos_noise > 0:
+            n = self.start_pos_noise
+            noise = rng.uniform(-n, n, 3)
+            noise[2] = max(noise[2], -0.5 * n)  # not into the floor
+            offset += noise
+        return payload, wind, trajectory, offset
+
+    def __call__(self, rng: np.random.Generator) -> dict[str, Any]:
+        payload, wind, trajectory, offset = self.draw(rng)
+        with blas_threads(1, "scipy"):  # a spline's solve: OpenBLAS's threads only contend
+            built = trajectory.build()
+        scenario: dict[str, Any] = {"payload": payload, "wind": wind, "trajectory": built}
+        if offset.any():
+            scenario["options"] = {"position_offset": offset}
+        return scenario
