@@ -32,10 +32,12 @@ def training_sampler(cfg: PPOTrainConfig) -> Any:
     return ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
 
 
-def make_training_env(cfg: PPOTrainConfig) -> Any:
+def make_training_env(cfg: PPOTrainConfig, **vector_kwargs: Any) -> Any:
     """The SB3 ``VecEnv`` of ``cfg`` (monitored, not yet normalized): :class:`QuadVecEnv` on the
     vector env, its scenarios drawn by :func:`training_sampler` (seeded ``cfg.seed``), its env
-    seeds from ``cfg.env_seed_offset()`` up."""
+    seeds from ``cfg.env_seed_offset()`` up. ``vector_kwargs``: vector-env settings that are no
+    env argument (``reference_table_bytes``, a benchmark's knob): never part of the config, so
+    never recorded in a policy file."""
     from stable_baselines3.common.vec_env import VecMonitor
 
     from residual_quad.training.ppo_vec import QuadVecEnv
@@ -78,6 +80,7 @@ def make_training_env(cfg: PPOTrainConfig) -> Any:
         position_log=(cfg.position_log, cfg.position_log_scale),
         precision=cfg.precision if cfg.reward == "precision" else None,
         **cfg.env_kwargs,
+        **vector_kwargs,
     )
     return VecMonitor(venv)
 

@@ -55,16 +55,13 @@ def _training_env(n_envs: int, reference_table_bytes: int | None) -> tuple[Any, 
     from residual_quad.training.ppo_model import make_training_env, new_model, normalized
 
     base = configs.to_dict(configs.load(PPOTrainConfig, "ppo"))
-    env_kwargs = dict(base["env_kwargs"])
-    if reference_table_bytes is not None:
-        env_kwargs["reference_table_bytes"] = reference_table_bytes
     ppo = {**base["ppo"], "n_steps": 8, "batch_size": 8 * n_envs}
-    cfg = configs.load(
-        PPOTrainConfig,
-        {**base, "n_envs": n_envs, "env_threads": 1, "ppo": ppo, "env_kwargs": env_kwargs},
-    )
+    cfg = configs.load(PPOTrainConfig, {**base, "n_envs": n_envs, "env_threads": 1, "ppo": ppo})
     torch.set_num_threads(max(1, cfg.torch_threads))
-    venv = make_training_env(cfg)
+    tables: dict[str, int] = {}
+    if reference_table_bytes is not None:
+        tables["reference_table_bytes"] = reference_table_bytes
+    venv = make_training_env(cfg, **tables)
     venv.seed(cfg.seed)
     venv = normalized(venv, cfg)
     return venv, new_model(cfg, venv)
