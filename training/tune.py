@@ -9,6 +9,8 @@ precision`): the mean over scenarios of the per-step precision reward
     J = mean_runs (1/K) Σ_{k<K} r_pos(‖e_p,k‖) · exp(−w_smooth·‖u_k − u_{k−1}‖²),
 
 with K the episode's control steps, so a crash earns nothing for the steps it did not fly.
+``aggregate: cvar`` scores a trial by the mean J of its worst ``cvar_fraction`` of flights
+instead: a robust search, in which gains that fail a few flights score low.
 
 **The scenarios are never the evaluation's.** Each is drawn from ``seed``: a payload mass uniform
 in ``payload_kg`` (below the matrix's held-out ``extra`` 0.75 kg), a wind level, a trajectory —
@@ -78,8 +80,17 @@ class TuneConfig:
     # of its TUNABLE table, or an option of its OPTIONS table with a range in its domain)
     space: dict[str, Any] = field(default_factory=dict)
     objective: PrecisionReward = field(default_factory=PrecisionReward)
+    # how a trial's flights make its score: "mean" of their J, or "cvar": the mean of the worst
+    # cvar_fraction of them (a robust search: gains that fail a few flights score low)
+    aggregate: str = "mean"
+    cvar_fraction: float = 0.25
 
     def __post_init__(self) -> None:
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(
+                f"aggregate must be one of {', '.join(AGGREGATES)}, got {self.aggregate!r}"
+            )
+        real("cvar_fraction", self.cvar_fraction, low=0.0, high=1.0, low_open=True)
         for name in ("trials", "scenarios"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -176,12 +187,26 @@ def tuning_scenarios(cfg: TuneConfig) -> list[TuningScenario]:
     return out
 
 
+#: how a trial's per-flight scores J make its score (:class:`TuneConfig` ``aggregate``)
+AGGREGATES = ("mean", "cvar")
+
+
+def aggregate_scores(scores: list[float], cfg: TuneConfig) -> float:
+    """A trial's score from its flights' J: their mean, or (``cvar``) the mean of the worst
+    ``ceil(cvar_fraction · n)`` of them."""
+    if cfg.aggregate == "mean":
+        return float(np.mean(scores))
+    worst = max(1, math.ceil(cfg.cvar_fraction * len(scores)))
+    return float(np.mean(np.sort(scores)[:worst]))
+
+
 def score_flights(
     options: dict[str, Any], cfg: TuneConfig, scenarios: list[TuningScenario]
 ) -> dict[str, Any]:
     """Fly ``cfg.controller`` with ``options`` over ``scenarios`` (one vector-env batch) and
-    score it: ``score`` (the objective J, module docstring), ``crashes``, ``rmse`` (mean over the
-    flights that did not crash, m; NaN if all did), ``wall_s``."""
+    score it: ``score`` (the flights' J aggregated as ``cfg.aggregate`` says, module docstring),
+    ``flight_scores`` (each flight's J), ``crashes``, ``rmse`` (mean over the flights that did not
+    crash, m; NaN if all did), ``wall_s``."""
     from residual_quad.controllers.batch import make_batch_controller
     from residual_quad.episode import RunSpec, control_dt, fly_batch
 
@@ -213,7 +238,8 @@ def score_flights(
         if not result.diverged:
             rmses.append(result.rmse)
     return {
-        "score": float(np.mean(scores)),
+        "score": aggregate_scores(scores, cfg),
+        "flight_scores": scores,
         "crashes": crashes,
         "rmse": float(np.mean(rmses)) if rmses else math.nan,
         "wall_s": time.perf_counter() - t0,

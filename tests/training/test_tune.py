@@ -164,3 +164,18 @@ def test_the_command_line_names_a_bad_range_in_one_line(argv, fragment, capsys, 
     assert rc == 2 and len(err) == 1 and err[0].startswith("rquad tune: error: "), err
     assert fragment in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_a_robust_search_scores_the_worst_flights():
+    from residual_quad.training.tune import aggregate_scores
+
+    scores = [0.9, 0.1, 0.5, 0.7, 0.3, 0.8, 0.6, 0.2]
+    assert aggregate_scores(scores, TuneConfig()) == pytest.approx(np.mean(scores))
+    cvar = TuneConfig(aggregate="cvar", cvar_fraction=0.25)
+    assert aggregate_scores(scores, cvar) == pytest.approx(0.15)  # the worst two of eight
+    tiny = TuneConfig(aggregate="cvar", cvar_fraction=0.01)
+    assert aggregate_scores(scores, tiny) == pytest.approx(0.1)  # at least one flight
+    with pytest.raises(ValueError, match="aggregate must be one of mean, cvar"):
+        TuneConfig(aggregate="median")
+    with pytest.raises(ValueError, match="cvar_fraction"):
+        TuneConfig(aggregate="cvar", cvar_fraction=0.0)

@@ -39,7 +39,7 @@ def _cmd(args: argparse.Namespace) -> int:
     from residual_quad.training.tune import TuneConfig, tune
 
     overrides: dict[str, Any] = {"controller": args.controller}
-    for key in ("trials", "timeout_s", "seed", "scenarios", "episode_s", "space"):
+    for key in ("trials", "timeout_s", "seed", "scenarios", "episode_s", "space", "aggregate"):
         value = getattr(args, key)
         if value is not None:
             overrides[key] = value
@@ -109,6 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=space_arg,
         default=None,
         help="ranges replacing the controller's: PATH=LOW:HIGH[:log],... (e.g. kp=5:60:log)",
+    )
+    p.add_argument(
+        "--aggregate",
+        choices=("mean", "cvar"),
+        default=None,
+        help="a trial's score: the mean of its flights' J (default), or cvar: the mean of the "
+        "worst quarter (cvar_fraction in a YAML)",
     )
     p.add_argument("--resume", action="store_true", help="continue the study in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
