@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import TYPE_CHECKING
 
 import mujoco
 import numpy as np
 
 from residual_quad.evaluation.bench.timing import BenchRow
+
+if TYPE_CHECKING:
+    from residual_quad.envs.plant import QuadrotorPlant
 
 SECTION = "period"
 
@@ -45,7 +49,7 @@ def _plants(n: int) -> list:
     return plants
 
 
-def _rollout_model(plant) -> mujoco.MjModel:
+def rollout_model(plant: QuadrotorPlant) -> mujoco.MjModel:
     """As the vector env's physics prepares it: unit actuator gain, no clamp, contacts off."""
     from residual_quad.envs.plant import DSBL_CONTACT
 
@@ -83,7 +87,7 @@ class _Variants:
         self.qacc0 = np.array([p.data.qacc for p in plants])
         hover = p0.true_mass * p0.airframe.gravity / 4.0
         self.f = np.full((n, 4), hover)
-        model = _rollout_model(p0)
+        model = rollout_model(p0)
         self.models = [model] * n
         self.datas = [mujoco.MjData(model)]
         self.pool = mujoco.rollout.Rollout(nthread=0)

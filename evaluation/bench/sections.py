@@ -3,7 +3,8 @@
 A section is a module of this package with ``run(quick: bool) -> list[BenchRow]``.
 :data:`SECTIONS` maps each section's name to a loader that imports its module when the section
 runs: a plain import (the import graph sees it; no ``"module:function"`` strings), and ``rquad``
-starting up loads none of the sections' MuJoCo, SB3 or server code.
+starting up loads none of the sections' MuJoCo, SB3 or server code. ``rquad bench`` without
+``--sections`` runs every section but those in :data:`ON_REQUEST`, which run only when named.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ def _pipeline() -> Runner:
     return run
 
 
+def _scaling() -> Runner:
+    from residual_quad.evaluation.bench.scaling import run
+
+    return run
+
+
 #: section name → loader of its ``run``, in the order ``rquad bench`` runs them all
 SECTIONS: dict[str, Callable[[], Runner]] = {
     "plant": _plant,
@@ -95,12 +102,17 @@ SECTIONS: dict[str, Callable[[], Runner]] = {
     "rl": _rl,
     "period": _period,
     "pipeline": _pipeline,
+    "scaling": _scaling,
 }
+
+#: sections that run only when named in ``--sections``: ``scaling`` sweeps the matrix at every
+#: worker count (minutes, more on more cores)
+ON_REQUEST: frozenset[str] = frozenset({"scaling"})
 
 
 def run_bench(sections: list[str] | None = None, quick: bool = False) -> list[BenchRow]:
-    """Run the named sections (all by default) and return their rows."""
-    names = sections or list(SECTIONS)
+    """Run the named sections (by default all but :data:`ON_REQUEST`) and return their rows."""
+    names = sections or [n for n in SECTIONS if n not in ON_REQUEST]
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown bench section(s) {unknown}; valid: {sorted(SECTIONS)}")

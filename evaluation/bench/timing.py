@@ -18,7 +18,7 @@ class BenchRow:
 
     section: str
     name: str
-    median_us: float  # µs per call, median over blocks
+    median_us: float | None  # µs per call, median over blocks; None: a fact, not a timing
     ratio: float | None = None  # to the section's reference row, same run
     ratio_to: str = ""
     target: str = ""  # human-readable target, e.g. "<= 40 us"
@@ -44,5 +44,6 @@ def format_rows(rows: list[BenchRow]) -> str:
     lines = [f"{'section':<8} {'benchmark':<46} {'median':>11} {'ratio':>14}  target"]
     for r in rows:
         ratio = f"{r.ratio:6.2f}x {r.ratio_to}" if r.ratio is not None else ""
-        lines.append(f"{r.section:<8} {r.name:<46} {r.median_us:8.2f} us {ratio:>14}  {r.target}")
-    return "\n".join(lines)
+        median = f"{r.median_us:8.2f} us" if r.median_us is not None else ""
+        lines.append(f"{r.section:<8} {r.name:<46} {median:>11} {ratio:>14}  {r.target}")
+    return "\n".join(line.rstrip() for line in lines)

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 
 from residual_quad.commands.argtypes import name_list
-from residual_quad.evaluation.bench.sections import SECTIONS, run_bench
+from residual_quad.evaluation.bench.sections import ON_REQUEST, SECTIONS, run_bench
 from residual_quad.evaluation.bench.timing import format_rows
 
 
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sections",
         type=name_list(SECTIONS),
         default=None,
-        help=f"comma list of {sorted(SECTIONS)}",
+        help=f"comma list of {sorted(SECTIONS)}; default: all but {sorted(ON_REQUEST)}",
     )
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
