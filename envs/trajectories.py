@@ -173,6 +173,9 @@ class Lissajous(Trajectory):
         return Reference(pos, vel, acc, self.heading)
 
 
+SPLINE_BOX_LIMIT_M = 1000.0  # m, the largest half-width and centre height of a spline's box
+
+
 @dataclass(frozen=True)
 class Spline(Trajectory):
     """A closed, twice continuously differentiable path through ``waypoints`` random points.
@@ -200,9 +203,11 @@ class Spline(Trajectory):
         count = self.waypoints
         if isinstance(count, bool) or not isinstance(count, int) or not 3 <= count <= 64:
             raise ValueError(f"spline waypoints must be an integer in [3, 64], got {count!r}")
-        real("spline size", self.size, low=0.0, unit="m")
-        real("spline height", self.height, low=0.0, unit="m")
-        real("spline z", self.z, unit="m")
+        # the box stays well inside the reference bounds (REFERENCE_LIMIT), so the spline's
+        # coefficients are finite
+        real("spline size", self.size, low=0.0, high=SPLINE_BOX_LIMIT_M, unit="m")
+        real("spline height", self.height, low=0.0, high=SPLINE_BOX_LIMIT_M, unit="m")
+        real("spline z", self.z, low=-SPLINE_BOX_LIMIT_M, high=SPLINE_BOX_LIMIT_M, unit="m")
         real("spline period", self.period, low=0.0, low_open=True, unit="s")
         real("spline heading", self.heading, unit="rad")
         from scipy.interpolate import make_interp_spline

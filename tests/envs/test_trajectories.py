@@ -99,6 +99,8 @@ def test_a_spline_is_seeded_closed_and_stays_in_its_box():
         ({"waypoints": 3.5}, "waypoints"),
         ({"period": 0.0}, "period"),
         ({"size": float("nan")}, "size"),
+        ({"size": 1.7e308}, "size"),
+        ({"z": -1e5}, "z"),
     ],
 )
 def test_bad_spline_parameters_are_named(params, message):
