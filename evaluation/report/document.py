@@ -24,7 +24,6 @@ from residual_quad.evaluation.report.information import (
 from residual_quad.evaluation.report.paired import paired_table
 from residual_quad.evaluation.report.rl_seeds import (
     POLICY_KINDS,
-    figure_rows,
     pool_training_seeds,
     rl_section,
     training_seed,
@@ -378,7 +377,7 @@ def report_from_rows(
         raise ValueError(f"no rows in {run_dir}; run `rquad sweep --out {run_dir}` first")
     rows = order_rows(rows, Path(run_dir))
     figs = make_figures(
-        figure_rows(rows),
+        rows,
         run_dir,
         run_dir / "figures",
         training,
@@ -434,8 +433,10 @@ def _in_run_order(rows: list[dict[str, Any]], run_dir: Path) -> list[dict[str, A
 
 def rewrite_report(out_dir: str | Path) -> Path:
     """Re-render ``report.md`` and ``tables/`` of a pipeline output folder from its rows
-    (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section), keeping
-    its figures and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
+    (``sweep/rows.jsonl``; ``beyond/rows.jsonl`` for a "Beyond the source" section) and redraw
+    the figures it links that its rows and saved series allow
+    (:func:`~residual_quad.evaluation.report.figures.redraw_figures`), keeping the other figures
+    and :data:`KEPT_SECTIONS`: a change of the report's format, without flying."""
     from residual_quad.evaluation.report.beyond import (
         BEYOND_DIR,
         beyond_outcome_of,
@@ -443,6 +444,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
         recovery_names,
         retrained_for_plant,
     )
+    from residual_quad.evaluation.report.figures import redraw_figures
     from residual_quad.evaluation.report.recovery import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
@@ -486,6 +488,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
         )
         beyond_record = beyond_outcome_of(out)
     figures = _figure_links(old.get("## Figures", ""), out)
+    redraw_figures(rows, sweep, out / "figures", figures)  # those its rows and series allow
     return write_report(
         rows,
         out,

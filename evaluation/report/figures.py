@@ -6,10 +6,10 @@ that renders (MuJoCo, headless) and it is skipped with a message where no OpenGL
 
 from __future__ import annotations
 
+import math
 import os
-import zlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from residual_quad.controllers.base import ControlContext
@@ -30,64 +31,61 @@ from residual_quad.envs.disturbances import (  # noqa: E402
     WindProcess,
 )
 from residual_quad.evaluation.report.animation import frames_or_reason, write_animation
+from residual_quad.evaluation.report.series import (  # noqa: F401 - has_estimate, series_path: the API
+    SEEDS_FLIGHT,
+    SEEDS_MEAN,
+    figure_series,
+    has_estimate,
+    load_series,
+    median_flight,
+    run_stats,
+    seed_band,
+    series_label,
+    series_of,
+    series_path,
+)
+from residual_quad.evaluation.report.style import (  # noqa: F401 - COLORS, color_of: the API
+    BAND_ALPHA,
+    COLORS,
+    CRASH_MARKER,
+    color_of,
+    crash_marks,
+    default_of,
+    figure_legend,
+    hbars,
+    hidden_notes,
+    legend_title,
+    linestyle_of,
+    log_axis,
+    series_handle,
+    tuned_note,
+)
 from residual_quad.evaluation.report.tables import (  # noqa: E402
     PAYLOAD_ORDER,
     WIND_ORDER,
-    controller_order,
 )
-from residual_quad.evaluation.sweep.rows import series_stem  # noqa: E402
 
-COLORS = {
-    "pid": "#7f7f7f",
-    "geo": "#1f77b4",
-    "geo_res": "#2ca02c",
-    "geo_rls": "#d62728",
-    "geo_rls_dob": "#e7298a",
-    "hnewton": "#9467bd",
-    "hnewton_rls": "#8c564b",
-    "ppo": "#ff7f0e",
-    "ppo_res": "#ffbb78",
-}
-
-
-#: colours of user labels (not in :data:`COLORS`), picked by a stable hash of the label
-USER_COLORS = ("#17becf", "#bcbd22", "#e377c2", "#393b79", "#637939", "#843c39", "#7b4173")
-
-
-def color_of(label: str) -> str:
-    """The colour of a controller label: the built-ins' own, else a stable one from
-    :data:`USER_COLORS` (the same label gets the same colour in every figure and run)."""
-    if label in COLORS:
-        return COLORS[label]
-    return USER_COLORS[zlib.crc32(str(label).encode("utf-8")) % len(USER_COLORS)]
-
-
-def _series_path(series_dir: Path, run_id: str) -> Path:
-    return series_dir / (series_stem(run_id) + ".npz")
-
-
-#: the arrays of a saved series the figures plot (the others are not decompressed)
-PLOTTED = ("t", "pos", "ref", "residual_est", "residual_true")
-
-
-def _load_series(series_dir: Path, run_id: str) -> dict[str, np.ndarray] | None:
-    p = _series_path(series_dir, run_id)
-    if not p.exists():
-        return None
-    with np.load(p) as z:
-        return {k: z[k] for k in PLOTTED if k in z.files}
-
-
-def has_estimate(residual_est: np.ndarray) -> bool:
-    """Whether a stored ``residual_est`` series (T, 3) holds a residual estimate to draw: finite
-    after row 0 (NaN by construction: no estimate before the first step) and not all zero (the
-    trackers without a residual estimate store zeros)."""
-    est = np.asarray(residual_est, dtype=float)[1:]
-    return bool(est.size) and bool(np.isfinite(est).all()) and bool(np.abs(est).max() > 0)
+#: room above the tallest bar for its value label (a factor on the axis' top)
+BAR_HEADROOM = 1.1
+#: horizontal offset between neighbouring series at one category of a sweep figure (in
+#: category widths), so series with equal values stay side by side instead of hiding each other
+DODGE = 0.025
+#: the reference trajectory's line: black, dotted (a tuned variant's line is dashed)
+REFERENCE_STYLE = {"color": "k", "ls": ":", "lw": 1.4}
 
 
 def _controllers(rows: list[dict[str, Any]]) -> list[str]:
-    return controller_order(rows)
+    return list(figure_series(rows))
+
+
+def _curve(ax: Any, name: str, main: tuple[np.ndarray, np.ndarray], band: list | None) -> None:
+    """One series on a time axis: its line and, given the curves of every training seed, the
+    min–max band behind it."""
+    col = color_of(name)
+    if band is not None and len(band) > 1:
+        t, lo, hi = seed_band(band)
+        ax.fill_between(t, lo, hi, color=col, alpha=BAND_ALPHA, lw=0)
+    ax.plot(*main, color=col, ls=linestyle_of(name), lw=1, label=name)
 
 
 def disturbance_models(out: Path) -> Path:
@@ -117,9 +115,13 @@ def disturbance_models(out: Path) -> Path:
     names = list(PAYLOAD_LEVELS)
     da = [GRAVITY * PAYLOAD_LEVELS[n] / frame.mass for n in names]
     ax[2].bar(names, da, color=["#1f77b4"] * 3 + ["#999999"])
-    ax[2].set(ylabel="vertical residual in hover (m/s²)", title="(c) payload residual g·Δm/m")
+    ax[2].set(
+        ylabel="vertical residual in hover (m/s²)",
+        title="(c) payload residual g·Δm/m (grey: not in training)",
+    )
     for i, d in enumerate(da):
         ax[2].text(i, d + 0.1, f"{d:.2f}", ha="center")
+    ax[2].set_ylim(0, max(da) * BAR_HEADROOM)
     fig.tight_layout()
     path = out / "disturbance_models.png"
     fig.savefig(path, dpi=110)
@@ -136,65 +138,94 @@ def tracking_comparison(
     trajectory: str = "helix",
     seed: int = 0,
 ) -> Path | None:
-    """Four-panel comparison of every controller on one showcase scenario."""
-    ctrls = _controllers(rows)
-    series = {}
-    for c in ctrls:
-        s = _load_series(series_dir, f"{c}|{payload}|{wind}|{trajectory}|{seed}")
-        if s is not None:
-            series[c] = s
-    if not series:
+    """Six-panel comparison of every controller on one showcase scenario: (a)–(d) the flight
+    of env seed ``seed``, (e)–(f) the means over the scenario's runs (every env seed).
+
+    One series per controller: an RL policy flown with several training seeds draws the flight
+    of its median policy (the training seed whose flight here has the median RMSE) with the
+    min–max band over its training seeds behind it, and its bars the mean over all its runs
+    with whiskers spanning the per-seed means. A tuned variant is drawn in its default's colour
+    family, dashed and hatched (:mod:`~residual_quad.evaluation.report.style`); one legend,
+    outside the panels."""
+    groups = figure_series(rows)
+    showcase = {
+        r["controller"]: r
+        for r in rows
+        if (r["payload"], r["wind"], r["trajectory"], r["seed"])
+        == (payload, wind, trajectory, seed)
+    }
+    flights: dict[str, list[tuple[float, int, dict[str, np.ndarray]]]] = {}
+    for name, seeds in groups.items():
+        for ts, label in seeds:
+            s = load_series(series_dir, f"{label}|{payload}|{wind}|{trajectory}|{seed}")
+            if s is None:
+                continue
+            r = showcase.get(label, {})
+            rmse = math.inf if r.get("diverged") or r.get("rmse") is None else float(r["rmse"])
+            flights.setdefault(name, []).append((rmse, ts, s))
+    if not flights:
         return None
-    fig, ax = plt.subplots(2, 3, figsize=(15, 8))
-    ref = next(iter(series.values()))
-    ax[0, 0].plot(ref["ref"][:, 0], ref["ref"][:, 1], "k--", lw=1, label="reference")
-    for c, s in series.items():
-        col = color_of(c)
-        ax[0, 0].plot(s["pos"][:, 0], s["pos"][:, 1], color=col, lw=1, label=c)
-        ax[0, 1].plot(s["t"], s["pos"][:, 2], color=col, lw=1, label=c)
-        err = np.linalg.norm(s["pos"] - s["ref"], axis=1)
-        ax[0, 2].plot(s["t"], err, color=col, lw=1, label=c)
+    fig = plt.figure(figsize=(16.5, 9.2), layout="constrained")
+    ax = fig.subplots(2, 3)
+    ref = median_flight(next(iter(flights.values())))
+    ax[0, 0].plot(ref["ref"][:, 0], ref["ref"][:, 1], **REFERENCE_STYLE)
+    ax[0, 1].plot(ref["t"], ref["ref"][:, 2], **REFERENCE_STYLE)
+    ax[1, 0].plot(ref["t"], ref["residual_true"][:, 2], "k", lw=0.6, alpha=0.6, label="true")
+    handles: list[Any] = [Line2D([], [], **REFERENCE_STYLE)]
+    labels = ["reference"]
+    for name, fl in flights.items():
+        s = median_flight(fl)
+        ax[0, 0].plot(
+            s["pos"][:, 0],
+            s["pos"][:, 1],
+            color=color_of(name),
+            ls=linestyle_of(name),
+            lw=1,
+            label=name,
+        )
+        z = [(f["t"], f["pos"][:, 2]) for *_, f in fl]
+        _curve(ax[0, 1], name, (s["t"], s["pos"][:, 2]), z)
+        err = [(f["t"], np.linalg.norm(f["pos"] - f["ref"], axis=1)) for *_, f in fl]
+        _curve(ax[0, 2], name, (s["t"], np.linalg.norm(s["pos"] - s["ref"], axis=1)), err)
+        est = [
+            (f["t"][1:], f["residual_est"][1:, 2])
+            for *_, f in fl
+            if has_estimate(f["residual_est"])
+        ]
         if has_estimate(s["residual_est"]):
             # row 0 is NaN by construction (no estimate before the first step)
-            ax[1, 0].plot(
-                s["t"][1:], s["residual_est"][1:, 2], color=col, lw=1, label=f"{c} estimate"
-            )
-    ax[0, 1].plot(ref["t"], ref["ref"][:, 2], "k--", lw=1, label="reference")
-    ax[1, 0].plot(ref["t"], ref["residual_true"][:, 2], "k", lw=0.6, alpha=0.6, label="true")
+            _curve(ax[1, 0], name, (s["t"][1:], s["residual_est"][1:, 2]), est)
+        handles.append(series_handle(name, band=len(fl) > 1))
+    handles.append(Line2D([], [], color="k", lw=0.6, alpha=0.6))
     ax[0, 0].set(xlabel="x (m)", ylabel="y (m)", title="(a) horizontal path", aspect="equal")
     ax[0, 1].set(xlabel="t (s)", ylabel="z (m)", title="(b) height")
     ax[0, 2].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(c) position error")
     ax[1, 0].set(xlabel="t (s)", ylabel="Δa_z (m/s²)", title="(d) vertical residual: truth vs Δâ")
+    under = hidden_notes((a.get_title()[:3], a) for a in ax.flat[:4])
+    labels += [series_label(n, fl) + under.get(n, "") for n, fl in flights.items()]
+    labels.append("true Δa_z (d)")
     sel = [
-        r
-        for r in rows
-        if r["payload"] == payload
-        and r["wind"] == wind
-        and r["trajectory"] == trajectory
-        and not r["diverged"]
+        r for r in rows if (r["payload"], r["wind"], r["trajectory"]) == (payload, wind, trajectory)
     ]
-    by = defaultdict(list)
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in sel:
-        by[r["controller"]].append(r)
-    names = [c for c in ctrls if c in by]
-    ax[1, 1].bar(
-        names,
-        [np.mean([r["control_cost"] for r in by[c]]) for c in names],
-        color=[color_of(c) for c in names],
+        by[series_of(r["controller"])[0]].append(r)
+    names = [n for n in groups if n in by]
+    runs = {n: len(by[n]) for n in names}
+    cost = {n: run_stats(by[n], "control_cost") for n in names}
+    rmse = {n: run_stats(by[n], "rmse") for n in names}
+    hbars(ax[1, 1], names, cost, runs, log=False)
+    ax[1, 1].set(xlabel="∫ΣT² dt (N²·s)", title="(e) control cost, mean over runs")
+    hbars(ax[1, 2], names, rmse, runs, log=True)
+    ax[1, 2].set(xlabel="RMSE after 3 s (m)", title="(f) steady-state accuracy, mean over runs")
+    seeded = any(len(fl) > 1 for fl in flights.values())
+    notes = [SEEDS_FLIGHT if seeded else None, tuned_note(groups, bars=True)]
+    head = (
+        f"{payload} payload, {wind}, {trajectory}: (a)–(d) env seed {seed}, (e)–(f) every env "
+        "seed (diverged runs counted, not averaged)"
     )
-    ax[1, 1].set(ylabel="∫ΣT² dt (N²·s)", title="(e) control cost")
-    ax[1, 2].bar(
-        names,
-        [np.mean([r["rmse"] for r in by[c] if r["rmse"] is not None] or [np.nan]) for c in names],
-        color=[color_of(c) for c in names],
-    )
-    ax[1, 2].set(ylabel="RMSE after 3 s (m)", title="(f) steady-state accuracy", yscale="log")
-    for a in (ax[1, 1], ax[1, 2]):
-        a.tick_params(axis="x", labelrotation=30)
-    for a in (ax[0, 0], ax[0, 2], ax[1, 0]):
-        a.legend(fontsize=7)
-    fig.suptitle(f"{payload} payload, {wind}, {trajectory} (seed {seed})")
-    fig.tight_layout()
+    fig.suptitle(head, fontsize=10)
+    figure_legend(fig, handles, labels, title=legend_title(notes))
     path = out / "tracking_comparison.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -205,55 +236,56 @@ def _sweep_plot(
     rows: list[dict[str, Any]],
     key: str,
     order: list[str],
-    select,
+    select: Callable[[dict[str, Any]], bool],
     title: str,
     xlabel: str,
     path: Path,
     bias: bool = False,
 ) -> Path | None:
-    sel = [r for r in rows if select(r) and not r["diverged"] and r[key] in order]
-    if not sel:
+    """RMSE (and, with ``bias``, the residual-estimate bias) over the values ``order`` of
+    ``key``: one line per series, the mean over every run that did not diverge; an RL policy's
+    band spans its per-training-seed means; one legend, outside the axes."""
+    sel = [r for r in rows if select(r) and r[key] in order]
+    if all(r["diverged"] for r in sel):
         return None
-    ctrls = _controllers(sel)
+    groups = figure_series(sel)
     xs = [v for v in order if any(r[key] == v for r in sel)]
+    at = np.arange(len(xs))
     ncol = 2 if bias else 1
-    fig, axes = plt.subplots(1, ncol, figsize=(6.5 * ncol, 4))
-    axes = np.atleast_1d(axes)
-    for c in ctrls:
-        ys = [
-            np.mean(
-                [
-                    r["rmse"]
-                    for r in sel
-                    if r["controller"] == c and r[key] == x and r["rmse"] is not None
-                ]
-                or [np.nan]
-            )
-            for x in xs
-        ]
-        axes[0].plot(xs, ys, "o-", color=color_of(c), label=c)
-        if bias:
-            b = [
-                np.mean(
-                    [
-                        r["residual_bias"]
-                        for r in sel
-                        if r["controller"] == c
-                        and r[key] == x
-                        and r.get("residual_bias") is not None
-                    ]
-                    or [np.nan]
-                )
-                for x in xs
-            ]
-            if np.isfinite(b).any() and c not in ("pid",):
-                axes[1].plot(xs, b, "o-", color=color_of(c), label=c)
+    fig = plt.figure(figsize=(6.5 * ncol + 2.2, 4.2), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, ncol))
+    metrics = [("rmse", axes[0])] + ([("residual_bias", axes[1])] if bias else [])
+    handles, labels = [], []
+    seeded = False
+    crashes: dict[int, list[tuple[float, int, str]]] = defaultdict(list)
+    for k, (name, seeds) in enumerate(groups.items()):
+        own = [r for r in sel if series_of(r["controller"])[0] == name]
+        pos = at + (k - (len(groups) - 1) / 2) * DODGE  # side by side at each category
+        band = len(seeds) > 1
+        drawn = False
+        for metric, ax in metrics:
+            if metric == "residual_bias" and default_of(name) == "pid":
+                continue  # pid has no estimate: its "bias" is geo's, the residual itself
+            stats = np.array([run_stats([r for r in own if r[key] == x], metric) for x in xs])
+            if not np.isfinite(stats[:, 0]).any():
+                continue
+            col = color_of(name)
+            if band:
+                ax.fill_between(pos, stats[:, 1], stats[:, 2], color=col, alpha=BAND_ALPHA, lw=0)
+            ax.plot(pos, stats[:, 0], marker="o", color=col, ls=linestyle_of(name), label=name)
+            drawn = True
+            for i in np.flatnonzero(stats[:, 3] > 0) if metric == "rmse" else ():
+                crashes[int(i)].append((pos[i], int(stats[i, 3]), col))
+        if not drawn:
+            continue
+        seeded |= band
+        handles.append(series_handle(name, band=band, marker="o"))
+        labels.append(series_label(name, seeds))
     if "extra" in xs:
         i = xs.index("extra")
         for a in axes:
             a.axvspan(i - 0.4, i + 0.4, color="0.85", zorder=0)
     axes[0].set(xlabel=xlabel, ylabel="RMSE after 3 s (m)", title=title, yscale="log")
-    axes[0].legend(fontsize=8)
     if bias:
         axes[1].set(
             xlabel=xlabel,
@@ -261,9 +293,15 @@ def _sweep_plot(
             title="residual-estimate bias (shaded: not in training)",
             yscale="log",
         )
-        if axes[1].get_legend_handles_labels()[0]:
-            axes[1].legend(fontsize=8)
-    fig.tight_layout()
+    for a in axes:
+        a.set_xticks(at, xs)
+        log_axis(a.yaxis)
+    notes = [SEEDS_MEAN if seeded else None, tuned_note(groups)]
+    if crashes:
+        crash_marks(axes[0], crashes)
+        handles.append(Line2D([], [], color="k", ls="", marker=CRASH_MARKER))
+        labels.append("diverged runs (count), left out of the mean")
+    figure_legend(fig, handles, labels, title=legend_title(notes))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -278,19 +316,22 @@ def rls_adaptation(
     seed: int = 0,
 ) -> Path | None:
     """Residual estimate vs truth on the unseen payload: offline net vs RLS, warm-up marked."""
-    s_rls = _load_series(series_dir, f"geo_rls|{payload}|{wind}|{trajectory}|{seed}")
-    s_res = _load_series(series_dir, f"geo_res|{payload}|{wind}|{trajectory}|{seed}")
+    s_rls = load_series(series_dir, f"geo_rls|{payload}|{wind}|{trajectory}|{seed}")
+    s_res = load_series(series_dir, f"geo_res|{payload}|{wind}|{trajectory}|{seed}")
     if s_rls is None:
         return None
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4))
+    fig = plt.figure(figsize=(14.5, 4.2), layout="constrained")
+    ax = fig.subplots(1, 2)
     t = s_rls["t"]
     ax[0].plot(t, s_rls["residual_true"][:, 2], "k", lw=0.5, alpha=0.5, label="true Δa_z")
-    ax[0].plot(t, s_rls["residual_est"][:, 2], color=COLORS["geo_rls"], label="geo_rls Δâ_z")
-    if s_res is not None:
-        ax[0].plot(t, s_res["residual_est"][:, 2], color=COLORS["geo_res"], label="geo_res Δâ_z")
+    flown = [(name, s) for name, s in (("geo_rls", s_rls), ("geo_res", s_res)) if s is not None]
+    for name, s in flown:
+        ax[0].plot(t, s["residual_est"][:, 2], color=color_of(name), label=f"{name} Δâ_z")
+        err = np.linalg.norm(s["pos"] - s["ref"], axis=1)
+        ax[1].plot(s["t"], err, color=color_of(name), label=name)
     warmup_s = residual_config().rls.warmup_steps * ControlContext().control_dt  # shipped config
     for a in ax:
-        a.axvspan(0, warmup_s, color="0.9", zorder=0, label="RLS warm-up (identify only)")
+        warmup = a.axvspan(0, warmup_s, color="0.9", zorder=0, label="RLS warm-up")
     ax[0].set(
         xlabel="t (s)",
         ylabel="m/s²",
@@ -300,15 +341,19 @@ def rls_adaptation(
             np.nanpercentile(s_rls["residual_true"][:, 2], 99) + 2,
         ),
     )
-    ax[0].legend(fontsize=8)
-    for name, s in (("geo_res", s_res), ("geo_rls", s_rls)):
-        if s is not None:
-            ax[1].plot(
-                s["t"], np.linalg.norm(s["pos"] - s["ref"], axis=1), color=COLORS[name], label=name
-            )
     ax[1].set(xlabel="t (s)", ylabel="|e_p| (m)", title="(b) position error", yscale="log")
-    ax[1].legend(fontsize=8)
-    fig.tight_layout()
+    log_axis(ax[1].yaxis)
+    handles = [
+        Line2D([], [], color="k", lw=0.5, alpha=0.5),
+        *(series_handle(name) for name, _ in flown),
+        warmup,
+    ]
+    labels = [
+        "true Δa_z (a)",
+        *(f"{name}: Δâ_z (a), |e_p| (b)" for name, _ in flown),
+        "RLS warm-up (identify only)",
+    ]
+    figure_legend(fig, handles, labels)
     path = out / "rls_adaptation.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -452,10 +497,39 @@ def figure_jobs(
     ]
     if animation:
         ctrls = [c for c in ("geo", "geo_res", "geo_rls") if c in _controllers(rows)]
-        for c in ctrls or _controllers(rows)[:3]:
+        for c in ctrls or _controllers(rows)[:3]:  # an RL series flies its training seed 0
             args = (c, *ANIMATION_SCENARIO, ANIMATION_SECONDS, ANIMATION_FPS)
             jobs.append((f"{ANIMATION}:{c}", args))
     return jobs
+
+
+#: the figures drawn from a sweep's rows and saved series alone (no training run, no rendering):
+#: those ``rquad report --rewrite`` redraws
+FROM_ROWS = (
+    "disturbance_models",
+    "tracking_comparison",
+    "payload_sweep",
+    "wind_sweep",
+    "rls_adaptation",
+)
+
+
+def redraw_figures(
+    rows: list[dict[str, Any]], run_dir: str | Path, out_dir: str | Path, names: Iterable[str]
+) -> dict[str, Path]:
+    """Redraw those of ``names`` that are :data:`FROM_ROWS` from the rows and the series saved
+    in ``run_dir`` into ``out_dir`` (the same files :func:`make_figures` writes); a figure
+    whose series are not there is not drawn and its file stays. Returns name → path of the
+    drawn ones."""
+    from residual_quad.evaluation.sweep.rows import flown_rows
+
+    wanted = set(names) & set(FROM_ROWS)
+    out = Path(out_dir)
+    drawn = {}
+    for name, args in figure_jobs(flown_rows(rows), run_dir, out, animation=False):
+        if name in wanted and (path := draw_figure(name, args)[1]) is not None:
+            drawn[name] = path
+    return drawn
 
 
 def make_figures(
@@ -472,7 +546,8 @@ def make_figures(
 
     ``training`` may name the residual network's ``logdir`` (TensorBoard), ``dataset`` and
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
-    left out. ``workers``: processes drawing at once (``None``: every core; 1: one job after
+    left out; every training seed of an RL policy is drawn as one series with the others
+    (:mod:`~residual_quad.evaluation.report.series`), so pass all the rows. ``workers``: processes drawing at once (``None``: every core; 1: one job after
     the other in this process); each figure and each animated flight is drawn by one process
     from the same data, so the files do not depend on it.
     """

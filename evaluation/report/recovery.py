@@ -20,8 +20,24 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from residual_quad.evaluation.report.beyond import RECOVERY_DIR, Extras  # noqa: E402
+from residual_quad.evaluation.report.series import (  # noqa: E402
+    figure_series,
+    series_label,
+    series_of,
+)
+from residual_quad.evaluation.report.style import (  # noqa: E402
+    BAND_ALPHA,
+    color_of,
+    figure_legend,
+    hidden_notes,
+    legend_title,
+    linestyle_of,
+    series_handle,
+    tuned_note,
+)
 from residual_quad.evaluation.report.tables import Table, controller_order  # noqa: E402
 from residual_quad.evaluation.sweep.rows import flown_rows, read_rows, series_stem  # noqa: E402
 
@@ -126,26 +142,25 @@ def recovery_figure(
     rows: list[dict[str, Any]], series_dir: Path, out: Path, *, name: str = "recovery.png"
 ) -> Path | None:
     """Position error around the event, one panel per scenario, every controller: the median
-    over seeds with its 25–75 % band, the recovery band dashed (log scale), written as
-    ``out/name``. ``None`` without runs with events or their series."""
-    from residual_quad.evaluation.report.figures import color_of
-
+    over seeds with its 25–75 % band, the recovery band dotted (log scale), written as
+    ``out/name``; an RL policy's training seeds are one series (their runs pooled), a tuned
+    variant is dashed in its default's colour family, one legend outside the panels. ``None``
+    without runs with events or their series."""
     rows = event_rows(rows)
     groups = _groups(rows)
     if not groups:
         return None
-    controllers = controller_order(rows)
-    fig, axes = plt.subplots(
-        len(groups), 1, figsize=(8.0, 3.2 * len(groups)), squeeze=False, sharex=True
-    )
-    drawn = False
+    controllers = figure_series(rows)
+    fig = plt.figure(figsize=(10.0, 3.2 * len(groups) + 0.4), layout="constrained")
+    axes = fig.subplots(len(groups), 1, squeeze=False, sharex=True)
+    drawn: set[str] = set()
     panels = zip(axes[:, 0], groups.items(), strict=True)
     for ax, ((events, trajectory, payload, wind), group) in panels:
         t0 = group[0]["event_t_s"]
         for c in controllers:
             curves = []
             for r in group:
-                if r["controller"] != c:
+                if series_of(r["controller"])[0] != c:
                     continue
                 s = _error_series(series_dir, r["run_id"])
                 if s is not None:
@@ -160,10 +175,10 @@ def recovery_figure(
             keep = (grid >= -FIGURE_BEFORE_S) & (grid <= FIGURE_AFTER_S)
             q25, q50, q75 = np.nanpercentile(block[:, keep], [25, 50, 75], axis=0)
             color = color_of(c)
-            ax.plot(grid[keep], q50, color=color, lw=1.4, label=c)
-            ax.fill_between(grid[keep], q25, q75, color=color, alpha=0.2, lw=0)
-            drawn = True
-        ax.axhline(group[0]["recovery_band_m"], color="k", ls="--", lw=0.8)
+            ax.plot(grid[keep], q50, color=color, ls=linestyle_of(c), lw=1.4, label=c)
+            ax.fill_between(grid[keep], q25, q75, color=color, alpha=BAND_ALPHA, lw=0)
+            drawn.add(c)
+        ax.axhline(group[0]["recovery_band_m"], color="k", ls=":", lw=1.0)
         ax.axvline(0.0, color="k", lw=0.6)
         ax.set_yscale("log")
         ax.set_ylabel("position error (m)")
@@ -172,8 +187,21 @@ def recovery_figure(
         plt.close(fig)
         return None
     axes[-1, 0].set_xlabel("time since the event (s)")
-    axes[0, 0].legend(fontsize=7, ncol=3, loc="upper right")
-    fig.tight_layout()
+    shown = [c for c in controllers if c in drawn]
+    handles = [series_handle(c, band=True) for c in shown]
+    handles.append(Line2D([], [], color="k", ls=":", lw=1.0))
+    notes = ["line: median over seeds, band: 25–75 %", tuned_note(shown)]
+    names = [trajectory for _, trajectory, _, _ in groups]  # a panel by its trajectory
+    if len(set(names)) < len(names):
+        names = [f"panel {i + 1}" for i in range(len(names))]
+    under = hidden_notes(zip(names, axes[:, 0], strict=True))
+    labels = [series_label(c, controllers[c]) + under.get(c, "") for c in shown]
+    figure_legend(
+        fig,
+        handles,
+        [*labels, "recovery band"],
+        title=legend_title(notes),
+    )
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
     fig.savefig(path, dpi=120)

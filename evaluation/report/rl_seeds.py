@@ -7,8 +7,9 @@ policy as its own label — ``ppo`` (training seed 0), ``ppo:training_seed=1``,
 
 - :func:`pool_training_seeds` relabels the rows of ``<kind>:training_seed=K`` as ``<kind>``
   (keeping ``training_seed`` in the row), so every table shows one column per RL controller:
-  the mean over its training seeds (and all their runs); the figures plot training seed 0
-  (:func:`figure_rows`);
+  the mean over its training seeds (and all their runs); the figures draw one series per RL
+  controller too, the spread over its training seeds as a band
+  (:mod:`residual_quad.evaluation.report.series`);
 - :func:`rl_section` gives, per payload × wind cell of the main table, the mean over training
   seeds of the per-policy cell means with a 95 % percentile-bootstrap interval over training
   seeds, the per-seed values and the training budget (policy steps, wall time, machine) of
@@ -72,12 +73,6 @@ def pool_training_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({**r, "controller": ts[0], "training_seed": ts[1]})
     return out
-
-
-def figure_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows the figures plot: every run but those of the other training seeds (a figure's
-    ``ppo``/``ppo_res`` is the shipped default policy, training seed 0)."""
-    return [r for r in rows if (training_seed(r["controller"]) or ("", 0))[1] == 0]
 
 
 def _seed_cell(values: list[float]) -> tuple[float, int, int]:

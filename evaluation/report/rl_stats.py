@@ -298,30 +298,44 @@ def rl_statistics(
 
 def profile_figure(stats: RLStatistics, path: str | Path) -> Path:
     """The performance profiles (share of runs above each score, with 95 % bands) as a PNG,
-    drawn by rliable's ``plot_utils`` on matplotlib's Agg backend."""
+    drawn by rliable's ``plot_utils`` on matplotlib's Agg backend, each controller in its
+    colour of every other figure (a tuned variant dashed), one legend outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from rliable import plot_utils
 
+    from residual_quad.evaluation.report.style import (
+        color_of,
+        figure_legend,
+        legend_title,
+        linestyle_of,
+        paired_order,
+        series_handle,
+        tuned_note,
+    )
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    labels = list(stats.profiles)
-    colors = dict(zip(labels, plt.get_cmap("tab10").colors, strict=False))
-    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    labels = paired_order(stats.profiles)
+    fig = plt.figure(figsize=(8.5, 4.5), layout="constrained")
+    ax = fig.subplots()
     plot_utils.plot_performance_profiles(
-        stats.profiles,
+        {k: stats.profiles[k] for k in labels},
         stats.taus,
         performance_profile_cis=stats.profile_cis,
-        colors=colors,
+        colors={k: color_of(k) for k in labels},
+        linestyles={k: linestyle_of(k) for k in labels},
         xlabel=rf"pid-normalized accuracy $\tau$ = RMSE$_{{{stats.scores.reference}}}$ / RMSE",
         ylabel=r"share of runs with score > $\tau$",
         ax=ax,
     )
     ax.set_xscale("log")
-    ax.legend(fontsize=8, loc="lower left", frameon=False)
-    fig.tight_layout()
+    notes = ["band: 95 % interval", tuned_note(labels)]
+    figure_legend(
+        fig, [series_handle(k, band=True) for k in labels], labels, title=legend_title(notes)
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -119,7 +119,6 @@ def run_pipeline(
     pipeline: the report counts and lists them."""
     from residual_quad.evaluation.report.document import OUTCOME_FILE, write_report
     from residual_quad.evaluation.report.figures import make_figures
-    from residual_quad.evaluation.report.rl_seeds import figure_rows
     from residual_quad.training.collect import CollectConfig, collect
     from residual_quad.training.residual_train import TrainConfig, train_from_dataset
 
@@ -195,7 +194,7 @@ def run_pipeline(
     t0 = time.perf_counter()
     training = {"logdir": logdir, "dataset": dataset, "weights": weights}
     figs = make_figures(
-        figure_rows(rows),
+        rows,
         out / "sweep",
         out / "figures",
         training,

@@ -14,6 +14,7 @@ import pytest
 from residual_quad.cli import main
 from residual_quad.evaluation.report.beyond import BEYOND_DIR, beyond_outcome_of
 from residual_quad.evaluation.report.document import outcome_of_rows
+from residual_quad.evaluation.report.figures import FROM_ROWS
 from residual_quad.evaluation.studies.pipeline import (
     QUICK,
     PipelineConfig,
@@ -89,13 +90,15 @@ def test_the_committed_report_is_its_rows_rendered(tmp_path):
     for rel in ("report.md", "sweep/rows.jsonl", "sweep/sweep_config.yaml"):
         shutil.copy(results / rel, tmp_path / rel)
     # the "Beyond the source" sweeps, once flown: rows, configs and the recovery figures (their
-    # series are not committed)
-    for rel in ("pipeline_config.yaml", "beyond", "recovery", "figures/recovery"):
+    # series are not committed); the showcase series the figures redrawn from rows read
+    for rel in ("pipeline_config.yaml", "beyond", "recovery", "figures/recovery", "sweep/series"):
         if (results / rel).is_dir():
             shutil.copytree(results / rel, tmp_path / rel)
         elif (results / BEYOND_DIR).is_dir() and (results / rel).is_file():
             shutil.copy(results / rel, tmp_path / rel)
     assert main(["report", str(tmp_path), "--rewrite"]) == 0
+    redrawn = {p.stem for p in (tmp_path / "figures").glob("*.png")}
+    assert set(FROM_ROWS) <= redrawn  # the figures rows and series make, drawn again
     mine = (tmp_path / "report.md").read_text().splitlines()
     committed = (results / "report.md").read_text().splitlines()
     assert len(mine) == len(committed)

@@ -9,7 +9,6 @@ import pytest
 from residual_quad.evaluation.report.document import target_checks, write_report
 from residual_quad.evaluation.report.rl_seeds import (
     bootstrap_mean,
-    figure_rows,
     pool_training_seeds,
     rl_section,
     training_seed,
@@ -69,8 +68,6 @@ def test_pooled_tables_show_the_mean_over_training_seeds():
     main = make_tables(pooled)["main"]
     col = main.headers.index("ppo")
     assert all(math.isclose(r[col], 0.0905) for r in main.rows)  # (0.06+0.09+0.12)/3 + 0.0005
-    assert {r["controller"] for r in figure_rows(rows)} == {"pid", "ppo", "ppo_res"}
-    assert len(figure_rows(rows)) == 3 * len(rows) // 5
 
 
 def test_rl_targets_are_checked_on_the_pooled_means():

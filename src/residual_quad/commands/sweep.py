@@ -224,7 +224,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rewrite",
         action="store_true",
         help="instead: RUN_DIR is a pipeline's output folder; re-render its report.md and "
-        "tables/ from sweep/rows.jsonl (and beyond/rows.jsonl), keeping its figures and its "
+        "tables/ from sweep/rows.jsonl (and beyond/rows.jsonl), redraw the figures its rows "
+        "and saved series allow, and keep the others (training curves, the GIF) and its "
         "Pipeline section",
     )
     p.set_defaults(func=_cmd_report)
