@@ -548,8 +548,9 @@ def make_figures(
     ``weights`` for the learning-curve/scatter figure. Failure rows (controller errors) are
     left out; every training seed of an RL policy is drawn as one series with the others
     (:mod:`~residual_quad.evaluation.report.series`), so pass all the rows. ``workers``:
-    processes drawing at once (``None``: every core; 1: one job after the other in this process); each figure and each animated flight is drawn by one process
-    from the same data, so the files do not depend on it.
+    processes drawing at once (``None``: every core; 1: one job after the other in this process);
+    each figure and each animated flight is drawn by one process from the same data, so the files
+    do not depend on it.
     """
     from residual_quad.evaluation.sweep.rows import flown_rows
     from residual_quad.parallel import map_jobs
