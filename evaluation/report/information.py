@@ -104,13 +104,13 @@ def residual_record(target: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _kg_range(payloads: Sequence[Any]) -> str:
     """A training config's payloads (level names or kg) as a mass range."""
-    from residual_quad.envs.disturbances import PAYLOAD_LEVELS
+    from residual_quad.envs.disturbances import resolve_payload
 
-    masses = [PAYLOAD_LEVELS.get(p, p) if isinstance(p, str) else p for p in payloads]
     try:
-        low, high = min(map(float, masses)), max(map(float, masses))
-    except (TypeError, ValueError):
+        masses = [resolve_payload(p) for p in payloads]
+    except ValueError:
         return "payloads " + "/".join(map(str, payloads))
+    low, high = min(masses), max(masses)
     return f"payload {low:g}–{high:g} kg"
 
 
