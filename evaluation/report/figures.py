@@ -57,6 +57,7 @@ from residual_quad.evaluation.report.style import (  # noqa: F401 - COLORS, colo
     legend_title,
     linestyle_of,
     log_axis,
+    save_figure,
     series_handle,
     tuned_note,
 )
@@ -124,9 +125,7 @@ def disturbance_models(out: Path) -> Path:
     ax[2].set_ylim(0, max(da) * BAR_HEADROOM)
     fig.tight_layout()
     path = out / "disturbance_models.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def tracking_comparison(
@@ -227,9 +226,7 @@ def tracking_comparison(
     fig.suptitle(head, fontsize=10)
     figure_legend(fig, handles, labels, title=legend_title(notes))
     path = out / "tracking_comparison.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _sweep_plot(
@@ -302,9 +299,7 @@ def _sweep_plot(
         handles.append(Line2D([], [], color="k", ls="", marker=CRASH_MARKER))
         labels.append("diverged runs (count), left out of the mean")
     figure_legend(fig, handles, labels, title=legend_title(notes))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def rls_adaptation(
@@ -355,9 +350,7 @@ def rls_adaptation(
     ]
     figure_legend(fig, handles, labels)
     path = out / "rls_adaptation.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def residual_learning(
@@ -405,9 +398,7 @@ def residual_learning(
         )
     fig.tight_layout()
     path = out / "residual_learning.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def payload_sweep(rows: list[dict[str, Any]], out: Path) -> Path | None:

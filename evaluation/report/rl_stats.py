@@ -312,6 +312,7 @@ def profile_figure(stats: RLStatistics, path: str | Path) -> Path:
         legend_title,
         linestyle_of,
         paired_order,
+        save_figure,
         series_handle,
         tuned_note,
     )
@@ -336,9 +337,7 @@ def profile_figure(stats: RLStatistics, path: str | Path) -> Path:
     figure_legend(
         fig, [series_handle(k, band=True) for k in labels], labels, title=legend_title(notes)
     )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _ci(v: tuple[float, float, float], digits: int = 2) -> str:

@@ -17,6 +17,7 @@ import math
 import textwrap
 import zlib
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -302,3 +303,12 @@ def hbars(
         ax.set_xlim(right=max(finite) * BAR_ROOM[1 if log else 0])
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set_ylim(len(names) - 0.5, -0.5)  # the first series on top
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` (PNG at ``dpi``), close it and return the path."""
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
