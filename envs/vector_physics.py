@@ -41,7 +41,9 @@ from residual_quad.envs.xp import ARRAYS
 FULL_PHYSICS = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
 """MuJoCo's state spec of the vector env's per-env state rows (``mj_getState``)."""
 
-_CONTROL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+CONTROL_SPEC = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+"""The ``rollout`` control spec of the vector env (rotor commands and the applied wrench); the
+benches' floors use it too."""
 
 MIN_LANE_ENVS = 64
 """Fewest envs a thread steps on its own: a smaller batch runs on fewer threads, because a
@@ -377,7 +379,7 @@ class BatchPhysics:
                 [data],
                 s,
                 control,
-                control_spec=_CONTROL_SPEC,
+                control_spec=CONTROL_SPEC,
                 nstep=1,
                 initial_warmstart=warm,
                 state=result,

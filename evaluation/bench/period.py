@@ -69,15 +69,17 @@ class _Variants:
 
         from residual_quad.envs.disturbances import drag_world_force
         from residual_quad.envs.rotations import quat_to_rot
-        from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics
+        from residual_quad.envs.vector_physics import CONTROL_SPEC, FULL_PHYSICS, BatchPhysics
         from residual_quad.envs.xp import ARRAYS
 
         self.n = n
+        self.control_spec = CONTROL_SPEC
         plants = _plants(n)
         p0 = plants[0]
         self.substeps = p0.substeps
         self.physics = BatchPhysics(n, p0, lambda i: plants[i], nthread=1)
         self.active = np.arange(n)
+        self.first_period = np.zeros(n, dtype=np.int64)  # every env flies its period 0
         for i in range(n):  # as the vector env does after a reset
             self.physics.wind.mirror(i)
         nstate = mujoco.mj_stateSize(p0.model, FULL_PHYSICS)
@@ -111,8 +113,7 @@ class _Variants:
             self.datas,
             s,
             control,
-            control_spec=int(mujoco.mjtState.mjSTATE_CTRL)
-            | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED),
+            control_spec=self.control_spec,
             nstep=nstep,
             initial_warmstart=self.qacc0,
             state=result,
@@ -134,7 +135,7 @@ class _Variants:
     def today(self) -> None:
         self.state[:] = self.state0
         self.qacc[:] = self.qacc0
-        self.physics.step(self.active, self.f, self.state, self.qacc)
+        self.physics.step(self.active, self.f, self.state, self.qacc, self.first_period)
 
     def frozen_one_call(self) -> None:
         """Drag of each substep from the start state and that substep's wind, one call."""

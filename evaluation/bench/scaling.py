@@ -118,7 +118,7 @@ class RolloutFloor:
 
     def __init__(self, n: int, nthread: int, calls: int) -> None:
         from residual_quad.envs.residual_quad_env import ResidualQuadEnv
-        from residual_quad.envs.vector_physics import FULL_PHYSICS
+        from residual_quad.envs.vector_physics import CONTROL_SPEC, FULL_PHYSICS
         from residual_quad.evaluation.bench.period import rollout_model
         from residual_quad.evaluation.bench.vector import SCENARIO
 
@@ -139,7 +139,7 @@ class RolloutFloor:
         self.models = [model] * n
         self.datas = [mujoco.MjData(model) for _ in range(nthread)]
         self.pool = mujoco.rollout.Rollout(nthread=nthread if nthread > 1 else 0)
-        self.spec = int(mujoco.mjtState.mjSTATE_CTRL) | int(mujoco.mjtState.mjSTATE_XFRC_APPLIED)
+        self.spec = CONTROL_SPEC
         self.clock = time.perf_counter  # wall time: the threads work side by side
         self.times: list[float] = []
         env.close()
