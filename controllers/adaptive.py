@@ -20,38 +20,37 @@ The translational part is ``geo_rls`` with the out-of-distribution guard on and 
 covariance management [EFRA] (settings in ``configs/adaptive.yaml``). Controllers never read
 ``info``: every input here is in the observation.
 
-:class:`BatchedDOBRLSGeoTracker` is its twin for N envs (batched ``geo_rls`` around
-:class:`BatchedAngularDisturbanceObserver` and :class:`BatchedObserverInnerLoop`).
+A law (:mod:`residual_quad.controllers.law`): the observer's state is the ``observer`` part of
+the tracker's state, one row per env in a batch; its torque reaches the shared inner loop as the
+attitude loop's torque feed-forward.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.attitude import AttitudeGains, BatchedInnerLoop, InnerLoop
+from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
-from residual_quad.controllers.batch import check_n_envs
+from residual_quad.controllers.law import replace
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag, Range
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import (
     NETWORK_OBJECTIVE,
     NETWORK_SCENARIOS,
-    BatchedRLSGeoTracker,
     RLSGeoTracker,
 )
+from residual_quad.controllers.trackers import TrackerState
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
 
 DEFAULT_OBSERVER_TAU = 0.02  # s, low-pass of the angular disturbance estimate (measured)
-#: options of ``geo_rls_dob`` that are the observer's, not residual settings
-_OBSERVER_OPTIONS = ("observer_tau", "observer")
 
 
 def angular_residual(
@@ -70,8 +69,20 @@ def angular_residual(
     return (omega - prev_omega) / dt - alpha_nominal
 
 
+@dataclass(frozen=True, slots=True)
+class ObserverState:
+    """The angular disturbance observer's state, one row per env (rad/s², body)."""
+
+    estimate: np.ndarray  # (n, 3): Δα̂
+    last_raw: np.ndarray  # (n, 3): the unfiltered estimate of the last period
+    rejected: np.ndarray  # (n,) int: raw estimates not used (implausible or non-finite)
+    prev_omega: np.ndarray  # rad/s, body, (n, 3): the previous rate
+    have_prev: np.ndarray  # (n,) bool: whether there is a previous rate
+
+
 class AngularDisturbanceObserver:
-    """Filtered angular-acceleration residual ``Δα̂`` (rad/s², body) from successive observations.
+    """Filtered angular-acceleration residual ``Δα̂`` (rad/s², body) from successive
+    observations, over an explicit :class:`ObserverState`.
 
     Args:
         airframe: nominal inertia (kg·m²) and rotor geometry (torque of the applied thrusts).
@@ -98,58 +109,61 @@ class AngularDisturbanceObserver:
         self.tau = float(tau)
         self.gain = self.dt / (self.tau + self.dt)
         self.max_accel_sq = float(max_accel) ** 2
-        self.reset()
 
-    def reset(self) -> None:
+    def init_state(self, n: int) -> ObserverState:
         """No estimate and no previous rate."""
-        self.estimate = np.zeros(3)  # rad/s², body, Δα̂
-        self.last_raw = np.zeros(3)  # rad/s², body, the unfiltered estimate of the last period
-        self.rejected = 0  # raw estimates not used (implausible or non-finite)
-        self._prev_omega: np.ndarray | None = None
+        return ObserverState(
+            estimate=np.zeros((n, 3)),
+            last_raw=np.zeros((n, 3)),
+            rejected=np.zeros(n, dtype=np.int64),
+            prev_omega=np.zeros((n, 3)),
+            have_prev=np.zeros(n, dtype=bool),
+        )
 
-    def forget_previous_sample(self) -> None:
-        """The next observation does not follow the last one (a bad sample came between): no
-        rate difference spans the gap; the estimate is kept."""
-        self._prev_omega = None
+    def forget(self, state: ObserverState, rows: np.ndarray) -> ObserverState:
+        """The next observation of the envs ``rows`` does not follow their last one (a bad
+        sample came between): no rate difference spans the gap; the estimate is kept."""
+        state.have_prev[rows] = False
+        return state
 
-    def update(self, obs: np.ndarray) -> np.ndarray:
-        """Fold in the period that ended with ``obs``; returns ``Δα̂`` (rad/s², body)."""
+    def forget_one(self, state: ObserverState) -> ObserverState:
+        """:meth:`forget` of one vehicle."""
+        return replace(state, have_prev=False)
+
+    def update_one(self, state: ObserverState, obs: np.ndarray) -> ObserverState:
+        """Fold in the period that ended with ``obs`` (one vehicle)."""
         omega = np.array(obs[L.omega_b], dtype=float)
-        if self._prev_omega is not None:
+        estimate, last_raw, rejected = state.estimate, state.last_raw, state.rejected
+        if state.have_prev:
             tau = self.allocation @ obs[L.thrusts]  # N·m, body, applied over the period
-            raw = angular_residual(omega, self._prev_omega, tau, self.J, self.dt)
+            raw = angular_residual(omega, state.prev_omega, tau, self.J, self.dt)
             sq = float(raw @ raw)
             if sq <= self.max_accel_sq:  # NaN fails
-                self.last_raw = raw
-                self.estimate = self.estimate + self.gain * (raw - self.estimate)
+                last_raw = raw
+                estimate = estimate + self.gain * (raw - estimate)
             else:
-                self.rejected += 1
-        self._prev_omega = omega if np.all(np.isfinite(omega)) else None
-        return self.estimate
+                rejected += 1
+        return ObserverState(
+            estimate, last_raw, rejected, omega, bool(np.all(np.isfinite(omega)))
+        )
 
-
-class ObserverInnerLoop(InnerLoop):
-    """:class:`InnerLoop` whose attitude torque also cancels a torque estimate.
-
-    ``torque_ff`` (N·m, body) is added to the geometric PD's torque before the mixer; it is set
-    each step by the tracker (``−J·Δα̂``).
-    """
-
-    def __init__(self, airframe: Airframe, gains: AttitudeGains | None = None):
-        super().__init__(airframe, gains)
-        self.torque_ff = np.zeros(3)  # N·m, body
-
-    def attitude_torque(
-        self,
-        R: Sequence[float],
-        omega_b: np.ndarray,
-        b3: tuple[float, float, float],
-        yaw_des: float,
-        yaw_rate_des: float = 0.0,
-    ) -> tuple[float, float, float]:
-        tx, ty, tz = super().attitude_torque(R, omega_b, b3, yaw_des, yaw_rate_des)
-        fx, fy, fz = self.torque_ff.tolist()
-        return tx + fx, ty + fy, tz + fz
+    def update(self, state: ObserverState, obs: np.ndarray) -> ObserverState:
+        """:meth:`update_one` of each env: ``obs`` (n, 36)."""
+        omega = np.array(obs[:, L.omega_b], dtype=float)
+        have = state.have_prev
+        estimate, last_raw, rejected = state.estimate, state.last_raw, state.rejected
+        if have.any():
+            torque = np.einsum("ij,nj->ni", self.allocation, obs[:, L.thrusts])  # N·m, body
+            raw = angular_residual(omega, state.prev_omega, torque, self.J, self.dt)
+            sq = np.einsum("ni,ni->n", raw, raw)
+            ok = have & (sq <= self.max_accel_sq)  # NaN fails
+            okc = ok[:, None]
+            last_raw = np.where(okc, raw, last_raw)
+            estimate = np.where(okc, estimate + self.gain * (raw - estimate), estimate)
+            rejected = rejected + (have & ~ok)
+        return ObserverState(
+            estimate, last_raw, rejected, omega, np.all(np.isfinite(omega), axis=1)
+        )
 
 
 class DOBRLSGeoTracker(RLSGeoTracker):
@@ -164,6 +178,9 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         observer: ``False`` flies without the observer (the guarded, EFRA ``geo_rls`` alone; for
             comparisons).
         **overrides: residual settings, as for ``geo_rls``.
+
+    The observer's state is ``state.observer`` (:class:`ObserverState`); the torque the attitude
+    loop cancels is :meth:`disturbance_torque` of it.
     """
 
     name = "geo_rls_dob"
@@ -213,8 +230,6 @@ class DOBRLSGeoTracker(RLSGeoTracker):
             attitude=attitude,
             **overrides,
         )
-        self.inner = ObserverInnerLoop(self.airframe, attitude)
-        self.reset()
 
     @classmethod
     def settings(
@@ -226,169 +241,33 @@ class DOBRLSGeoTracker(RLSGeoTracker):
             config if config is not None else configs.shipped("adaptive"), **overrides
         )
 
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.observer.reset()
-        if isinstance(self.inner, ObserverInnerLoop):
-            self.inner.torque_ff[...] = 0.0
+    def init_state(self, n: int) -> TrackerState:
+        return replace(super().init_state(n), observer=self.observer.init_state(n))
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        if self.use_observer:
-            alpha = self.observer.update(obs)
-            self.inner.torque_ff[...] = -self.observer.J * alpha
-        return super().act(obs)
+    def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
+        state = super().forget(state, rows)
+        return replace(state, observer=self.observer.forget(state.observer, rows))
 
-    def forget_previous_sample(self) -> None:
-        super().forget_previous_sample()
-        self.observer.forget_previous_sample()
+    def forget_one(self, state: TrackerState) -> TrackerState:
+        state = super().forget_one(state)
+        return replace(state, observer=self.observer.forget_one(state.observer))
 
-    @property
-    def disturbance_torque(self) -> np.ndarray:
-        """The torque estimate the attitude loop cancels, ``J·Δα̂`` (N·m, body)."""
-        return self.observer.J * self.observer.estimate
+    def torque_feedforward(
+        self, state: TrackerState, obs: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        if not self.use_observer:
+            return state, np.zeros((len(obs), 3))
+        observer = self.observer.update(state.observer, obs)
+        return replace(state, observer=observer), -self.observer.J * observer.estimate
 
+    def torque_feedforward_one(
+        self, state: TrackerState, obs: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        if not self.use_observer:
+            return state, np.zeros(3)
+        observer = self.observer.update_one(state.observer, obs)
+        return replace(state, observer=observer), -self.observer.J * observer.estimate
 
-# ----------------------------------------------------------------------------- N envs
-class BatchedAngularDisturbanceObserver:
-    """:class:`AngularDisturbanceObserver` for N envs: per env the estimate, the last raw
-    estimate, the rejection count and the previous rate (with a flag whether there is one).
-
-    Args: as :class:`AngularDisturbanceObserver`, plus ``n_envs``.
-    """
-
-    #: attributes holding one row of state per env
-    ROW_STATE: tuple[str, ...] = ("estimate", "last_raw", "rejected", "_prev_omega", "_have_prev")
-
-    def __init__(
-        self,
-        airframe: Airframe,
-        control_dt: float,
-        n_envs: int,
-        tau: float = DEFAULT_OBSERVER_TAU,  # s
-        max_accel: float = 200.0,  # rad/s²
-    ):
-        single = AngularDisturbanceObserver(airframe, control_dt, tau, max_accel)  # checks
-        self.J, self.allocation, self.dt = single.J, single.allocation, single.dt
-        self.tau, self.gain, self.max_accel_sq = single.tau, single.gain, single.max_accel_sq
-        self.n_envs = N = int(n_envs)
-        self.estimate = np.zeros((N, 3))  # rad/s², body, Δα̂
-        self.last_raw = np.zeros((N, 3))  # rad/s², body
-        self.rejected = np.zeros(N, dtype=np.int64)
-        self._prev_omega = np.zeros((N, 3))  # rad/s, body
-        self._have_prev = np.zeros(N, dtype=bool)
-
-    def reset(self, index: int | slice = slice(None)) -> None:
-        """No estimate and no previous rate for the envs ``index`` (default: all)."""
-        self.estimate[index] = 0.0
-        self.last_raw[index] = 0.0
-        self.rejected[index] = 0
-        self._prev_omega[index] = 0.0
-        self._have_prev[index] = False
-
-    def forget_previous_sample(self, rows: np.ndarray) -> None:
-        """As :meth:`AngularDisturbanceObserver.forget_previous_sample` for the envs ``rows``."""
-        self._have_prev[rows] = False
-
-    def update(self, obs: np.ndarray) -> np.ndarray:
-        """Fold in the period that ended with ``obs`` (N, 36); returns ``Δα̂`` (N, 3) rad/s²."""
-        omega = np.array(obs[:, L.omega_b], dtype=float)
-        have = self._have_prev
-        if have.any():
-            torque = np.einsum("ij,nj->ni", self.allocation, obs[:, L.thrusts])  # N·m, body
-            raw = angular_residual(omega, self._prev_omega, torque, self.J, self.dt)
-            sq = np.einsum("ni,ni->n", raw, raw)
-            ok = have & (sq <= self.max_accel_sq)  # NaN fails
-            okc = ok[:, None]
-            self.last_raw = np.where(okc, raw, self.last_raw)
-            est = self.estimate
-            self.estimate = np.where(okc, est + self.gain * (raw - est), est)
-            self.rejected += have & ~ok
-        self._have_prev = np.all(np.isfinite(omega), axis=1)
-        self._prev_omega = omega
-        return self.estimate
-
-
-class BatchedObserverInnerLoop(BatchedInnerLoop):
-    """:class:`ObserverInnerLoop` for N envs: ``torque_ff`` (N, 3) N·m body, one row per env."""
-
-    def __init__(self, airframe: Airframe, n_envs: int, gains: AttitudeGains | None = None):
-        super().__init__(airframe, n_envs, gains)
-        self.torque_ff = np.zeros((n_envs, 3))  # N·m, body
-
-    def attitude_torque(
-        self,
-        r: np.ndarray,
-        omega_b: np.ndarray,
-        b3: tuple[np.ndarray, np.ndarray, np.ndarray],
-        yaw_des: np.ndarray,
-        yaw_rate_des: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        tx, ty, tz = super().attitude_torque(r, omega_b, b3, yaw_des, yaw_rate_des)
-        ff = self.torque_ff
-        return tx + ff[:, 0], ty + ff[:, 1], tz + ff[:, 2]
-
-
-class BatchedDOBRLSGeoTracker(BatchedRLSGeoTracker):
-    """``geo_rls_dob`` for N envs: batched ``geo_rls`` (guard, EFRA) with one angular disturbance
-    observer row and one torque feed-forward row per env.
-
-    Args: as :class:`DOBRLSGeoTracker`, plus ``n_envs``.
-    """
-
-    name = "geo_rls_dob"
-    single = DOBRLSGeoTracker
-    not_settings = (*BatchedRLSGeoTracker.not_settings, *_OBSERVER_OPTIONS)
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        n_envs: int = 1,
-        *,
-        config: str | Path | ResidualConfig | None = None,
-        network: ResidualMLP | None = None,
-        attitude: AttitudeGains | None = None,
-        observer_tau: float = DEFAULT_OBSERVER_TAU,  # s
-        observer: bool = True,
-        **overrides: Any,
-    ):
-        context = context or ControlContext()
-        n_envs = check_n_envs(n_envs)
-        if not isinstance(observer, bool):
-            raise ValueError(f"observer must be true or false, got {observer!r}")
-        self.use_observer = observer
-        self.observer = BatchedAngularDisturbanceObserver(
-            context.airframe, context.control_dt, n_envs, tau=float(observer_tau)
-        )
-        super().__init__(
-            context, n_envs, config=config, network=network, attitude=attitude, **overrides
-        )
-        self.inner = BatchedObserverInnerLoop(self.airframe, n_envs, attitude)
-        self.reset_batch()
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self.observer.reset(index)
-        if isinstance(self.inner, BatchedObserverInnerLoop):
-            self.inner.torque_ff[index] = 0.0
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        obs = [(self.observer, a) for a in self.observer.ROW_STATE]
-        return [*super()._row_state(), *obs, (self.inner, "torque_ff")]
-
-    def _forget_rows(self, rows: np.ndarray) -> None:
-        super()._forget_rows(rows)
-        self.observer.forget_previous_sample(rows)
-
-    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
-        if self.use_observer:
-            alpha = self.observer.update(obs)
-            self.inner.torque_ff[...] = -self.observer.J * alpha
-        return super()._act_batch(obs)
-
-    @property
-    def disturbance_torque(self) -> np.ndarray:
-        """(N, 3) the torque estimates the attitude loops cancel, ``J·Δα̂`` (N·m, body)."""
-        return self.observer.J * self.observer.estimate
-
-
-DOBRLSGeoTracker.batched = BatchedDOBRLSGeoTracker
+    def disturbance_torque(self, state: TrackerState) -> np.ndarray:
+        """The torque estimate the attitude loop cancels, ``J·Δα̂`` (N·m, body; per env)."""
+        return self.observer.J * state.observer.estimate

@@ -2,9 +2,9 @@
 
 Pure numpy, no MuJoCo import, so the math can run anywhere a controller runs. Every tracker
 (``pid``, ``geo``, ``geo_res``, ``geo_rls``) uses :class:`InnerLoop`, so performance differences
-come from the outer loop and the residual compensation only. :class:`BatchedInnerLoop` is its twin
-for N envs (the batched trackers): the tilt limit (:func:`tilt_limited_force`) and the attitude
-torque (:func:`geometric_torque`) are one formula for both (on the namespaces of
+come from the outer loop and the residual compensation only. It flies one vehicle in float code
+and N envs in numpy: the tilt limit (:func:`tilt_limited_force`) and the attitude torque
+(:func:`geometric_torque`) are one formula for both (on the namespaces of
 :mod:`residual_quad.envs.xp`), the mixer :func:`mix_batch` is
 :func:`~residual_quad.envs.airframe.mix` row by row.
 """
@@ -78,7 +78,11 @@ class InnerLoop:
 
     ``F = m·(a_cmd + g·e_z)`` with its tilt limited to ``max_tilt`` (vertical component kept),
     collective ``T = F·R·e_z``, desired attitude from ``F`` and the heading, the geometric PD
-    ``τ = −k_R·e_R − k_Ω·e_Ω + Ω × JΩ`` (Lee, Leok, McClamroch 2010) and the saturating mixer.
+    ``τ = −k_R·e_R − k_Ω·e_Ω + Ω × JΩ`` (Lee, Leok, McClamroch 2010) plus an optional torque
+    feed-forward, and the saturating mixer.
+
+    Stateless: :meth:`command` (one vehicle, float code) and :meth:`command_batch` (N envs) also
+    return whether the command saturated and the collective, which a law keeps in its state.
     """
 
     def __init__(self, airframe: Airframe, gains: AttitudeGains | None = None):
@@ -92,18 +96,13 @@ class InnerLoop:
         self.k_W = J * 2.0 * zeta * wn  # N·m/(rad/s)
         self._J, self._kR, self._kW = J.tolist(), self.k_R.tolist(), self.k_W.tolist()
         self.tan_max_tilt = math.tan(g.max_tilt)
-        self.saturated = False  # last call clipped tilt or collective thrust
-        self.last_thrust = airframe.hover_thrust  # N, collective of the last command
 
-    def thrust_vector(self, a_cmd: np.ndarray) -> np.ndarray:
-        """Desired force (N, world) for ``a_cmd``, tilt-limited; sets :attr:`saturated`."""
-        return np.array(self._thrust_vector(*a_cmd.tolist()))
-
-    def _thrust_vector(self, ax: float, ay: float, az: float) -> tuple[float, float, float]:
-        fx, fy, fz, self.saturated = tilt_limited_force(
-            FLOATS, self.airframe, ax, ay, az, self.tan_max_tilt
+    def thrust_vector(self, a_cmd: np.ndarray) -> tuple[np.ndarray, bool]:
+        """Desired force (N, world) for ``a_cmd``, tilt-limited, and whether it was limited."""
+        fx, fy, fz, saturated = tilt_limited_force(
+            FLOATS, self.airframe, *a_cmd.tolist(), self.tan_max_tilt
         )
-        return fx, fy, fz
+        return np.array([fx, fy, fz]), saturated
 
     def __call__(
         self,
@@ -115,18 +114,38 @@ class InnerLoop:
     ) -> np.ndarray:
         """Rotor thrusts (N) for attitude ``R`` (body → world), rate ``omega_b`` (rad/s, body),
         acceleration command ``a_cmd`` (m/s², world) and heading ``yaw_des`` (rad)."""
+        return self.command(R, omega_b, a_cmd, yaw_des, yaw_rate_des)[0]
+
+    def command(
+        self,
+        R: np.ndarray,
+        omega_b: np.ndarray,
+        a_cmd: np.ndarray,
+        yaw_des: float,
+        yaw_rate_des: float = 0.0,
+        torque_ff: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, bool, float]:
+        """Rotor thrusts (4,) N as :meth:`__call__`, with ``torque_ff`` (N·m, body) added to the
+        attitude torque; also whether the tilt or the collective saturated and the collective
+        (N) after its clip."""
         # scalar code: this runs every control step and 3-vectors are cheaper as floats
         r = np.ravel(R).tolist()
-        fx, fy, fz = self._thrust_vector(*a_cmd.tolist())
+        ax, ay, az = a_cmd.tolist()
         frame = self.airframe
+        fx, fy, fz, saturated = tilt_limited_force(
+            FLOATS, frame, ax, ay, az, self.tan_max_tilt
+        )
         thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
         if thrust > frame.max_thrust:
-            self.saturated = True
+            saturated = True
         thrust = min(max(thrust, 0.0), frame.max_thrust)
-        self.last_thrust = thrust
         n = math.sqrt(fx * fx + fy * fy + fz * fz)
         torque = self.attitude_torque(r, omega_b, (fx / n, fy / n, fz / n), yaw_des, yaw_rate_des)
-        return mix(frame, thrust, torque)
+        if torque_ff is not None:
+            tx, ty, tz = torque
+            ux, uy, uz = torque_ff.tolist()
+            torque = (tx + ux, ty + uy, tz + uz)
+        return mix(frame, thrust, torque), saturated, thrust
 
     def attitude_torque(
         self,
@@ -143,6 +162,53 @@ class InnerLoop:
         """
         return geometric_torque(
             FLOATS, R, omega_b.tolist(), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
+        )
+
+    # -- N envs --------------------------------------------------------------------------------
+    def command_batch(
+        self,
+        R_rows: np.ndarray,
+        omega_b: np.ndarray,
+        a_cmd: np.ndarray,
+        yaw_des: np.ndarray,
+        yaw_rate_des: np.ndarray,
+        torque_ff: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`command` of each env: rotations ``R_rows`` (N, 9) body → world row-major,
+        rates ``omega_b`` (N, 3) rad/s body, commands ``a_cmd`` (N, 3) m/s² world, headings
+        ``yaw_des``/``yaw_rate_des`` (N,) rad, rad/s, ``torque_ff`` (N, 3) N·m body → rotor
+        thrusts (N, 4) N, saturated (N,) and collectives (N,) N."""
+        r = R_rows.T  # 9 rows of N values
+        a = a_cmd.T
+        frame = self.airframe
+        fx, fy, fz, saturated = tilt_limited_force(
+            ARRAYS, frame, a[0], a[1], a[2], self.tan_max_tilt
+        )
+        thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
+        saturated = saturated | (thrust > frame.max_thrust)
+        thrust = np.clip(thrust, 0.0, frame.max_thrust)
+        n = np.sqrt(fx * fx + fy * fy + fz * fz)
+        tx, ty, tz = self.attitude_torque_batch(
+            r, omega_b, (fx / n, fy / n, fz / n), yaw_des, yaw_rate_des
+        )
+        if torque_ff is not None:
+            tx, ty, tz = tx + torque_ff[:, 0], ty + torque_ff[:, 1], tz + torque_ff[:, 2]
+        return mix_batch(frame, thrust, np.stack((tx, ty, tz), axis=1)), saturated, thrust
+
+    def attitude_torque_batch(
+        self,
+        r: np.ndarray,
+        omega_b: np.ndarray,
+        b3: tuple[np.ndarray, np.ndarray, np.ndarray],
+        yaw_des: np.ndarray,
+        yaw_rate_des: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`attitude_torque` per env: components (N,) each, N·m body, for rotations ``r``
+        (9, N) body → world row-major, rates (N, 3) rad/s and desired body z axes ``b3`` (three
+        (N,) world components)."""
+        w = omega_b.T
+        return geometric_torque(
+            ARRAYS, r, (w[0], w[1], w[2]), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
         )
 
 
@@ -241,64 +307,3 @@ def mix_batch(frame: Airframe, thrust: np.ndarray, torque: np.ndarray) -> np.nda
     s = np.maximum(s, 0.0)
     squeezed = np.clip(base[:, None] + s[:, None] * delta, 0.0, fmax)
     return np.where(fits[:, None], base[:, None] + delta, squeezed)
-
-
-class BatchedInnerLoop:
-    """:class:`InnerLoop` for N envs: acceleration commands (N, 3) world m/s² and headings →
-    rotor thrusts (N, 4) N; :attr:`saturated` and :attr:`last_thrust` are per env."""
-
-    def __init__(self, airframe: Airframe, n_envs: int, gains: AttitudeGains | None = None):
-        single = InnerLoop(airframe, gains)  # the gains, computed once, the same way
-        self.airframe = airframe
-        self.gains = single.gains
-        self._J, self._kR, self._kW = single._J, single._kR, single._kW
-        self.tan_max_tilt = single.tan_max_tilt
-        self.n_envs = n_envs
-        self.saturated = np.zeros(n_envs, dtype=bool)
-        self.last_thrust = np.full(n_envs, airframe.hover_thrust)
-
-    def thrust_vector(self, a_cmd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Desired force components (N,) each (N, world), tilt-limited; sets :attr:`saturated`."""
-        a = a_cmd.T
-        fx, fy, fz, self.saturated = tilt_limited_force(
-            ARRAYS, self.airframe, a[0], a[1], a[2], self.tan_max_tilt
-        )
-        return fx, fy, fz
-
-    def __call__(
-        self,
-        R_rows: np.ndarray,
-        omega_b: np.ndarray,
-        a_cmd: np.ndarray,
-        yaw_des: np.ndarray,
-        yaw_rate_des: np.ndarray,
-    ) -> np.ndarray:
-        """Rotor thrusts (N, 4) for rotations ``R_rows`` (N, 9) body → world row-major, rates
-        ``omega_b`` (N, 3) rad/s body, commands ``a_cmd`` (N, 3) m/s² world and headings
-        ``yaw_des``/``yaw_rate_des`` (N,) rad, rad/s."""
-        r = R_rows.T  # 9 rows of N values
-        fx, fy, fz = self.thrust_vector(a_cmd)
-        frame = self.airframe
-        thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
-        self.saturated = self.saturated | (thrust > frame.max_thrust)
-        thrust = np.clip(thrust, 0.0, frame.max_thrust)
-        self.last_thrust = thrust
-        n = np.sqrt(fx * fx + fy * fy + fz * fz)
-        torque = self.attitude_torque(r, omega_b, (fx / n, fy / n, fz / n), yaw_des, yaw_rate_des)
-        return mix_batch(frame, thrust, np.stack(torque, axis=1))
-
-    def attitude_torque(
-        self,
-        r: np.ndarray,
-        omega_b: np.ndarray,
-        b3: tuple[np.ndarray, np.ndarray, np.ndarray],
-        yaw_des: np.ndarray,
-        yaw_rate_des: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`InnerLoop.attitude_torque` per env: components (N,) each, N·m body, for
-        rotations ``r`` (9, N) body → world row-major, rates (N, 3) rad/s and desired body z
-        axes ``b3`` (three (N,) world components)."""
-        w = omega_b.T
-        return geometric_torque(
-            ARRAYS, r, (w[0], w[1], w[2]), b3, yaw_des, yaw_rate_des, self._J, self._kR, self._kW
-        )

@@ -53,7 +53,7 @@ from residual_quad.controllers.base import (
     is_registered,
     resolve_factory,
 )
-from residual_quad.controllers.specs import check_spec_options, make_controller
+from residual_quad.controllers.specs import check_spec_options
 from residual_quad.envs.observation import OBS_DIM, is_observation_width
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -159,34 +159,6 @@ def check_index(index: Any, n_envs: int) -> int:
     if not 0 <= index < n_envs:
         raise ValueError(f"env index {index} is out of range [0, {n_envs})")
     return int(index)
-
-
-class RowBatch:
-    """The reset half of :class:`BatchedController` for a batch whose per-env state is rows of
-    arrays (env ``i`` = row ``i``) and whose bad samples a :class:`RowGuard` ``guard`` answers:
-    subclasses set ``n_envs`` and ``guard`` and implement :meth:`_reset_rows`."""
-
-    n_envs: int
-    guard: RowGuard
-
-    def _reset_rows(self, index: int | slice) -> None:
-        """Initial state of the envs ``index`` (the guard's rows included)."""
-        raise NotImplementedError
-
-    def reset_batch(self, seeds: Seeds = None) -> None:
-        """Initial state of every env (seeds are checked only: the law is deterministic)."""
-        check_seeds(seeds, self.n_envs)
-        self._reset_rows(slice(None))
-
-    def reset_env(self, index: int, seed: int | None = None) -> None:
-        """Initial state of env ``index`` only (autoreset), the others untouched."""
-        check_seeds([seed], 1)
-        self._reset_rows(check_index(index, self.n_envs))
-
-    @property
-    def nonfinite_observations(self) -> np.ndarray:
-        """(N,) bad samples answered with the held action since each env's reset."""
-        return self.guard.nonfinite_observations
 
 
 # ----------------------------------------------------------------------------- generic fallback
@@ -305,10 +277,20 @@ class BatchedGroups:
 
 
 # ----------------------------------------------------------------------------- factory
+def _law_class(target: str) -> bool:
+    """Whether the registered ``target``'s factory is a :class:`~residual_quad.controllers.law.
+    Law` class (its batch is the driver's, vectorized); imports the registered module only."""
+    from residual_quad.controllers.law import Law
+
+    if not is_registered(target):
+        return False
+    factory = resolve_factory(target)
+    return isinstance(factory, type) and issubclass(factory, Law)
+
+
 def batched_twin(name: str) -> Any:
     """The batched class that the class registered as ``name`` names in its own ``batched``
-    attribute, or ``None`` (plugins, import paths, factories and classes without one fly in a
-    :class:`BatchedLoop`). Imports the registered module, not the others."""
+    attribute, or ``None`` (laws, plugins, import paths, factories and classes without one)."""
     if not is_registered(name):
         return None
     factory = resolve_factory(name)
@@ -317,39 +299,39 @@ def batched_twin(name: str) -> Any:
 
 def vectorized_controllers() -> list[str]:
     """Registered names with a vectorized batch path (the others run in :class:`BatchedLoop`)."""
-    return [n for n in available_controllers() if batched_twin(n) is not None]
+    return [n for n in available_controllers() if _law_class(n) or batched_twin(n) is not None]
 
 
 def make_batch_controller(
     name: str, n_envs: int, env_or_context: Any = None, **overrides: Any
 ) -> BatchedController:
-    """A :class:`BatchedController` of ``n_envs`` envs for the registered controller ``name``.
+    """A :class:`BatchedController` of ``n_envs`` envs for the controller ``name``.
 
-    The vectorized twin where there is one (:func:`vectorized_controllers`) and it implements
-    the settings, else a :class:`BatchedLoop` of ``n_envs`` instances built by
-    :func:`make_controller` with the same arguments. ``env_or_context`` and ``overrides`` as in
-    :func:`make_controller`. The batch starts reset (``reset_batch()``).
+    A law (:class:`~residual_quad.controllers.law.Law`) flies as one vectorized batch
+    (:class:`~residual_quad.controllers.driver.LawBatch`); any other controller as a
+    :class:`BatchedLoop` of ``n_envs`` instances built by :func:`make_controller` with the same
+    arguments. ``env_or_context`` and ``overrides`` as in :func:`make_controller`. The batch
+    starts reset (``reset_batch()``).
     """
     if name not in available_controllers():
         raise ValueError(
             f"unknown controller {name!r}; valid choices: {', '.join(available_controllers())}"
         )
-    n_envs = check_n_envs(n_envs)
-    overrides = check_spec_options(name, overrides)  # the single controller's option domains
-    twin = batched_twin(name)
-    if twin is not None and twin.from_single:
-        return twin(make_controller(name, env_or_context, **overrides), n_envs)
-    if twin is not None and twin.vectorizes(overrides):
-        return twin(controller_context(env_or_context), n_envs, **overrides)
-    loop = BatchedLoop([make_controller(name, env_or_context, **overrides) for _ in range(n_envs)])
-    loop.reset_batch()
-    return loop
+    from residual_quad.controllers.specs import ControllerSpec
+
+    return batch_from_spec(
+        ControllerSpec(name), n_envs, controller_context(env_or_context), **overrides
+    )
 
 
 def has_batch_path(spec: Any, **overrides: Any) -> bool:
     """Whether :func:`batch_from_spec` gives ``spec`` (with ``overrides``) a numpy-vectorized
-    batch rather than a loop of instances."""
-    twin = None if spec.is_import_path else batched_twin(spec.target)
+    batch rather than a loop of instances: a registered law."""
+    if spec.is_import_path:
+        return False
+    if _law_class(spec.target):
+        return True
+    twin = batched_twin(spec.target)
     if twin is None:
         return False
     if twin.from_single:
@@ -364,12 +346,10 @@ def batch_from_spec(
     spec: Any, n_envs: int, context: ControlContext | None = None, **overrides: Any
 ) -> BatchedController:
     """The :class:`BatchedController` of a resolved :class:`~residual_quad.controllers.specs.
-    ControllerSpec` (a sweep's entry) whose actions equal the single controller's to ≤ 1e-9:
-    the numpy-vectorized twin of its registered name where there is one (``ppo`` with the numpy
-    forward of its network), else a :class:`BatchedLoop` of ``spec.build`` instances (import
-    paths, user controllers, and ``ppo`` policies whose architecture only SB3's
-    ``predict`` runs: its float32 batch forward rounds differently from one sample's, which a
-    20 s flight amplifies to 2 % in the metrics). ``overrides`` win over the spec's options."""
+    ControllerSpec` (a sweep's entry): the driver's vectorized batch of a law
+    (:class:`~residual_quad.controllers.driver.LawBatch`), else a :class:`BatchedLoop` of
+    ``spec.build`` instances (import paths, user controllers). ``overrides`` win over the
+    spec's options."""
     n_envs = check_n_envs(n_envs)
     options = {**spec.options, **overrides}
     twin = None if spec.is_import_path else batched_twin(spec.target)
@@ -381,10 +361,17 @@ def batch_from_spec(
         loop.reset_batch()
         return loop
     if twin is not None:
+        options = check_spec_options(spec.target, options, spec.label)
         try:
-            return make_batch_controller(spec.target, n_envs, context, **options)
+            if twin.vectorizes(options):
+                return twin(controller_context(context), n_envs, **options)
         except TypeError as exc:
             raise ValueError(f"controller {spec.label or spec.target!r}: {exc}") from None
-    loop = BatchedLoop([spec.build(context, **overrides) for _ in range(n_envs)])
+    from residual_quad.controllers.law import Law
+
+    first = spec.make(context, **overrides)
+    if isinstance(first, Law):
+        return first.batch(n_envs)
+    loop = BatchedLoop([first, *(spec.build(context, **overrides) for _ in range(n_envs - 1))])
     loop.reset_batch()
     return loop

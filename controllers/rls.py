@@ -26,6 +26,12 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
   (``dsymv``/``dsyr``), so it is symmetric by construction — the exact form of the usual
   ``P ← (P + Pᵀ)/2`` safeguard, at no cost. ``λ`` and the cap are kept in a scalar factor
   (``P = s·P̃``), so one update touches P̃ once (rank-1) and costs a few µs.
+
+:class:`RLSLaw` is the algorithm over an explicit :class:`RLSState` (one row per regression):
+``update`` for N regressions at once (numpy; P̃ stored full, symmetric by construction as it
+only receives symmetric rank-1 terms) and ``update_one`` for one (the BLAS triangle form above);
+the same steps, safeguards and counters, results equal to rounding. :class:`LastLayerRLS` runs
+one regression and keeps its state (standalone use, analyses, tests).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from dataclasses import replace as _replace
 
 import numpy as np
 from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
@@ -125,16 +132,33 @@ class RLSConfig:
             raise ValueError(f"rls.leak must be in [0, 1), got {self.leak}")
 
 
-class LastLayerRLS:
-    """Multi-output RLS with a shared covariance, for ``θ`` of shape (n, m).
+@dataclass(frozen=True, slots=True)
+class RLSState:
+    """The state of the RLS, one row per regression (one vehicle: no leading axis, ``θ`` and
+    ``P̃`` column-major for BLAS with P̃ in its upper triangle; a batch: P̃ stored full)."""
+
+    theta: np.ndarray  # (n, p, m): the last layer
+    Pt: np.ndarray  # (n, p, p): P̃, with P = s·P̃
+    s: np.ndarray  # (n,): the scale of P
+    steps: np.ndarray  # (n,) int: updates done
+    cap_hits: np.ndarray  # (n,) int: times the trace cap scaled P
+    rejected: np.ndarray  # (n,) int: updates skipped for a non-finite regressor or target
+    last_innovation: np.ndarray  # (n, m): y − θᵀφ before the last update
+
+
+class RLSLaw:
+    """Multi-output RLS with a shared covariance, for ``θ`` of shape (p, m), over an explicit
+    :class:`RLSState`.
 
     Args:
-        theta0: the offline last layer; kept as a private copy that :meth:`reset` restores.
+        theta0: the offline last layer; kept as a private read-only copy (every initial state
+            starts from it, the leak pulls toward it).
         config: :class:`RLSConfig`.
     """
 
     # P̃ is rescaled into s when s leaves this range (keeps P̃ well away from under/overflow)
     _RENORM = 1e6
+    _BLOCK = 16  # envs per block of the batched rank-1 update (16 × 65 × 65 doubles ≈ 0.5 MB)
 
     def __init__(self, theta0: np.ndarray, config: RLSConfig | None = None):
         theta0 = np.array(theta0, dtype=float)
@@ -142,120 +166,300 @@ class LastLayerRLS:
             raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
         self.config = config or RLSConfig()
         self.n, self.m = theta0.shape
-        self._theta0 = theta0.copy()  # private: never handed out, never written
+        self._theta0 = theta0.copy()  # private: never handed out writable, never written
         self._theta0.setflags(write=False)
-        self.theta = np.asfortranarray(theta0.copy())  # column-major for BLAS dger/dgemv
-        self._Pt = np.asfortranarray(np.eye(self.n))  # upper triangle is P̃ (BLAS, column-major)
-        self._Pt_flat = self._Pt.reshape(-1, order="F")  # a view: diagonal at stride n + 1
         self._ones = np.ones(self.n)
-        self.reset()
-
-    # -- state ---------------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Back to the offline layer and the prior covariance, as after construction."""
-        c = self.config
-        self.theta[...] = self._theta0
-        self._Pt[...] = 0.0
-        np.fill_diagonal(self._Pt, 1.0)
-        self._s = c.p0  # P = s·P̃
-        self.steps = 0  # updates done
-        self.cap_hits = 0  # times the trace cap scaled P
-        self.rejected = 0  # updates skipped for a non-finite regressor or target
-        self.last_innovation = np.zeros(self.m)  # y − θᵀφ before the last update
 
     @property
     def theta0(self) -> np.ndarray:
-        """The offline layer (read-only view)."""
+        """The offline layer (read-only)."""
         return self._theta0
 
-    @property
-    def warmup_done(self) -> bool:
-        return self.steps >= self.config.warmup_steps
+    # -- state ---------------------------------------------------------------------------------
+    def init_state(self, n_envs: int) -> RLSState:
+        """The offline layer and the prior covariance ``p0·I`` for ``n_envs`` regressions."""
+        N = int(n_envs)
+        theta = np.empty((N, self.n, self.m))
+        theta[...] = self._theta0
+        Pt = np.empty((N, self.n, self.n))
+        Pt[...] = np.eye(self.n)
+        return RLSState(
+            theta=theta,
+            Pt=Pt,
+            s=np.full(N, float(self.config.p0)),
+            steps=np.zeros(N, dtype=np.int64),
+            cap_hits=np.zeros(N, dtype=np.int64),
+            rejected=np.zeros(N, dtype=np.int64),
+            last_innovation=np.zeros((N, self.m)),
+        )
 
-    @property
-    def applied(self) -> np.ndarray:
-        """The layer the controller uses: the offline one during warm-up, the estimate after."""
-        return self.theta if self.steps >= self.config.warmup_steps else self._theta0
+    def init_one(self) -> RLSState:
+        """The initial state of one regression (column-major arrays for BLAS, scalars)."""
+        return RLSState(
+            theta=np.asfortranarray(self._theta0.copy()),
+            Pt=np.asfortranarray(np.eye(self.n)),
+            s=float(self.config.p0),
+            steps=0,
+            cap_hits=0,
+            rejected=0,
+            last_innovation=np.zeros(self.m),
+        )
 
-    @property
-    def trace(self) -> float:
-        """``tr P``."""
-        return self._s * self._trace_t()
+    def warmup_done(self, state: RLSState) -> bool | np.ndarray:
+        """Whether the estimate is applied (per row for a batch)."""
+        return state.steps >= self.config.warmup_steps
 
-    @property
-    def P(self) -> np.ndarray:
-        """The covariance as a full symmetric matrix (a copy; for analysis and tests)."""
-        U = np.triu(self._Pt)
-        return self._s * (U + np.triu(U, 1).T)
+    def applied(self, state: RLSState) -> np.ndarray:
+        """The layer each row's controller uses (n, p, m): the offline one during warm-up."""
+        done = self.warmup_done(state)
+        if np.all(done):
+            return state.theta
+        return np.where(np.asarray(done)[:, None, None], state.theta, self._theta0)
 
-    # -- update --------------------------------------------------------------------------------
-    def update(self, phi: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """One RLS step with regressor ``phi`` (n,) and target ``y`` (m,); returns the innovation
-        ``y − θᵀφ`` before the update.
+    def applied_one(self, state: RLSState) -> np.ndarray:
+        """The layer one regression's controller uses (p, m)."""
+        return state.theta if state.steps >= self.config.warmup_steps else self._theta0
+
+    def covariance(self, state: RLSState) -> np.ndarray:
+        """``P`` as full symmetric matrices (a copy): (n, p, p) for a batch, (p, p) for one."""
+        if np.ndim(state.s) == 0:
+            U = np.triu(state.Pt)
+            return state.s * (U + np.triu(U, 1).T)
+        return state.s[:, None, None] * state.Pt
+
+    def trace(self, state: RLSState) -> float | np.ndarray:
+        """``tr P`` (per row for a batch)."""
+        if np.ndim(state.s) == 0:
+            return state.s * self._trace_t(state.Pt)
+        return state.s * np.einsum("nii->n", state.Pt)
+
+    # -- one regression ------------------------------------------------------------------------
+    def update_one(
+        self, state: RLSState, phi: np.ndarray, y: np.ndarray
+    ) -> tuple[RLSState, np.ndarray]:
+        """One RLS step with regressor ``phi`` (p,) and target ``y`` (m,); the next state and the
+        innovation ``y − θᵀφ`` before the update.
 
         ``k = Pφ/(λ + φᵀPφ)``, ``θ ← θ + k·eᵀ``, ``P ← (P − k·φᵀP)/λ``, then the leak and the
         trace cap. A sample whose ``φᵀPφ`` or innovation is not finite (NaN/inf in ``phi`` or
-        ``y``, or an overflow) changes nothing: it is counted in :attr:`rejected` and its
-        innovation returned.
+        ``y``, or an overflow) changes nothing but :attr:`RLSState.rejected`.
         """
         c = self.config
         if c.covariance == "efra":
-            return self._update_efra(phi, y)
-        s = self._s
-        Pt = self._Pt
-        theta = self.theta
+            return self._update_efra_one(state, phi, y)
+        s = state.s
+        Pt = state.Pt
+        theta = state.theta
         g = dsymv(1.0, Pt, phi)  # P̃φ  (Pφ = s·g)
         denom = c.forgetting + s * ddot(phi, g)
         e = y - dgemv(1.0, theta, phi, trans=1)  # y − θᵀφ
         if not math.isfinite(denom + ddot(e, e)):  # NaN/inf sample: no update at all
-            self.rejected += 1
-            return e
-        self.last_innovation = e
-        dger(s / denom, g, e, a=theta, overwrite_a=1)  # θ += (s/denom)·g·eᵀ
+            return _replace(state, rejected=state.rejected + 1), e
+        theta = dger(s / denom, g, e, a=theta, overwrite_a=1)  # θ += (s/denom)·g·eᵀ
         if c.leak > 0.0:
             theta -= c.leak * (theta - self._theta0)
         # P_new = (s·P̃ − s²·g·gᵀ/denom)/λ = (s/λ)·(P̃ − (s/denom)·g·gᵀ)
-        dsyr(-s / denom, g, a=Pt, overwrite_a=1)
+        Pt = dsyr(-s / denom, g, a=Pt, overwrite_a=1)
         s /= c.forgetting
-        trace = s * self._trace_t()
+        trace = s * self._trace_t(Pt)
+        cap_hits = state.cap_hits
         if trace > c.trace_cap:  # scale, never reset
             s *= c.trace_cap / trace
-            self.cap_hits += 1
+            cap_hits += 1
         if not (1.0 / self._RENORM < s < self._RENORM):  # fold s into P̃
             Pt *= s
             s = 1.0
-        self._s = s
-        self.steps += 1
-        return e
+        new = RLSState(theta, Pt, s, state.steps + 1, cap_hits, state.rejected, e)
+        return new, e
 
-    def _update_efra(self, phi: np.ndarray, y: np.ndarray) -> np.ndarray:
+    def _update_efra_one(
+        self, state: RLSState, phi: np.ndarray, y: np.ndarray
+    ) -> tuple[RLSState, np.ndarray]:
         """One EFRA step (see the module docstring); P is kept full in ``P̃`` with ``s = 1``."""
         c = self.config
-        P = self._Pt
-        if self._s != 1.0:  # the prior p0·I: fold the scale in once
-            P *= self._s
-            self._s = 1.0
+        P = state.Pt
+        s = state.s
+        if s != 1.0:  # the prior p0·I: fold the scale in once
+            P *= s
+            s = 1.0
             P[np.tril_indices(self.n, -1)] = P.T[np.tril_indices(self.n, -1)]
         Pphi = P @ phi
         denom = 1.0 + float(phi @ Pphi)
-        e = y - self.theta.T @ phi
+        theta = state.theta
+        e = y - theta.T @ phi
         if not math.isfinite(denom + float(e @ e)):
-            self.rejected += 1
-            return e
-        self.last_innovation = e
-        self.theta += np.outer((c.efra_alpha / denom) * Pphi, e)
+            return _replace(state, Pt=P, s=s, rejected=state.rejected + 1), e
+        theta += np.outer((c.efra_alpha / denom) * Pphi, e)
         if c.leak > 0.0:
-            self.theta -= c.leak * (self.theta - self._theta0)
+            theta -= c.leak * (theta - self._theta0)
         P_new = (P - (c.efra_alpha / denom) * np.outer(Pphi, Pphi)) / c.forgetting
         P_new -= c.efra_delta * (P @ P)
         P_new[np.diag_indices(self.n)] += c.efra_beta
         P[...] = 0.5 * (P_new + P_new.T)
-        self.steps += 1
+        return RLSState(theta, P, s, state.steps + 1, state.cap_hits, state.rejected, e), e
+
+    def _trace_t(self, Pt: np.ndarray) -> float:
+        """``tr P̃`` of one regression: a strided BLAS dot over the diagonal (a fraction of
+        ``np.trace``'s cost)."""
+        return ddot(Pt.reshape(-1, order="F"), self._ones, n=self.n, incx=self.n + 1)
+
+    # -- N regressions -------------------------------------------------------------------------
+    def update(
+        self, state: RLSState, phi: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None
+    ) -> tuple[RLSState, np.ndarray]:
+        """:meth:`update_one` for the rows in ``mask`` (n,) bool (default all), regressors
+        ``phi`` (n, p), targets ``y`` (n, m); the next state and the innovations (n, m). Rows
+        masked out or rejected get a zero gain: their ``θ`` and ``P̃`` are untouched."""
+        c = self.config
+        N = state.s.shape[0]
+        mask = np.ones(N, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+        if c.covariance == "efra":
+            return self._update_efra(state, phi, y, mask)
+        s = state.s
+        Pt = state.Pt
+        theta = state.theta
+        g = np.einsum("nij,nj->ni", Pt, phi)  # P̃φ
+        denom = c.forgetting + s * np.einsum("ni,ni->n", phi, g)
+        e, ok = self._innovation(state, y, phi, denom, mask)
+        if not ok.any():
+            return state, e
+        coef = np.where(ok, s / np.where(ok, denom, 1.0), 0.0)  # zero gain: row untouched
+        g = np.where(ok[:, None], g, 0.0)
+        e0 = np.where(ok[:, None], e, 0.0)
+        theta += coef[:, None, None] * (g[:, :, None] * e0[:, None, :])
+        if c.leak > 0.0:
+            theta -= (c.leak * ok)[:, None, None] * (theta - self._theta0)
+        # P̃ −= coef·g·gᵀ in cache-sized blocks of envs: one (N, p, p) temporary would cost
+        # more in memory traffic and page faults than the arithmetic itself
+        gc = coef[:, None] * g
+        for a in range(0, N, self._BLOCK):
+            b = a + self._BLOCK
+            Pt[a:b] -= gc[a:b, :, None] * g[a:b, None, :]
+        s_new = s / c.forgetting
+        trace = s_new * np.einsum("nii->n", Pt)
+        capped = ok & (trace > c.trace_cap)
+        s_new = np.where(capped, s_new * (c.trace_cap / np.where(capped, trace, 1.0)), s_new)
+        state.cap_hits[...] += capped
+        fold = ok & ~((1.0 / self._RENORM < s_new) & (s_new < self._RENORM))
+        if fold.any():
+            Pt[fold] *= s_new[fold][:, None, None]
+            s_new = np.where(fold, 1.0, s_new)
+        state.steps[...] += ok
+        return _replace(state, s=np.where(ok, s_new, s)), e
+
+    def _innovation(
+        self, state: RLSState, y: np.ndarray, phi: np.ndarray, denom: np.ndarray, mask: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The innovations ``y − θᵀφ`` (n, m) and the rows that update: masked in and finite
+        (a non-finite row is counted in ``rejected``); their innovation is recorded."""
+        e = y - np.einsum("nij,ni->nj", state.theta, phi)  # y − θᵀφ
+        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
+        state.rejected[...] += mask & ~finite
+        ok = mask & finite
+        state.last_innovation[ok] = e[ok]
+        return e, ok
+
+    def _update_efra(
+        self, state: RLSState, phi: np.ndarray, y: np.ndarray, mask: np.ndarray
+    ) -> tuple[RLSState, np.ndarray]:
+        """:meth:`_update_efra_one` for the rows in ``mask``: the same fold of the prior's scale
+        into ``P̃`` at a row's first update, the same step on the rows that pass."""
+        c = self.config
+        P = state.Pt
+        s = state.s
+        fold = mask & (s != 1.0)
+        if fold.any():  # the prior p0·I: fold the scale in once (P̃ is stored full)
+            P[fold] *= s[fold][:, None, None]
+            s[fold] = 1.0
+        Pphi = np.einsum("nij,nj->ni", P, phi)
+        denom = 1.0 + np.einsum("ni,ni->n", phi, Pphi)
+        e, ok = self._innovation(state, y, phi, denom, mask)
+        if not ok.any():
+            return state, e
+        rows = np.flatnonzero(ok)
+        k = c.efra_alpha / denom[rows]
+        kP = k[:, None] * Pphi[rows]
+        theta = state.theta[rows] + kP[:, :, None] * e[rows][:, None, :]
+        if c.leak > 0.0:
+            theta -= c.leak * (theta - self._theta0)
+        state.theta[rows] = theta
+        Pr = P[rows]
+        gg = Pphi[rows][:, :, None] * Pphi[rows][:, None, :]
+        P_new = (Pr - k[:, None, None] * gg) / c.forgetting
+        P_new -= c.efra_delta * (Pr @ Pr)
+        diag = np.arange(self.n)
+        P_new[:, diag, diag] += c.efra_beta
+        P[rows] = 0.5 * (P_new + P_new.transpose(0, 2, 1))
+        state.steps[...] += ok
+        return state, e
+
+
+class LastLayerRLS:
+    """One regression run by :class:`RLSLaw`, keeping its own state (standalone use, analyses
+    and tests; controllers keep the state in their state tree instead).
+
+    Args:
+        theta0: the offline last layer.
+        config: :class:`RLSConfig`.
+    """
+
+    def __init__(self, theta0: np.ndarray, config: RLSConfig | None = None):
+        self.law = RLSLaw(theta0, config)
+        self.config = self.law.config
+        self.n, self.m = self.law.n, self.law.m
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the offline layer and the prior covariance, as after construction."""
+        self.state = self.law.init_one()
+
+    def update(self, phi: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """One step (:meth:`RLSLaw.update_one`); returns the innovation before the update."""
+        self.state, e = self.law.update_one(self.state, phi, y)
         return e
 
-    def _trace_t(self) -> float:
-        """``tr P̃``: a strided BLAS dot over the diagonal (a fraction of ``np.trace``'s cost)."""
-        return ddot(self._Pt_flat, self._ones, n=self.n, incx=self.n + 1)
+    @property
+    def theta0(self) -> np.ndarray:
+        return self.law.theta0
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.state.theta
+
+    @property
+    def steps(self) -> int:
+        return self.state.steps
+
+    @property
+    def cap_hits(self) -> int:
+        return self.state.cap_hits
+
+    @property
+    def rejected(self) -> int:
+        return self.state.rejected
+
+    @property
+    def last_innovation(self) -> np.ndarray:
+        return self.state.last_innovation
+
+    @property
+    def warmup_done(self) -> bool:
+        return bool(self.law.warmup_done(self.state))
+
+    @property
+    def applied(self) -> np.ndarray:
+        """The layer the controller uses: the offline one during warm-up, the estimate after."""
+        return self.law.applied_one(self.state)
+
+    @property
+    def trace(self) -> float:
+        """``tr P``."""
+        return self.law.trace(self.state)
+
+    @property
+    def P(self) -> np.ndarray:
+        """The covariance as a full symmetric matrix (a copy; for analysis and tests)."""
+        return self.law.covariance(self.state)
 
 
 def reference_update(
@@ -279,174 +483,3 @@ def reference_update(
     if tr > config.trace_cap:
         P = P * (config.trace_cap / tr)
     return P, theta
-
-
-class BatchedLastLayerRLS:
-    """:class:`LastLayerRLS` for N independent envs, vectorized: ``θ`` (N, n, m), ``P = s·P̃``
-    with ``P̃`` (N, n, n) stored full (symmetric by construction: it only ever receives symmetric
-    rank-1 terms) and ``s`` (N,), one warm-up counter, cap-hit and rejection count per env.
-
-    Same algorithm and safeguards, step for step: the same ``λ``/cap scalar bookkeeping, the
-    same rejection of non-finite samples, the same fold of ``s`` into ``P̃``. Rows of an update
-    that are masked out (or rejected) get a zero gain, so their ``θ`` and ``P̃`` are untouched.
-    Results agree with N :class:`LastLayerRLS` to rounding (BLAS kernels differ). With
-    ``covariance: efra`` each row's full ``P`` follows :meth:`LastLayerRLS._update_efra`.
-    """
-
-    #: attributes holding one row of state per env (a batch controller restores the rows of an
-    #: env whose observation was not finite)
-    ROW_STATE: tuple[str, ...] = (
-        "theta",
-        "_Pt",
-        "_s",
-        "steps",
-        "cap_hits",
-        "rejected",
-        "last_innovation",
-    )
-    _RENORM = LastLayerRLS._RENORM
-    _BLOCK = 16  # envs per block of the rank-1 update (16 × 65 × 65 doubles ≈ 0.5 MB)
-
-    def __init__(self, theta0: np.ndarray, n_envs: int, config: RLSConfig | None = None):
-        theta0 = np.array(theta0, dtype=float)
-        if theta0.ndim != 2:
-            raise ValueError(f"theta0 must be 2-D (regressors × outputs), got {theta0.shape}")
-        self.config = config or RLSConfig()
-        self.n, self.m = theta0.shape
-        self.n_envs = int(n_envs)
-        self._theta0 = theta0.copy()
-        self._theta0.setflags(write=False)
-        N = self.n_envs
-        self.theta = np.empty((N, self.n, self.m))
-        self._Pt = np.empty((N, self.n, self.n))
-        self._s = np.empty(N)
-        self.steps = np.zeros(N, dtype=np.int64)
-        self.cap_hits = np.zeros(N, dtype=np.int64)
-        self.rejected = np.zeros(N, dtype=np.int64)
-        self.last_innovation = np.zeros((N, self.m))
-        self.reset()
-
-    def reset(self, index: int | slice = slice(None)) -> None:
-        """Back to the offline layer and the prior for the envs ``index`` (default: all)."""
-        self.theta[index] = self._theta0
-        self._Pt[index] = np.eye(self.n)
-        self._s[index] = self.config.p0
-        self.steps[index] = 0
-        self.cap_hits[index] = 0
-        self.rejected[index] = 0
-        self.last_innovation[index] = 0.0
-
-    @property
-    def theta0(self) -> np.ndarray:
-        return self._theta0
-
-    @property
-    def warmup_done(self) -> np.ndarray:
-        """(N,) bool: the estimate is applied."""
-        return self.steps >= self.config.warmup_steps
-
-    @property
-    def applied(self) -> np.ndarray:
-        """(N, n, m): the layer each env's controller uses (offline during warm-up)."""
-        done = self.warmup_done
-        if done.all():
-            return self.theta
-        return np.where(done[:, None, None], self.theta, self._theta0)
-
-    @property
-    def trace(self) -> np.ndarray:
-        """``tr P`` per env."""
-        return self._s * np.einsum("nii->n", self._Pt)
-
-    @property
-    def P(self) -> np.ndarray:
-        """The covariances (N, n, n) (a copy)."""
-        return self._s[:, None, None] * self._Pt
-
-    def update(self, phi: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        """One RLS step for the envs in ``mask`` (N,) bool (default all), regressors ``phi``
-        (N, n), targets ``y`` (N, m); returns the innovations (N, m) before the update.
-
-        Rows with a non-finite ``φᵀPφ`` or innovation change nothing and count in
-        :attr:`rejected`, as in :meth:`LastLayerRLS.update`.
-        """
-        c = self.config
-        N = self.n_envs
-        mask = np.ones(N, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-        if c.covariance == "efra":
-            return self._update_efra(phi, y, mask)
-        s = self._s
-        Pt = self._Pt
-        theta = self.theta
-        g = np.einsum("nij,nj->ni", Pt, phi)  # P̃φ
-        denom = c.forgetting + s * np.einsum("ni,ni->n", phi, g)
-        e, ok = self._innovation(y, phi, denom, mask)
-        if not ok.any():
-            return e
-        coef = np.where(ok, s / np.where(ok, denom, 1.0), 0.0)  # zero gain: row untouched
-        g = np.where(ok[:, None], g, 0.0)
-        e0 = np.where(ok[:, None], e, 0.0)
-        theta += coef[:, None, None] * (g[:, :, None] * e0[:, None, :])
-        if c.leak > 0.0:
-            theta -= (c.leak * ok)[:, None, None] * (theta - self._theta0)
-        # P̃ −= coef·g·gᵀ in cache-sized blocks of envs: one (N, n, n) temporary would cost
-        # more in memory traffic and page faults than the arithmetic itself
-        gc = coef[:, None] * g
-        for a in range(0, N, self._BLOCK):
-            b = a + self._BLOCK
-            Pt[a:b] -= gc[a:b, :, None] * g[a:b, None, :]
-        s_new = s / c.forgetting
-        trace = s_new * np.einsum("nii->n", Pt)
-        capped = ok & (trace > c.trace_cap)
-        s_new = np.where(capped, s_new * (c.trace_cap / np.where(capped, trace, 1.0)), s_new)
-        self.cap_hits += capped
-        fold = ok & ~((1.0 / self._RENORM < s_new) & (s_new < self._RENORM))
-        if fold.any():
-            Pt[fold] *= s_new[fold][:, None, None]
-            s_new = np.where(fold, 1.0, s_new)
-        self._s = np.where(ok, s_new, s)
-        self.steps += ok
-        return e
-
-    def _innovation(
-        self, y: np.ndarray, phi: np.ndarray, denom: np.ndarray, mask: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The innovations ``y − θᵀφ`` (N, 3) and the rows that update: masked in and finite
-        (a non-finite row is counted in :attr:`rejected`); their innovation is recorded."""
-        e = y - np.einsum("nij,ni->nj", self.theta, phi)  # y − θᵀφ
-        finite = np.isfinite(denom + np.einsum("ni,ni->n", e, e))
-        self.rejected += mask & ~finite
-        ok = mask & finite
-        self.last_innovation[ok] = e[ok]
-        return e, ok
-
-    def _update_efra(self, phi: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """:meth:`LastLayerRLS._update_efra` for the envs in ``mask``: the same fold of the prior's
-        scale into ``P̃`` at a row's first update, the same step on the rows that pass."""
-        c = self.config
-        P = self._Pt
-        fold = mask & (self._s != 1.0)
-        if fold.any():  # the prior p0·I: fold the scale in once (P̃ is stored full)
-            P[fold] *= self._s[fold][:, None, None]
-            self._s[fold] = 1.0
-        Pphi = np.einsum("nij,nj->ni", P, phi)
-        denom = 1.0 + np.einsum("ni,ni->n", phi, Pphi)
-        e, ok = self._innovation(y, phi, denom, mask)
-        if not ok.any():
-            return e
-        rows = np.flatnonzero(ok)
-        k = c.efra_alpha / denom[rows]
-        kP = k[:, None] * Pphi[rows]
-        theta = self.theta[rows] + kP[:, :, None] * e[rows][:, None, :]
-        if c.leak > 0.0:
-            theta -= c.leak * (theta - self._theta0)
-        self.theta[rows] = theta
-        Pr = P[rows]
-        gg = Pphi[rows][:, :, None] * Pphi[rows][:, None, :]
-        P_new = (Pr - k[:, None, None] * gg) / c.forgetting
-        P_new -= c.efra_delta * (Pr @ Pr)
-        diag = np.arange(self.n)
-        P_new[:, diag, diag] += c.efra_beta
-        P[rows] = 0.5 * (P_new + P_new.transpose(0, 2, 1))
-        self.steps += ok
-        return e

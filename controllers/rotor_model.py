@@ -14,66 +14,57 @@ the commanded ones. ``rotor_tau_s = 0`` (the default) is no model: the observati
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from residual_quad.envs.observation import ObsLayout as L
 
 
+@dataclass(frozen=True, slots=True)
+class RotorState:
+    """The rotor model's state, one row per env."""
+
+    thrusts: np.ndarray  # N, (n, 4): the estimate at the last period's end
+    known: np.ndarray  # (n,) bool: whether there is an estimate yet (none before the first)
+
+
 class RotorModel:
     """First-order model of the four rotors, time constant ``tau_s`` (s), stepped once per
-    control period ``dt`` (s)."""
+    control period ``dt`` (s). Its state is a :class:`RotorState` kept by the law."""
 
     def __init__(self, tau_s: float, dt: float):
         if not (math.isfinite(tau_s) and tau_s > 0.0):
             raise ValueError(f"rotor_tau_s must be a finite number of s > 0, got {tau_s!r}")
         self.tau_s = float(tau_s)  # s
         self.decay = math.exp(-dt / self.tau_s)  # of the lag over one control period
-        self.reset()
 
-    def reset(self) -> None:
+    def init_state(self, n: int) -> RotorState:
         """No estimate yet: the first observation's thrusts are taken as the rotors' (the env
         starts in hover with the rotors at the hover command)."""
-        self.thrusts: np.ndarray | None = None  # N, the estimate at the last period's end
+        return RotorState(thrusts=np.zeros((n, 4)), known=np.zeros(n, dtype=bool))
 
-    def observe(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` with its thrusts replaced by the model's estimate after the period they were
-        commanded over (a new array). An observation whose thrusts are not finite is returned
-        as it is and leaves the model unchanged (the controller's guard answers it)."""
+    def observe_one(self, state: RotorState, obs: np.ndarray) -> tuple[RotorState, np.ndarray]:
+        """One vehicle: the model after the period ``obs`` reports, and ``obs`` with its
+        thrusts replaced by the estimate (a new array). An observation whose thrusts are not
+        finite is returned as it is and leaves the model unchanged."""
         u = np.asarray(obs[L.thrusts], dtype=float)
         if not np.all(np.isfinite(u)):
-            return obs
-        a = self.thrusts
-        self.thrusts = u.copy() if a is None else u + (a - u) * self.decay
+            return state, obs
+        a = u.copy() if not state.known else u + (state.thrusts - u) * self.decay
         out = np.array(obs, dtype=float)
-        out[L.thrusts] = self.thrusts
-        return out
+        out[L.thrusts] = a
+        return RotorState(thrusts=a, known=True), out
 
-
-class BatchedRotorModel:
-    """:class:`RotorModel` for N envs: the same first-order update on each env's row, so every
-    row's estimate has the single model's bits."""
-
-    def __init__(self, tau_s: float, dt: float, n_envs: int):
-        self.single = RotorModel(tau_s, dt)  # checks ``tau_s``; holds the decay
-        self.thrusts = np.zeros((n_envs, 4))  # N, each env's estimate at its last period's end
-        self.known = np.zeros(n_envs, dtype=bool)  # whether the env has an estimate yet
-
-    def reset(self, index: int | slice | np.ndarray) -> None:
-        """No estimate yet for the envs ``index`` (see :meth:`RotorModel.reset`)."""
-        self.known[index] = False
-
-    def observe(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` (N, 36) with each row's thrusts replaced by its env's estimate (a new array);
-        a row whose thrusts are not finite is left as it is and its env's model unchanged."""
+    def observe(self, state: RotorState, obs: np.ndarray) -> tuple[RotorState, np.ndarray]:
+        """:meth:`observe_one` of each row of ``obs`` (n, D): the same first-order update, so
+        every row's estimate has the one-vehicle model's bits."""
         u = obs[:, L.thrusts]
         ok = np.isfinite(u).all(axis=1)
-        step = ok & self.known
-        a = self.thrusts
-        a[step] = u[step] + (a[step] - u[step]) * self.single.decay
-        first = ok & ~self.known
-        a[first] = u[first]
-        self.known |= ok
+        step = (ok & state.known)[:, None]
+        first = (ok & ~state.known)[:, None]
+        a = state.thrusts
+        a = np.where(step, u + (a - u) * self.decay, np.where(first, u, a))
         out = np.array(obs, dtype=float)
         out[ok, L.thrusts] = a[ok]
-        return out
+        return RotorState(thrusts=a, known=state.known | ok), out

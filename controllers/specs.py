@@ -30,6 +30,7 @@ from residual_quad.controllers.base import (
     controller_context,
     resolve_factory,
 )
+from residual_quad.controllers.law import Law
 from residual_quad.controllers.options import check_options, options_of
 from residual_quad.envs.actions import ACTION_MODES
 
@@ -85,7 +86,14 @@ class ControllerSpec:
 
     def build(self, context: ControlContext | None = None, **overrides: Any) -> Controller:
         """Build the controller (``overrides`` win over the spec's options, and are checked as
-        they are: :func:`check_spec_options`) and check it."""
+        they are: :func:`check_spec_options`) and check it; a law flies through
+        :class:`~residual_quad.controllers.driver.LawController`."""
+        obj = self.make(context, **overrides)
+        return obj.controller() if isinstance(obj, Law) else obj
+
+    def make(self, context: ControlContext | None = None, **overrides: Any) -> Law | Controller:
+        """What the factory makes from the spec: a :class:`~residual_quad.controllers.law.Law`
+        (flown by the driver, for one vehicle or a batch) or a checked controller."""
         opts = check_spec_options(self.target, {**self.options, **overrides}, self.label)
         factory = resolve_factory(self.target)
         try:
@@ -94,7 +102,8 @@ class ControllerSpec:
             valid = _keyword_options(factory)
             hint = f"; valid options: {', '.join(valid)}" if valid is not None else ""
             raise ValueError(f"controller {self.label!r} ({self.target}): {exc}{hint}") from None
-        check_controller(obj, self.label or self.target)
+        if not isinstance(obj, Law):
+            check_controller(obj, self.label or self.target)
         return obj
 
 

@@ -1,44 +1,27 @@
 """Trajectory trackers on one shared inner loop; they differ only in the desired acceleration.
 
-``Tracker.policy`` computes ``a_cmd = desired_accel(...)`` (outer loop, world frame, m/s²),
-subtracts the estimated residual ``residual_world(...)`` (zero here; the residual-learning trackers
-override it) and hands ``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`.
-
-:class:`BatchedTracker` is the same law for N envs (numpy over the batch, per-env state, the same
-formula functions: :func:`outer_accel`, :func:`pid_integral_step`, the inner loop's); each
-scalar tracker names its batched twin in its ``batched`` attribute, through which
-:func:`~residual_quad.controllers.batch.make_batch_controller` finds it.
+A tracker is a :class:`~residual_quad.controllers.law.Law`: its step computes
+``a_cmd = command(...)`` (outer loop, world frame, m/s²), subtracts the estimated residual
+``residual(...)`` (zero here; the residual-learning trackers override it) and hands
+``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`. Its state is one :class:`TrackerState` (one row
+per env; the residual trackers and the observer add their parts). Each hook has the batch form
+(numpy over the envs) and the one-vehicle form (float code: one vehicle is not a batch of one,
+numpy's per-call cost would be several times the law's), on the same formula functions:
+:func:`outer_accel`, :func:`pid_integral_step`, the inner loop's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.attitude import (
-    AttitudeGains,
-    BatchedInnerLoop,
-    InnerLoop,
-    attitude_gains,
-)
-from residual_quad.controllers.base import (
-    ControlContext,
-    InformationUse,
-    ObservationGuard,
-    hover_action,
-    to_rotor_action,
-)
-from residual_quad.controllers.batch import (
-    NEUTRAL_OBS,
-    RowBatch,
-    RowGuard,
-    check_n_envs,
-    check_obs_batch,
-)
+from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
+from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
+from residual_quad.controllers.law import Law, replace
 from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance, Range
-from residual_quad.controllers.rotor_model import BatchedRotorModel, RotorModel
+from residual_quad.controllers.rotor_model import RotorModel, RotorState
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -94,7 +77,21 @@ def pid_integral_step(
     return np.clip(integral + step, -i_max, i_max)
 
 
-class Tracker(ObservationGuard):
+@dataclass(frozen=True, slots=True)
+class TrackerState:
+    """The state of a tracker, one row per env; parts a tracker does not have are ``None``."""
+
+    last_a_cmd: np.ndarray  # m/s², world, (n, 3): the previous step's command
+    last_residual: np.ndarray  # m/s², world, (n, 3): Δâ applied at the last step
+    saturated: np.ndarray  # (n,) bool: the inner loop clipped tilt or collective last step
+    last_thrust: np.ndarray  # N, (n,): the collective of the last command
+    rotors: RotorState | None = None  # the rotor model (a tracker told the rotors' lag)
+    integral: np.ndarray | None = None  # m·s, world, (n, 3): ``pid``'s position-error integral
+    estimator: Any = None  # the residual estimator (residual trackers)
+    observer: Any = None  # the angular disturbance observer (``geo_rls_dob``)
+
+
+class Tracker(Law):
     """Base tracker: position feedback + trajectory feed-forward through the shared inner loop.
 
     Args:
@@ -107,8 +104,10 @@ class Tracker(ObservationGuard):
             lagged rotors the tracker reads the thrusts through its first-order model of them
             (:mod:`~residual_quad.controllers.rotor_model`) instead of the commanded ones.
 
-    A non-finite observation is answered with the last action and changes no state
-    (:class:`~residual_quad.controllers.base.ObservationGuard`).
+    A tracker reads the observation's base fields (no preview). Subclasses override the hooks
+    :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
+    (Δâ) and :meth:`torque_feedforward`/:meth:`torque_feedforward_one`, and extend
+    :meth:`init_state` with their parts of :class:`TrackerState`.
     """
 
     action_mode = "rotor"
@@ -138,47 +137,106 @@ class Tracker(ObservationGuard):
         self.kp, self.kd = float(kp), float(kd)
         self.rotor_model = RotorModel(float(rotor_tau_s), self.dt) if rotor_tau_s else None
         self.inner = InnerLoop(self.airframe, attitude)
-        self.excitation = _ZERO3  # m/s², added to a_cmd (data collection)
-        self.reset()
 
-    def reset(self, seed: int | None = None) -> None:
-        """Restore the initial state (integrators, memories, the held action)."""
-        self.reset_guard()
-        self.last_a_cmd = np.zeros(3)  # m/s², world, previous step's command
-        self.last_residual = _ZERO3  # m/s², world, Δâ applied by the last policy call
-        self.inner.saturated = False
-        self.inner.last_thrust = self.airframe.hover_thrust
+    def init_state(self, n: int) -> TrackerState:
+        return TrackerState(
+            last_a_cmd=np.zeros((n, 3)),
+            last_residual=np.zeros((n, 3)),
+            saturated=np.zeros(n, dtype=bool),
+            last_thrust=np.full(n, self.airframe.hover_thrust),
+            rotors=None if self.rotor_model is None else self.rotor_model.init_state(n),
+        )
+
+    # -- hooks: N envs -------------------------------------------------------------------------
+    def command(
+        self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        """Outer loop: desired accelerations (n, 3) (world, m/s²) from the errors
+        ``ref − state`` (n, 3)."""
+        return state, outer_accel(obs[:, L.ref_acc], e_p, e_v, self.kp, self.kd)
+
+    def residual(
+        self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        """Estimated residual accelerations Δâ (n, 3) (world, m/s²) to cancel by feed-forward."""
+        return state, np.zeros_like(a_cmd)
+
+    def torque_feedforward(
+        self, state: TrackerState, obs: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray | None]:
+        """A torque (n, 3) (N·m, body) the attitude loop adds (``None``: none); first hook of
+        the step."""
+        return state, None
+
+    # -- hooks: one vehicle --------------------------------------------------------------------
+    def command_one(
+        self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        """:meth:`command` of one vehicle."""
+        return state, outer_accel(obs[L.ref_acc], e_p, e_v, self.kp, self.kd)
+
+    def residual_one(
+        self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        """:meth:`residual` of one vehicle."""
+        return state, _ZERO3
+
+    def torque_feedforward_one(
+        self, state: TrackerState, obs: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray | None]:
+        """:meth:`torque_feedforward` of one vehicle."""
+        return state, None
+
+    # -- the law -------------------------------------------------------------------------------
+    def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
+        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
         if self.rotor_model is not None:
-            self.rotor_model.reset()
+            rotors, obs = self.rotor_model.observe(state.rotors, obs)
+            state = replace(state, rotors=rotors)
+        state, torque_ff = self.torque_feedforward(state, obs)
+        R = obs[:, L.rot].reshape(-1, 3, 3)
+        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
+        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
+        state, a_cmd = self.command(state, obs, e_p, e_v)
+        state, residual = self.residual(state, obs, R, a_cmd)
+        thrusts, saturated, collective = self.inner.command_batch(
+            obs[:, L.rot],
+            obs[:, L.omega_b],
+            a_cmd - residual,
+            obs[:, L.ref_yaw],
+            obs[:, L.ref_yaw_rate],
+            torque_ff,
+        )
+        state = replace(
+            state,
+            last_a_cmd=a_cmd,
+            last_residual=residual,
+            saturated=saturated,
+            last_thrust=collective,
+        )
+        return state, to_rotor_action(thrusts, self.airframe)
 
-    def policy(self, obs: np.ndarray) -> np.ndarray:
-        """The guarded action (:class:`ObservationGuard`); with a rotor model, of the
-        observation whose thrusts are the model's estimate of the rotors' (a bad sample leaves
-        the model as it was)."""
+    def act_one(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
         if self.rotor_model is not None:
-            obs = self.rotor_model.observe(obs)
-        return super().policy(obs)
-
-    # -- hooks ---------------------------------------------------------------------------------
-    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
-        """Outer loop: desired acceleration (world, m/s²) from the errors ``ref − state``."""
-        return outer_accel(obs[L.ref_acc], e_p, e_v, self.kp, self.kd)
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        """Estimated residual acceleration Δâ (world, m/s²) to cancel by feed-forward."""
-        return _ZERO3
-
-    # -- interface -----------------------------------------------------------------------------
-    def act(self, obs: np.ndarray) -> np.ndarray:
+            rotors, obs = self.rotor_model.observe_one(state.rotors, obs)
+            state = replace(state, rotors=rotors)
+        state, torque_ff = self.torque_feedforward_one(state, obs)
         R = obs[L.rot].reshape(3, 3)
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]
-        a_cmd = self.desired_accel(obs, e_p, e_v) + self.excitation
-        self.last_residual = self.residual_world(obs, R, a_cmd)
-        a_eff = a_cmd - self.last_residual
-        thrusts = self.inner(R, obs[L.omega_b], a_eff, obs[L.ref_yaw], obs[L.ref_yaw_rate])
-        self.last_a_cmd = a_cmd
-        return to_rotor_action(thrusts, self.airframe)
+        state, a_cmd = self.command_one(state, obs, e_p, e_v)
+        state, residual = self.residual_one(state, obs, R, a_cmd)
+        thrusts, saturated, collective = self.inner.command(
+            R, obs[L.omega_b], a_cmd - residual, obs[L.ref_yaw], obs[L.ref_yaw_rate], torque_ff
+        )
+        state = replace(
+            state,
+            last_a_cmd=a_cmd,
+            last_residual=residual,
+            saturated=saturated,
+            last_thrust=collective,
+        )
+        return state, to_rotor_action(thrusts, self.airframe)
 
 
 class GeoTracker(Tracker):
@@ -216,182 +274,31 @@ class PIDTracker(Tracker):
         *,
         ki: float = DEFAULT_KI,  # 1/s³
         i_max: float = DEFAULT_I_MAX,  # m·s, integral bound per axis
-        **kw,
+        **kw: Any,
     ):
         self.ki = float(ki)
         self.i_max = float(i_max)
         super().__init__(context, **kw)
 
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.integral = np.zeros(3)  # m·s
+    def init_state(self, n: int) -> TrackerState:
+        return replace(super().init_state(n), integral=np.zeros((n, 3)))
 
-    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+    def command(
+        self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        state, a_cmd = super().command(state, obs, e_p, e_v)
         if not self.ki:  # a PD: geo's command exactly
-            return super().desired_accel(obs, e_p, e_v)
-        self.integral = pid_integral_step(
-            self.integral, e_p, self.dt, self.inner.saturated, self.i_max
+            return state, a_cmd
+        integral = pid_integral_step(
+            state.integral, e_p, self.dt, state.saturated[:, None], self.i_max
         )
-        return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral
+        return replace(state, integral=integral), a_cmd + self.ki * integral
 
-
-# ----------------------------------------------------------------------------- N envs
-class BatchedTracker(RowBatch):
-    """:class:`Tracker` (``geo``) for N envs, one ``policy_batch(obs (N, 36)) -> (N, 4)`` call.
-
-    Args:
-        context: nominal airframe and control period (shared by the batch).
-        n_envs: number of envs.
-        kp, kd, attitude: as the single tracker.
-
-    A row with a non-finite entry gets its env's last action and leaves that env's state as it
-    was (:class:`~residual_quad.controllers.batch.RowGuard`); the other rows are computed as if
-    it had been clean.
-    """
-
-    action_mode = "rotor"
-    name = "geo"
-    #: built from the loaded single controller (``ppo_res``) rather than from the options
-    from_single = False
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        n_envs: int = 1,
-        *,
-        kp: float = DEFAULT_KP,  # 1/s²
-        kd: float = DEFAULT_KD,  # 1/s
-        attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
-    ):
-        self.n_envs = check_n_envs(n_envs)
-        self.context = context or ControlContext()
-        self.airframe = self.context.airframe
-        self.dt = self.context.control_dt
-        self.rotor_model = (
-            BatchedRotorModel(float(rotor_tau_s), self.dt, self.n_envs) if rotor_tau_s else None
-        )
-        self.kp, self.kd = float(kp), float(kd)
-        self.inner = BatchedInnerLoop(self.airframe, self.n_envs, attitude)
-        self.excitation = np.zeros((self.n_envs, 3))  # m/s², added to a_cmd per env
-        self.last_a_cmd = np.zeros((self.n_envs, 3))
-        self.last_residual = np.zeros((self.n_envs, 3))
-        self.guard = RowGuard(self.n_envs, hover_action(self.action_mode, self.airframe))
-        self.reset_batch()
-
-    @classmethod
-    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        """Whether this class implements the single controller's ``options`` (else the factory
-        flies N single controllers in a :class:`~residual_quad.controllers.batch.BatchedLoop`):
-        every option of the single tracker, the rotor model included (override to narrow)."""
-        return True
-
-    # -- state ---------------------------------------------------------------------------------
-    def _reset_rows(self, index: int | slice) -> None:
-        """Initial state of the envs ``index`` (override and extend)."""
-        self.last_a_cmd[index] = 0.0
-        self.last_residual[index] = 0.0
-        self.inner.saturated[index] = False
-        self.inner.last_thrust[index] = self.airframe.hover_thrust
-        self.guard.reset(index)
-        if self.rotor_model is not None:
-            self.rotor_model.reset(index)
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        """``(object, attribute)`` of every per-env state array (row = env), which a bad
-        sample must leave as it was (override and extend)."""
-        return [
-            (self, "last_a_cmd"),
-            (self, "last_residual"),
-            (self.inner, "saturated"),
-            (self.inner, "last_thrust"),
-        ]
-
-    def _forget_rows(self, rows: np.ndarray) -> None:
-        """The envs ``rows`` had a bad sample: their next observation does not follow their
-        previous one (see :meth:`ObservationGuard.forget_previous_sample`)."""
-
-    # -- hooks ---------------------------------------------------------------------------------
-    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
-        return outer_accel(obs[:, L.ref_acc], e_p, e_v, self.kp, self.kd)
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return np.zeros_like(a_cmd)
-
-    # -- interface -----------------------------------------------------------------------------
-    def policy_batch(self, obs: np.ndarray) -> np.ndarray:
-        """Actions (N, 4) in [-1, 1] (``rotor`` mode) for observations (N, 36); a row with a
-        non-finite entry gets its env's last action and leaves its state as it was."""
-        obs, bad = check_obs_batch(obs, self.n_envs)
-        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
-        if self.rotor_model is not None:  # as the single tracker: before the guard, own rule
-            obs = self.rotor_model.observe(obs)
-        if not bad.any():
-            return self.guard.finish(self._act_batch(obs), bad)
-        # the batch is computed with a finite stand-in in the bad rows (every operation is row
-        # by row, so the other rows are those of a clean batch), then their state is restored
-        saved = [(o, a, getattr(o, a)[bad].copy()) for o, a in self._row_state()]
-        action = self._act_batch(np.where(bad[:, None], NEUTRAL_OBS, obs))
-        for o, a, rows in saved:
-            getattr(o, a)[bad] = rows
-        self._forget_rows(bad)
-        return self.guard.finish(action, bad)
-
-    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
-        """The trackers' law for a finite batch (N, 36) → actions (N, 4)."""
-        R = obs[:, L.rot].reshape(-1, 3, 3)
-        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
-        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
-        a_cmd = self.desired_accel(obs, e_p, e_v) + self.excitation
-        self.last_residual = self.residual_world(obs, R, a_cmd)
-        a_eff = a_cmd - self.last_residual
-        thrusts = self.inner(
-            obs[:, L.rot], obs[:, L.omega_b], a_eff, obs[:, L.ref_yaw], obs[:, L.ref_yaw_rate]
-        )
-        self.last_a_cmd = a_cmd
-        return to_rotor_action(thrusts, self.airframe)
-
-
-class BatchedGeoTracker(BatchedTracker):
-    """``geo`` for N envs."""
-
-    name = "geo"
-
-
-class BatchedPIDTracker(BatchedTracker):
-    """``pid`` for N envs: one integrator (m·s, 3 axes) per env, the same anti-windup rule."""
-
-    name = "pid"
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        n_envs: int = 1,
-        *,
-        ki: float = DEFAULT_KI,  # 1/s³
-        i_max: float = DEFAULT_I_MAX,  # m·s
-        **kw: Any,
-    ):
-        self.ki = float(ki)
-        self.i_max = float(i_max)
-        self.integral = np.zeros((check_n_envs(n_envs), 3))
-        super().__init__(context, n_envs, **kw)
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self.integral[index] = 0.0
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        return [*super()._row_state(), (self, "integral")]
-
-    def desired_accel(self, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray) -> np.ndarray:
+    def command_one(
+        self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        state, a_cmd = super().command_one(state, obs, e_p, e_v)
         if not self.ki:  # a PD: geo's command exactly
-            return super().desired_accel(obs, e_p, e_v)
-        self.integral = pid_integral_step(
-            self.integral, e_p, self.dt, self.inner.saturated[:, None], self.i_max
-        )
-        return super().desired_accel(obs, e_p, e_v) + self.ki * self.integral
-
-
-GeoTracker.batched = BatchedGeoTracker
-PIDTracker.batched = BatchedPIDTracker
+            return state, a_cmd
+        integral = pid_integral_step(state.integral, e_p, self.dt, state.saturated, self.i_max)
+        return replace(state, integral=integral), a_cmd + self.ki * integral

@@ -1,4 +1,5 @@
-"""The batched RLS equals N single :class:`LastLayerRLS` on the same sample streams.
+"""The RLS law on N rows (:meth:`RLSLaw.update`) equals N single :class:`LastLayerRLS` on the
+same sample streams.
 
 Random settings (hypothesis), streams with NaN/inf samples and masked-out envs: θ and P agree to
 1e-9 (relative), and the step, cap-hit and rejection counters exactly; the fold of the scale ``s``
@@ -11,15 +12,41 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers.rls import BatchedLastLayerRLS, LastLayerRLS, RLSConfig
+from residual_quad.controllers.law import put_rows, tree_map
+from residual_quad.controllers.rls import LastLayerRLS, RLSConfig, RLSLaw
 
 N_ENVS, N, M = 3, 17, 3
+
+
+class RowsRLS:
+    """N rows of :class:`RLSLaw` state, read the way the tests compare them."""
+
+    def __init__(self, theta0, n_envs, cfg=None):
+        self.law = RLSLaw(theta0, cfg)
+        self.state = self.law.init_state(n_envs)
+
+    def update(self, phi, y, mask=None):
+        self.state, e = self.law.update(self.state, phi, y, mask)
+        return e
+
+    def reset(self, index):
+        put_rows(self.state, index, tree_map(lambda x: x[0], self.law.init_state(1)))
+
+    theta0 = property(lambda self: self.law.theta0)
+    theta = property(lambda self: self.state.theta)
+    P = property(lambda self: self.law.covariance(self.state))
+    trace = property(lambda self: self.law.trace(self.state))
+    applied = property(lambda self: self.law.applied(self.state))
+    steps = property(lambda self: self.state.steps)
+    cap_hits = property(lambda self: self.state.cap_hits)
+    rejected = property(lambda self: self.state.rejected)
+    _s = property(lambda self: self.state.s)
 
 
 def run_both(cfg, phis, ys, masks, n=N):
     rng = np.random.default_rng(0)
     theta0 = rng.normal(size=(n, M))
-    batch = BatchedLastLayerRLS(theta0, N_ENVS, cfg)
+    batch = RowsRLS(theta0, N_ENVS, cfg)
     singles = [LastLayerRLS(theta0, cfg) for _ in range(N_ENVS)]
     for phi, y, mask in zip(phis, ys, masks, strict=True):
         batch.update(phi, y, mask)
@@ -76,13 +103,13 @@ def test_scale_folds_into_p_at_the_same_step():
     masks = np.ones((steps, N_ENVS), dtype=bool)
     batch, singles = run_both(cfg, phis, ys, masks, n=3)
     assert_same(batch, singles)
-    assert np.allclose(batch._s, [r._s for r in singles], rtol=1e-12)
+    assert np.allclose(batch._s, [r.state.s for r in singles], rtol=1e-12)
     assert np.all(batch._s < 1e3)  # folded (unfolded it would be 100·0.95⁻²²⁰ ≈ 8e6)
 
 
 def test_reset_of_one_env_leaves_the_others():
     rng = np.random.default_rng(2)
-    batch = BatchedLastLayerRLS(rng.normal(size=(N, M)), N_ENVS)
+    batch = RowsRLS(rng.normal(size=(N, M)), N_ENVS)
     for _ in range(5):
         batch.update(rng.normal(size=(N_ENVS, N)), rng.normal(size=(N_ENVS, M)))
     theta, P = batch.theta.copy(), batch.P

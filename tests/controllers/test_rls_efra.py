@@ -121,13 +121,13 @@ def test_the_batched_rls_follows_efra_row_by_row():
     """N single EFRA RLS on the same streams (NaN/inf samples, masked envs, a reset of one env):
     θ and P agree to 1e-9 (relative), the counters exactly, and the prior's scale is folded in at
     each row's first update."""
-    from residual_quad.controllers.rls import BatchedLastLayerRLS
+    from tests.controllers.test_batch_rls import RowsRLS
 
     n_envs = 3
     for cfg in (RLSConfig(covariance="efra"), RLSConfig(covariance="efra", leak=0.01, p0=0.1)):
         rng = np.random.default_rng(1)
         theta0 = rng.standard_normal((N, M))
-        batch = BatchedLastLayerRLS(theta0, n_envs, cfg)
+        batch = RowsRLS(theta0, n_envs, cfg)
         singles = [LastLayerRLS(theta0, cfg) for _ in range(n_envs)]
         for t in range(60):
             phi = np.stack([_regressor(rng) for _ in range(n_envs)])
