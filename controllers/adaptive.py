@@ -143,9 +143,7 @@ class AngularDisturbanceObserver:
                 estimate = estimate + self.gain * (raw - estimate)
             else:
                 rejected += 1
-        return ObserverState(
-            estimate, last_raw, rejected, omega, bool(np.all(np.isfinite(omega)))
-        )
+        return ObserverState(estimate, last_raw, rejected, omega, bool(np.all(np.isfinite(omega))))
 
     def update(self, state: ObserverState, obs: np.ndarray) -> ObserverState:
         """:meth:`update_one` of each env: ``obs`` (n, 36)."""

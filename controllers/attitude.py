@@ -132,9 +132,7 @@ class InnerLoop:
         r = np.ravel(R).tolist()
         ax, ay, az = a_cmd.tolist()
         frame = self.airframe
-        fx, fy, fz, saturated = tilt_limited_force(
-            FLOATS, frame, ax, ay, az, self.tan_max_tilt
-        )
+        fx, fy, fz, saturated = tilt_limited_force(FLOATS, frame, ax, ay, az, self.tan_max_tilt)
         thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
         if thrust > frame.max_thrust:
             saturated = True

@@ -18,24 +18,21 @@ law writes itself lives here, once:
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from residual_quad.controllers.base import ObservationGuard
-from residual_quad.controllers.batch import (
-    RowGuard,
-    Seeds,
-    check_index,
-    check_n_envs,
-    check_obs_batch,
-    check_seeds,
-)
 from residual_quad.controllers.law import Law, put_rows, take_rows, tree_map
-from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import OBS_DIM, is_observation_width
 from residual_quad.envs.observation import ObsLayout as L
 
+Seeds = Sequence[int | None] | None
 
+
+# ----------------------------------------------------------------------------- input checks
 def neutral_obs(width: int) -> np.ndarray:
     """A finite stand-in for a bad row while a batch is computed (its result is discarded and
     the row's state restored): at rest at the origin, level, reference (and preview) at the
@@ -45,6 +42,83 @@ def neutral_obs(width: int) -> np.ndarray:
     return obs
 
 
+NEUTRAL_OBS = neutral_obs(OBS_DIM)
+
+
+def check_n_envs(n_envs: Any) -> int:
+    """``n_envs`` as an int ≥ 1, or a ``ValueError`` naming it."""
+    if isinstance(n_envs, bool) or not isinstance(n_envs, numbers.Integral) or n_envs < 1:
+        raise ValueError(f"n_envs must be an integer >= 1, got {n_envs!r}")
+    return int(n_envs)
+
+
+def check_obs_batch(obs: Any, n_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """``obs`` as a float64 array (n_envs, 36 + 6K) — the base fields, then a reference preview
+    of K points when the env has one — and the (n_envs,) mask of its rows with a NaN or ±inf
+    entry; a ``ValueError`` for another shape."""
+    arr = np.asarray(obs, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] != n_envs or not is_observation_width(arr.shape[1]):
+        raise ValueError(
+            f"observation batch must have shape ({n_envs}, {OBS_DIM} + 6K) (n_envs, obs; K "
+            f"preview points, 0 without a preview), got {arr.shape}"
+        )
+    return arr, ~np.isfinite(arr).all(axis=1)
+
+
+class RowGuard:
+    """Held actions of a batch, one row per env: :class:`~residual_quad.controllers.base.
+    ObservationGuard`'s rule row by row.
+
+    Args:
+        n_envs: number of envs.
+        hover: the action held by an env that has not acted since its reset (4,).
+    """
+
+    def __init__(self, n_envs: int, hover: np.ndarray):
+        self.hover = np.asarray(hover, dtype=float)
+        self.held = np.tile(self.hover, (n_envs, 1))
+        #: (N,) bad samples (and numerical failures) answered with the held action since reset
+        self.nonfinite_observations = np.zeros(n_envs, dtype=np.int64)
+
+    def reset(self, index: int | slice = slice(None)) -> None:
+        """No held action (hover) and no count for the envs ``index``."""
+        self.held[index] = self.hover
+        self.nonfinite_observations[index] = 0
+
+    def finish(self, action: np.ndarray, bad: np.ndarray) -> np.ndarray:
+        """``action`` (N, 4) with the rows ``bad`` (and rows that came out non-finite) replaced
+        by their held action; every other row becomes its env's held action."""
+        bad = bad | ~np.isfinite(action).all(axis=1)
+        if bad.any():
+            action = np.where(bad[:, None], self.held, action)
+            self.nonfinite_observations += bad
+        self.held[...] = action
+        return action
+
+
+def check_seeds(seeds: Seeds, n_envs: int) -> list[int | None]:
+    """``seeds`` as a list of n_envs seeds (``None`` → all ``None``); ``ValueError`` otherwise."""
+    if seeds is None:
+        return [None] * n_envs
+    seeds = list(seeds)
+    if len(seeds) != n_envs:
+        raise ValueError(f"reset_batch needs {n_envs} seeds (one per env), got {len(seeds)}")
+    for i, s in enumerate(seeds):
+        if s is not None and (isinstance(s, bool) or not isinstance(s, numbers.Integral)):
+            raise ValueError(f"seed of env index {i} must be an integer or None, got {s!r}")
+    return seeds
+
+
+def check_index(index: Any, n_envs: int) -> int:
+    """``index`` as an env index in ``[0, n_envs)``, or a ``ValueError`` naming it."""
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+        raise ValueError(f"env index must be an integer in [0, {n_envs}), got {index!r}")
+    if not 0 <= index < n_envs:
+        raise ValueError(f"env index {index} is out of range [0, {n_envs})")
+    return int(index)
+
+
+# ----------------------------------------------------------------------------- the driver
 class LawController(ObservationGuard):
     """A law flying one vehicle: ``reset(seed)`` and ``policy(obs)``.
 
@@ -141,6 +215,3 @@ class LawBatch:
         if name.startswith("__") or name == "law":
             raise AttributeError(name)
         return getattr(self.law, name)
-
-
-__all__ = ["LawBatch", "LawController", "neutral_obs", "OBS_DIM"]

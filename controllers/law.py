@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext, hover_action
-
-if TYPE_CHECKING:
-    from residual_quad.controllers.driver import LawBatch, LawController
 
 
 # ----------------------------------------------------------------------------- state trees
@@ -99,8 +96,9 @@ class Law:
     Subclasses set ``action_mode`` and ``name``, keep ``context`` (:class:`ControlContext`) and
     implement :meth:`init_state` and :meth:`act`; :meth:`forget` where the law measures from
     successive observations; :meth:`act_one` (and :meth:`forget_one`) where one vehicle needs
-    float code. Build a driver with :meth:`controller` (one vehicle, ``policy(obs)``) or
-    :meth:`batch` (N envs, ``policy_batch(obs)``).
+    float code. The driver flies it: :class:`~residual_quad.controllers.driver.LawController`
+    (one vehicle, ``policy(obs)``) or :class:`~residual_quad.controllers.driver.LawBatch`
+    (N envs, ``policy_batch(obs)``).
     """
 
     action_mode: ClassVar[str] = "rotor"
@@ -142,16 +140,3 @@ class Law:
     def hover(self) -> np.ndarray:
         """The action held by an env that has not acted since its reset."""
         return hover_action(self.action_mode, self.context.airframe)
-
-    def controller(self) -> LawController:
-        """This law flying one vehicle (a :class:`~residual_quad.controllers.base.Controller`)."""
-        from residual_quad.controllers.driver import LawController
-
-        return LawController(self)
-
-    def batch(self, n_envs: int) -> LawBatch:
-        """This law flying ``n_envs`` envs (a :class:`~residual_quad.controllers.batch.
-        BatchedController`)."""
-        from residual_quad.controllers.driver import LawBatch
-
-        return LawBatch(self, n_envs)

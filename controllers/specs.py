@@ -30,6 +30,7 @@ from residual_quad.controllers.base import (
     controller_context,
     resolve_factory,
 )
+from residual_quad.controllers.driver import LawController
 from residual_quad.controllers.law import Law
 from residual_quad.controllers.options import check_options, options_of
 from residual_quad.envs.actions import ACTION_MODES
@@ -89,7 +90,7 @@ class ControllerSpec:
         they are: :func:`check_spec_options`) and check it; a law flies through
         :class:`~residual_quad.controllers.driver.LawController`."""
         obj = self.make(context, **overrides)
-        return obj.controller() if isinstance(obj, Law) else obj
+        return LawController(obj) if isinstance(obj, Law) else obj
 
     def make(self, context: ControlContext | None = None, **overrides: Any) -> Law | Controller:
         """What the factory makes from the spec: a :class:`~residual_quad.controllers.law.Law`

@@ -89,6 +89,8 @@ class TrackerState:
     integral: np.ndarray | None = None  # m·s, world, (n, 3): ``pid``'s position-error integral
     estimator: Any = None  # the residual estimator (residual trackers)
     observer: Any = None  # the angular disturbance observer (``geo_rls_dob``)
+    #: m/s², world, (n, 3): an input added to the command (data collection's excitation)
+    excitation: np.ndarray | None = None
 
 
 class Tracker(Law):
@@ -198,6 +200,8 @@ class Tracker(Law):
         e_p = obs[:, L.ref_pos] - obs[:, L.pos]
         e_v = obs[:, L.ref_vel] - obs[:, L.vel]
         state, a_cmd = self.command(state, obs, e_p, e_v)
+        if state.excitation is not None:
+            a_cmd = a_cmd + state.excitation
         state, residual = self.residual(state, obs, R, a_cmd)
         thrusts, saturated, collective = self.inner.command_batch(
             obs[:, L.rot],
@@ -225,6 +229,8 @@ class Tracker(Law):
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]
         state, a_cmd = self.command_one(state, obs, e_p, e_v)
+        if state.excitation is not None:
+            a_cmd = a_cmd + state.excitation
         state, residual = self.residual_one(state, obs, R, a_cmd)
         thrusts, saturated, collective = self.inner.command(
             R, obs[L.omega_b], a_cmd - residual, obs[L.ref_yaw], obs[L.ref_yaw_rate], torque_ff

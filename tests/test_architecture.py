@@ -319,3 +319,76 @@ def test_no_string_imports_between_rooms():
                 if (other and other != room) or (room and spec and other != room):
                     named.append(f"{module}:{node.lineno} names {match.group(0)}")
     assert named == []
+
+
+#: classes of ``controllers/`` allowed a ``Batch``/``Batched`` name: solvers whose batch
+#: *algorithm* differs from the one-vehicle solver's (not a second copy of a law), and the
+#: generic loop/group drivers of controllers that are not laws (path: class names)
+NAMED_BATCH_SOLVERS: dict[str, tuple[str, ...]] = {
+    "controllers/batch.py": ("BatchedController", "BatchedLoop", "BatchedGroups"),
+    "controllers/prioritized/box_hlsp.py": ("BatchedBoxHLSP",),
+    "controllers/prioritized/thrust_vector.py": (
+        "BatchedThrustVectorNewton",
+        "BatchedPrioritizedAllocator",
+    ),
+}
+#: the state-plumbing hooks of the retired twin protocol: the driver does this once for every law
+PLUMBING = ("_row_state", "_reset_rows", "_forget_rows", "forget_previous_sample", "row_state")
+
+
+def _controller_classes() -> dict[str, list[ast.ClassDef]]:
+    out: dict[str, list[ast.ClassDef]] = {}
+    for path in sorted((ROOT / "controllers").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        out[str(path.relative_to(ROOT))] = classes
+    return out
+
+
+def test_no_batched_twin_of_a_law():
+    """A controller is one law run by the one driver (``controllers/driver.py``): no class under
+    ``controllers/`` is named ``Batch…``/``Batched…`` except the solvers whose batch algorithm
+    differs (:data:`NAMED_BATCH_SOLVERS`), and no class names a twin (``batched``,
+    ``from_single``, ``vectorizes``) any more."""
+    found = {
+        path: sorted(c.name for c in classes if re.match(r"Batch(ed)?[A-Z]", c.name))
+        for path, classes in _controller_classes().items()
+    }
+    extra = {
+        path: [n for n in names if n not in NAMED_BATCH_SOLVERS.get(path, ())]
+        for path, names in found.items()
+    }
+    assert {p: n for p, n in extra.items() if n} == {}
+    assert all(set(names) <= set(found.get(p, ())) for p, names in NAMED_BATCH_SOLVERS.items())
+    twin_attrs = sorted(
+        f"{path}:{c.name}.{t.id}"
+        for path, classes in _controller_classes().items()
+        for c in classes
+        for node in c.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name) and t.id in ("batched", "from_single", "single", "not_settings")
+    )
+    assert twin_attrs == []
+
+
+def test_state_plumbing_lives_in_the_driver_only():
+    """No method of the retired twin protocol (:data:`PLUMBING`) is defined under
+    ``controllers/`` outside the driver and the guard of non-law controllers (``base.py``): a
+    law declares its state; resets and the restore of a bad row are the driver's."""
+    defined = sorted(
+        f"{path}:{c.name}.{f.name}"
+        for path, classes in _controller_classes().items()
+        if path not in ("controllers/driver.py", "controllers/base.py")
+        for c in classes
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name in PLUMBING
+    )
+    assert defined == []
+
+
+def test_the_twin_check_catches_a_twin():
+    """The rule of :func:`test_no_batched_twin_of_a_law` flags a batched copy."""
+    tree = ast.parse("class BatchedGeo:\n    batched = None\n")
+    names = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    assert [n for n in names if re.match(r"Batch(ed)?[A-Z]", n)] == ["BatchedGeo"]

@@ -32,6 +32,8 @@ import numpy as np
 import yaml
 
 from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.driver import LawController
+from residual_quad.controllers.law import replace
 from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
     N_FEATURES,
@@ -113,14 +115,13 @@ class CollectConfig:
         ]
 
 
-class ExcitedGeo(GeoTracker):
+class ExcitedGeo(LawController):
     """``geo`` whose command carries an OU random acceleration, recording features as it flies.
 
     The excitation is seeded per run from ``(excitation_seed, run seed)`` and discretized exactly:
-    ``e ← e^{−Δt/τ}·e + σ·√(1 − e^{−2Δt/τ})·n``, starting from its stationary distribution.
+    ``e ← e^{−Δt/τ}·e + σ·√(1 − e^{−2Δt/τ})·n``, starting from its stationary distribution; it
+    reaches the ``geo`` law as the ``excitation`` input of its state.
     """
-
-    name = "geo_excited"
 
     def __init__(self, context: ControlContext, excitation: ExcitationConfig, base_seed: int):
         self.exc_cfg = excitation
@@ -129,21 +130,22 @@ class ExcitedGeo(GeoTracker):
         self._a, self._b = a, math.sqrt(1.0 - a * a)
         s = excitation.sigma
         self._sigma = np.array([s, s, s * excitation.vertical_scale])
-        super().__init__(context)
+        super().__init__(GeoTracker(context))
+        self.name = "geo_excited"
 
     def reset(self, seed: int | None = None) -> None:
         super().reset(seed)
         self._rng = np.random.default_rng([self.base_seed, 0 if seed is None else int(seed)])
         self._e = self._sigma * self._rng.standard_normal(3)
-        self.excitation = np.zeros(3)
+        self.state = replace(self.state, excitation=np.zeros(3))
         self.features = np.zeros(N_FEATURES)  # of the observation passed to the last policy()
 
     def policy(self, obs: np.ndarray) -> np.ndarray:
         R = obs[L.rot].reshape(3, 3)
         # features use the previous command, as the residual trackers do
-        self.features = features_from_obs(obs, R, self.last_a_cmd, self.airframe.mass)
+        self.features = features_from_obs(obs, R, self.state.last_a_cmd, self.airframe.mass)
         self._e = self._a * self._e + self._b * self._sigma * self._rng.standard_normal(3)
-        self.excitation = self._e
+        self.state = replace(self.state, excitation=self._e)
         return super().policy(obs)
 
 

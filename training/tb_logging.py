@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.residual.estimator import rejected_updates
+
 _UID = itertools.count()
 
 
@@ -105,8 +107,10 @@ class EpisodeLogger:
 
     def __call__(self, step: int, obs: np.ndarray, action: np.ndarray, info: dict) -> None:
         c = self.controller
+        state = getattr(c, "state", None)  # a law's state (LawController)
+        es = getattr(state, "estimator", None)  # the residual estimator's part
         true = np.asarray(info["residual_accel"], dtype=float)
-        est = np.asarray(getattr(c, "last_estimate", np.zeros(3)), dtype=float)
+        est = np.zeros(3) if es is None else np.asarray(es.last_estimate, dtype=float)
         self.w_true.scalars(
             step, {"residual/x": true[0], "residual/y": true[1], "residual/z": true[2]}
         )
@@ -115,24 +119,23 @@ class EpisodeLogger:
             "rls/prediction_error": float(np.linalg.norm(true - est)),
             "tracking/position_error": float(info["position_error"]),
         }
-        rls = getattr(c, "rls", None)
-        if rls is not None:
-            values["rls/P_trace"] = rls.trace
-            eig = np.linalg.eigvalsh(rls.P)
+        estimator = getattr(c, "estimator", None) if es is not None else None
+        if es is not None and es.rls is not None:
+            rls = estimator.rls
+            values["rls/P_trace"] = float(rls.trace(es.rls))
+            eig = np.linalg.eigvalsh(rls.covariance(es.rls))
             values["rls/P_eig_max"] = float(eig[-1])
             values["rls/P_eig_min"] = float(eig[0])
-            values["rls/innovation"] = float(np.linalg.norm(c.last_prediction_error))
-            values["rls/applied"] = float(rls.warmup_done)
-            values["rls/rejected"] = float(getattr(c, "rejected_updates", rls.rejected))
-            if not self._warmup_logged and c.warmup_end_step is not None:
+            values["rls/innovation"] = float(np.linalg.norm(es.last_prediction_error))
+            values["rls/applied"] = float(rls.warmup_done(es.rls))
+            values["rls/rejected"] = float(rejected_updates(es))
+            if not self._warmup_logged and es.warmup_end_step >= 0:
                 values["rls/warmup_end"] = float(info["t"])
                 self._warmup_logged = True
-        estimator = getattr(c, "estimator", None)
         if estimator is not None and estimator.config.ood.enabled:
-            values["ood/weight"] = float(estimator.ood_weight)
-        torque = getattr(c, "disturbance_torque", None)
-        if torque is not None:
-            tx, ty, tz = (float(v) for v in torque)
+            values["ood/weight"] = float(es.ood_weight)
+        if getattr(state, "observer", None) is not None:
+            tx, ty, tz = (float(v) for v in c.law.disturbance_torque(state))
             values.update(
                 {"observer/torque_x": tx, "observer/torque_y": ty, "observer/torque_z": tz}
             )

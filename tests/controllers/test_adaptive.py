@@ -9,17 +9,27 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.adaptive import (
-    AngularDisturbanceObserver,
-    DOBRLSGeoTracker,
-    ObserverInnerLoop,
-)
+from residual_quad.controllers.adaptive import AngularDisturbanceObserver, DOBRLSGeoTracker
+from residual_quad.controllers.attitude import InnerLoop
+from residual_quad.controllers.law import one_vehicle
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.episode import run_episode
 
 DT = 0.01  # s
+
+
+class Observed:
+    """One vehicle's observer with its state (the law's part of a tracker's state)."""
+
+    def __init__(self, observer):
+        self.observer = observer
+        self.state = one_vehicle(observer.init_state(1))
+
+    def update(self, obs):
+        self.state = self.observer.update_one(self.state, obs)
+        return self.state.estimate
 
 
 def _obs(omega_b, thrusts=(2.0, 2.0, 2.0, 2.0)) -> np.ndarray:
@@ -35,7 +45,7 @@ def test_observer_recovers_a_constant_angular_acceleration_residual_exactly():
     # whole measured ω̇ is residual and the first-order filter's answer is known in closed form
     frame = Airframe()
     obs_tau = 0.05  # s
-    observer = AngularDisturbanceObserver(frame, DT, tau=obs_tau)
+    observer = Observed(AngularDisturbanceObserver(frame, DT, tau=obs_tau))
     alpha_d = np.array([3.0, 0.0, 0.0])  # rad/s²
     a = DT / (obs_tau + DT)
     for k in range(40):
@@ -52,19 +62,21 @@ def test_observer_sees_no_residual_when_the_nominal_model_explains_the_rates():
     tau = frame.allocation[1:] @ thrusts
     alpha = tau / np.asarray(frame.inertia)
     assert np.linalg.norm(alpha) > 1.0  # the case is not trivial
-    observer = AngularDisturbanceObserver(frame, DT, tau=0.0)
+    observer = Observed(AngularDisturbanceObserver(frame, DT, tau=0.0))
     for k in range(5):
         est = observer.update(_obs(alpha * k * DT, thrusts))
     np.testing.assert_allclose(est, 0.0, atol=1e-12)
 
 
 def test_observer_rejects_non_finite_and_implausible_rates():
-    observer = AngularDisturbanceObserver(Airframe(), DT, tau=0.0, max_accel=100.0)
+    observer = Observed(AngularDisturbanceObserver(Airframe(), DT, tau=0.0, max_accel=100.0))
     observer.update(_obs([0.0, 0.0, 0.0]))
     observer.update(_obs([5.0, 0.0, 0.0]))  # 500 rad/s² in one period
-    assert observer.rejected == 1 and np.all(observer.estimate == 0.0)
+    assert observer.state.rejected == 1 and np.all(observer.state.estimate == 0.0)
     observer.update(_obs([math.nan, 0.0, 0.0]))
-    assert np.all(np.isfinite(observer.estimate))
+    assert np.all(np.isfinite(observer.state.estimate))
+    observer.update(_obs([1.0, 0.0, 0.0]))  # no difference spans the non-finite rate
+    assert observer.state.rejected == 1 and np.all(observer.state.estimate == 0.0)
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.inf, math.nan])
@@ -74,18 +86,25 @@ def test_observer_tau_is_validated(bad):
 
 
 def test_inner_loop_adds_the_torque_feed_forward():
+    # the same command with and without a feed-forward torque: the rotor thrusts differ by
+    # exactly the mixer's image of that torque (nothing saturates at hover)
     frame = Airframe()
-    plain = ObserverInnerLoop(frame)
-    R = np.eye(3).ravel().tolist()
-    base = plain.attitude_torque(R, np.zeros(3), (0.0, 0.0, 1.0), 0.0)
-    plain.torque_ff[...] = (0.01, -0.02, 0.003)
-    shifted = plain.attitude_torque(R, np.zeros(3), (0.0, 0.0, 1.0), 0.0)
-    np.testing.assert_allclose(np.subtract(shifted, base), (0.01, -0.02, 0.003), atol=1e-15)
+    inner = InnerLoop(frame)
+    R, a = np.eye(3), np.zeros(3)
+    ff = np.array([0.01, -0.02, 0.003])  # N·m, body
+    base, _, _ = inner.command(R, np.zeros(3), a, 0.0)
+    shifted, _, _ = inner.command(R, np.zeros(3), a, 0.0, 0.0, ff)
+    torque = frame.allocation[1:] @ (shifted - base)
+    np.testing.assert_allclose(torque, ff, atol=1e-12)
+    batch, _, _ = inner.command_batch(
+        R.ravel()[None], np.zeros((1, 3)), a[None], np.zeros(1), np.zeros(1), ff[None]
+    )
+    np.testing.assert_allclose(batch[0], shifted, atol=1e-15)
 
 
 def test_registered_with_guard_and_efra_on():
     c = make_controller("geo_rls_dob")
-    assert isinstance(c, DOBRLSGeoTracker)
+    assert isinstance(c.law, DOBRLSGeoTracker)
     assert c.config.ood.enabled and c.config.rls.covariance == "efra"
     assert c.config.weights == "default"
 
@@ -107,7 +126,7 @@ def test_hover_thrust_and_steady_state(payload):
     collective = r.thrusts[r.t >= 5.0].sum(axis=1)
     assert np.mean(collective) == pytest.approx(mass * 9.81, rel=2e-3)
     assert r.rmse < 0.01  # m
-    assert np.linalg.norm(c.disturbance_torque) < 1e-3  # N·m
+    assert np.linalg.norm(c.law.disturbance_torque(c.state)) < 1e-3  # N·m
 
 
 def test_removes_the_steady_tilt_error_that_geo_rls_keeps():
@@ -165,13 +184,15 @@ def test_tensorboard_shows_the_covariance_scheme_guard_and_observer(tmp_path):
 
 
 def test_batch_paths_vectorize_guarded_and_efra_settings_and_geo_rls_dob():
-    from residual_quad.controllers.adaptive import BatchedDOBRLSGeoTracker
     from residual_quad.controllers.batch import make_batch_controller
-    from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
+    from residual_quad.controllers.driver import LawBatch
+    from residual_quad.controllers.residual.trackers import RLSGeoTracker
 
-    assert isinstance(make_batch_controller("geo_rls", 2), BatchedRLSGeoTracker)
+    batch = make_batch_controller("geo_rls", 2)
+    assert isinstance(batch, LawBatch) and type(batch.law) is RLSGeoTracker
     dob = make_batch_controller("geo_rls_dob", 2)
-    assert type(dob) is BatchedDOBRLSGeoTracker
+    assert isinstance(dob, LawBatch) and type(dob.law) is DOBRLSGeoTracker
     assert dob.config == make_controller("geo_rls_dob").config  # configs/adaptive.yaml
     for options in ({"ood": {"enabled": True}}, {"covariance": "efra"}):
-        assert type(make_batch_controller("geo_rls", 2, **options)) is BatchedRLSGeoTracker
+        batch = make_batch_controller("geo_rls", 2, **options)
+        assert isinstance(batch, LawBatch) and type(batch.law) is RLSGeoTracker
