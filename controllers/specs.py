@@ -100,10 +100,12 @@ class ControllerSpec:
         try:
             obj = factory(context or ControlContext(), **opts)
         except TypeError as exc:
-            valid = _keyword_options(factory)
+            valid = keyword_options(factory)
             hint = f"; valid options: {', '.join(valid)}" if valid is not None else ""
             raise ValueError(f"controller {self.label!r} ({self.target}): {exc}{hint}") from None
-        if not isinstance(obj, Law):
+        if isinstance(obj, Law):  # the driver supplies reset and policy; the mode is the law's
+            check_action_mode(obj.action_mode, self.label or self.target)
+        else:
             check_controller(obj, self.label or self.target)
         return obj
 
@@ -125,7 +127,7 @@ def check_spec_options(
     return check_options(target, table, options, spec)
 
 
-def _keyword_options(factory: Any) -> list[str] | None:
+def keyword_options(factory: Any) -> list[str] | None:
     """The keyword options a factory accepts (None if it takes ``**kwargs`` or is opaque)."""
     try:
         params = list(inspect.signature(factory).parameters.values())
@@ -150,6 +152,11 @@ def check_controller(obj: Any, spec: str) -> None:
             f"{', '.join(missing)} (a Controller has reset(seed), policy(obs) -> action and an "
             f"action_mode in {', '.join(ACTION_MODES)})"
         )
+    check_action_mode(mode, spec)
+
+
+def check_action_mode(mode: Any, spec: str) -> None:
+    """``ValueError`` naming ``spec`` unless ``mode`` is one of the env's action modes."""
     if mode not in ACTION_MODES:
         raise ValueError(
             f"controller {spec!r}: action_mode {mode!r} is not an env action mode; valid "

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from residual_quad.controllers.base import BUILTIN_CONTROLLERS
+from residual_quad.controllers.base import BUILTIN_CONTROLLERS, resolve_factory
 from residual_quad.controllers.specs import (
     ControllerEntry,
     ControllerSpec,
+    keyword_options,
     normalized_entries,
     parse_spec,
     resolve_entries,
@@ -122,6 +123,10 @@ class SweepConfig(ControllerLabels):
     episode_s: float = 20.0  # s
     env: dict[str, Any] = field(default_factory=dict)  # extra ResidualQuad-v0 kwargs
     controller_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per name
+    #: options every controller of the matrix gets where it declares them (a built-in's
+    #: ``OPTIONS``, a user factory's keywords); its own spec options and ``controller_options``
+    #: win, so one lag-tuned set is written once for every tracker
+    controller_defaults: dict[str, Any] = field(default_factory=dict)
     series: list[dict[str, Any]] = field(  # filters of the runs whose time series are kept
         default_factory=lambda: [
             {"payload": "heavy", "wind": "windy", "trajectory": "helix", "seed": 0},
@@ -143,6 +148,9 @@ class SweepConfig(ControllerLabels):
         for p in self.payloads:
             resolve_payload(p)
         self._resolve_controllers()
+        self.controller_options = with_defaults(
+            self.controller_defaults, self.controller_options, self._specs
+        )
         for w in self.winds:
             _check_wind(w)
         for t in self.trajectories:
@@ -165,6 +173,51 @@ class SweepConfig(ControllerLabels):
         _check_series(self.series)
         ids = [s.run_id for s in expand(self)]
         check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
+
+
+def with_defaults(
+    defaults: Any, options: Any, specs: dict[str, ControllerSpec]
+) -> dict[str, dict[str, Any]]:
+    """``options`` (label → options) with ``defaults`` filled in for every label whose
+    controller declares the option and does not set it itself (in its spec or in ``options``);
+    a ``ValueError`` for a default no controller of the matrix declares (a typo)."""
+    if not isinstance(defaults, dict):
+        raise ValueError(f"controller_defaults: expected a mapping of options, got {defaults!r}")
+    if not defaults:
+        return options
+    if not isinstance(options, dict):
+        raise ValueError(f"controller_options: expected a mapping label → options, got {options!r}")
+    out = {label: dict(opts) if isinstance(opts, dict) else opts for label, opts in options.items()}
+    used: set[str] = set()
+    for label, spec in specs.items():
+        declared = declared_options(spec)
+        own = out.get(label, {})
+        if not isinstance(own, dict):
+            continue  # named by _check_controller_options
+        take = {
+            k: v
+            for k, v in defaults.items()
+            if k in declared and k not in spec.options and k not in own
+        }
+        used |= {k for k in defaults if k in declared}
+        if take:
+            out[label] = {**take, **own}
+    unused = sorted(set(defaults) - used)
+    if unused:
+        raise ValueError(
+            f"controller_defaults: no controller of the matrix takes {', '.join(unused)}"
+        )
+    return out
+
+
+def declared_options(spec: ControllerSpec) -> set[str]:
+    """The options the controller of ``spec`` declares: a built-in's ``OPTIONS`` table, a user
+    factory's keyword arguments (none where it takes ``**kwargs`` only)."""
+    factory = resolve_factory(spec.target)
+    table = getattr(factory, "OPTIONS", None)
+    if isinstance(table, dict):
+        return set(table)
+    return set(keyword_options(factory) or ())
 
 
 def check_seeds(seeds: Any) -> None:

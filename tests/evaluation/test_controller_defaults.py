@@ -1,0 +1,57 @@
+"""``controller_defaults`` of a sweep config: one option set given once reaches every controller
+that declares it, and loses to what an entry sets itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from residual_quad import configs
+from residual_quad.evaluation.sweep.config import SweepConfig
+
+LAG_TUNED = {
+    "attitude": {"wn_rp": 10.0, "zeta_rp": 1.2, "wn_yaw": 2.0, "zeta_yaw": 1.0, "max_tilt": 0.44},
+    "rotor_tau_s": 0.06,
+}
+
+
+@pytest.mark.parametrize("name", ["sweep_realistic", "sweep_realistic_20"])
+def test_the_realistic_configs_resolve_to_the_option_sets_they_used_to_repeat(name):
+    options = configs.load(SweepConfig, name).controller_options
+    for label in ("pid", "geo", "geo_res", "geo_rls", "geo_rls_dob"):
+        assert options[label] == LAG_TUNED
+    for label in ("hnewton", "hnewton_rls"):  # and hnewton's own tilt bound (rad)
+        assert options[label] == {**LAG_TUNED, "max_tilt": 0.44}
+    for label in ("ppo", "ppo_res"):  # policies take none of them
+        assert options[label] == {"plant": "realistic"}
+
+
+def test_an_entrys_own_options_win_over_the_defaults():
+    cfg = SweepConfig(
+        controllers=["geo", "geo:kp=15,rotor_tau_s=0.03", "pid"],
+        payloads=["none"],
+        winds=["calm"],
+        trajectories=["hover"],
+        seeds=[0],
+        episode_s=1.0,
+        controller_defaults={"rotor_tau_s": 0.06, "kp": 18.0},
+        controller_options={"pid": {"kp": 25.0}},
+        series=[],
+    )
+    opts = cfg.controller_options
+    assert opts["geo"] == {"rotor_tau_s": 0.06, "kp": 18.0}
+    assert opts["pid"] == {"rotor_tau_s": 0.06, "kp": 25.0}  # controller_options win
+    assert opts.get("geo:kp=15,rotor_tau_s=0.03", {}) == {}  # the spec's own options win
+
+
+def test_a_default_no_controller_takes_is_named():
+    with pytest.raises(ValueError, match="controller_defaults: no controller of the matrix takes"):
+        SweepConfig(
+            controllers=["geo"],
+            payloads=["none"],
+            winds=["calm"],
+            trajectories=["hover"],
+            seeds=[0],
+            episode_s=1.0,
+            controller_defaults={"rotor_tau": 0.06},
+            series=[],
+        )
