@@ -28,9 +28,8 @@ attitude loop's torque feed-forward.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -69,8 +68,7 @@ def angular_residual(
     return (omega - prev_omega) / dt - alpha_nominal
 
 
-@dataclass(frozen=True, slots=True)
-class ObserverState:
+class ObserverState(NamedTuple):
     """The angular disturbance observer's state, one row per env (rad/s², body)."""
 
     estimate: np.ndarray  # (n, 3): Δα̂

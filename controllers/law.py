@@ -1,8 +1,11 @@
 """A controller as a law over explicit state, run by one driver for one vehicle or a batch.
 
 A :class:`Law` holds a controller's parameters (gains, networks, settings: never changed by
-flying) and declares its state: ``init_state(n)`` returns a frozen dataclass of named arrays with
-a leading env axis (nested dataclasses for components, ``None`` for an absent one). Its step is
+flying) and declares its state: ``init_state(n)`` returns a frozen record of named arrays with a
+leading env axis — a ``NamedTuple`` (or a frozen dataclass), nested for components, ``None`` for
+an absent one. ``NamedTuple`` is the record of the built-in laws because one vehicle replaces its
+state every step: building one costs ≈ 1 µs against ≈ 3 µs for a frozen dataclass of the same
+21 fields (``dataclasses.replace``: 6 µs). Its step is
 ``act(state, obs) -> (state, action)`` over a finite batch of observations (n, 36 + 6K). The
 driver (:mod:`residual_quad.controllers.driver`) owns everything else, once for every law:
 resets (a reset writes ``init_state``'s row), the held action of a bad sample and the restore of
@@ -31,11 +34,20 @@ from residual_quad.controllers.base import ControlContext, hover_action
 
 
 # ----------------------------------------------------------------------------- state trees
+def _is_record(x: Any) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
 def tree_map(fn: Callable[..., Any], state: Any, *rest: Any) -> Any:
-    """``fn`` over the leaves (arrays and scalars) of a state tree (nested dataclasses; ``None``
-    stays ``None``), with the matching leaves of ``rest``; a new tree of the same classes."""
+    """``fn`` over the leaves (arrays and scalars) of a state tree (nested ``NamedTuple``s or
+    dataclasses; ``None`` stays ``None``), with the matching leaves of ``rest``; a new tree of
+    the same classes."""
     if state is None:
         return None
+    if _is_record(state):
+        return type(state)._make(
+            tree_map(fn, x, *(r[i] for r in rest)) for i, x in enumerate(state)
+        )
     if dataclasses.is_dataclass(state):
         return type(state)(
             **{
@@ -85,7 +97,9 @@ def as_batch_of_one(state: Any) -> Any:
 
 
 def replace(state: Any, **changes: Any) -> Any:
-    """``state`` with some fields replaced (:func:`dataclasses.replace`)."""
+    """``state`` with some fields replaced (a new record; ``state`` itself is unchanged)."""
+    if _is_record(state):
+        return state._replace(**changes)
     return dataclasses.replace(state, **changes)
 
 

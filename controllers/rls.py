@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from dataclasses import replace as _replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
@@ -132,8 +132,7 @@ class RLSConfig:
             raise ValueError(f"rls.leak must be in [0, 1), got {self.leak}")
 
 
-@dataclass(frozen=True, slots=True)
-class RLSState:
+class RLSState(NamedTuple):
     """The state of the RLS, one row per regression (one vehicle: no leading axis, ``θ`` and
     ``P̃`` column-major for BLAS with P̃ in its upper triangle; a batch: P̃ stored full)."""
 
@@ -254,7 +253,7 @@ class RLSLaw:
         denom = c.forgetting + s * ddot(phi, g)
         e = y - dgemv(1.0, theta, phi, trans=1)  # y − θᵀφ
         if not math.isfinite(denom + ddot(e, e)):  # NaN/inf sample: no update at all
-            return _replace(state, rejected=state.rejected + 1), e
+            return state._replace(rejected=state.rejected + 1), e
         theta = dger(s / denom, g, e, a=theta, overwrite_a=1)  # θ += (s/denom)·g·eᵀ
         if c.leak > 0.0:
             theta -= c.leak * (theta - self._theta0)
@@ -288,7 +287,7 @@ class RLSLaw:
         theta = state.theta
         e = y - theta.T @ phi
         if not math.isfinite(denom + float(e @ e)):
-            return _replace(state, Pt=P, s=s, rejected=state.rejected + 1), e
+            return state._replace(Pt=P, s=s, rejected=state.rejected + 1), e
         theta += np.outer((c.efra_alpha / denom) * Pphi, e)
         if c.leak > 0.0:
             theta -= c.leak * (theta - self._theta0)
@@ -345,7 +344,7 @@ class RLSLaw:
             Pt[fold] *= s_new[fold][:, None, None]
             s_new = np.where(fold, 1.0, s_new)
         state.steps[...] += ok
-        return _replace(state, s=np.where(ok, s_new, s)), e
+        return state._replace(s=np.where(ok, s_new, s)), e
 
     def _innovation(
         self, state: RLSState, y: np.ndarray, phi: np.ndarray, denom: np.ndarray, mask: np.ndarray

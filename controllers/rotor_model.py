@@ -14,15 +14,14 @@ the commanded ones. ``rotor_tau_s = 0`` (the default) is no model: the observati
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from residual_quad.envs.observation import ObsLayout as L
 
 
-@dataclass(frozen=True, slots=True)
-class RotorState:
+class RotorState(NamedTuple):
     """The rotor model's state, one row per env."""
 
     thrusts: np.ndarray  # N, (n, 4): the estimate at the last period's end

@@ -12,8 +12,7 @@ numpy's per-call cost would be several times the law's), on the same formula fun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,8 +76,7 @@ def pid_integral_step(
     return np.clip(integral + step, -i_max, i_max)
 
 
-@dataclass(frozen=True, slots=True)
-class TrackerState:
+class TrackerState(NamedTuple):
     """The state of a tracker, one row per env; parts a tracker does not have are ``None``."""
 
     last_a_cmd: np.ndarray  # m/s², world, (n, 3): the previous step's command
@@ -91,6 +89,7 @@ class TrackerState:
     observer: Any = None  # the angular disturbance observer (``geo_rls_dob``)
     #: m/s², world, (n, 3): an input added to the command (data collection's excitation)
     excitation: np.ndarray | None = None
+    prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
 
 
 class Tracker(Law):

@@ -30,8 +30,7 @@ of the safeguards of [RES §5.1]). ``estimate`` steps N envs (numpy), ``estimate
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,8 +90,7 @@ def guard_weight(
     return w
 
 
-@dataclass(frozen=True, slots=True)
-class EstimatorState:
+class EstimatorState(NamedTuple):
     """The estimator's state, one row per env (world frame, m/s², unless said otherwise)."""
 
     prev_obs: np.ndarray  # (n, 36): the previous observation's base fields
@@ -228,75 +226,63 @@ class ResidualEstimator:
     ) -> tuple[EstimatorState, np.ndarray]:
         """``Δâ`` (world, m/s²) for observation ``obs`` with body → world rotation ``R``, given
         this step's commanded acceleration ``a_cmd`` (world, m/s², before the compensation);
-        the next state."""
+        the next state (one record built per call: this runs every control step)."""
+        cfg = self.config
+        s = state
         # the "commanded acceleration" feature is the previous command as sent to the inner
         # loop, a_eff = a_cmd − Δâ (see :meth:`estimate`)
-        x = features_from_obs(obs, R, state.last_a_eff, self.mass, out=self._x)
+        x = features_from_obs(obs, R, s.last_a_eff, self.mass, out=self._x)
         phi = self.net.hidden(x)
         heading_err = 0.0
-        if self.config.ood.enabled:
+        if cfg.ood.enabled:
             err = math.atan2(R[1, 0], R[0, 0]) - float(obs[L.ref_yaw])
             heading_err = abs(math.remainder(err, math.tau))  # rad
+        steps, warmup_end, have_prev = s.steps, s.warmup_end_step, s.have_prev
+        rejected, measured, prediction_error = s.rejected, s.last_measured, s.last_prediction_error
+        rls, prev_weight = s.rls, s.prev_ood_weight
         if self.rls is None:
-            state, est = self._post_one(state, R @ self.net.output(phi), x, heading_err)
-            return self._applied_one(state, est, a_cmd)
-        if state.have_prev:
-            if state.prev_ood_weight == 1.0:
-                state = self._learn_one(state, obs, R)
-            if state.warmup_end_step < 0 and self.rls.warmup_done(state.rls):
-                state = replace(state, warmup_end_step=state.steps)
-        est = R @ self.net.output(phi, self.rls.applied_one(state.rls))
-        state.prev_phi[...] = phi
-        state.prev_obs[...] = obs[..., :OBS_DIM]  # the base fields (a preview follows)
-        state.prev_R[...] = R
-        state = replace(state, have_prev=True)
-        state, est = self._post_one(state, est, x, heading_err)  # sets this step's ood_weight
-        prev_w = state.ood_weight if self.config.ood.enabled else 1.0
-        state = replace(state, prev_ood_weight=prev_w)
-        return self._applied_one(state, est, a_cmd)
-
-    def _post_one(
-        self, state: EstimatorState, est: np.ndarray, x: np.ndarray, heading_err: float
-    ) -> tuple[EstimatorState, np.ndarray]:
-        """The OOD guard's blend and the output filter (both off by default: ``est`` itself)."""
-        cfg = self.config
+            est = R @ self.net.output(phi)
+        else:
+            if have_prev:
+                if prev_weight == 1.0:
+                    rejected, measured, prediction_error, rls = self._learn_one(s, obs, R)
+                if warmup_end < 0 and rls.steps >= cfg.rls.warmup_steps:
+                    warmup_end = steps
+            est = R @ self.net.output(phi, self.rls.applied_one(rls))
+            s.prev_phi[...] = phi
+            s.prev_obs[...] = obs[..., :OBS_DIM]  # the base fields (a preview follows)
+            s.prev_R[...] = R
+            have_prev = True
+        # the OOD guard's blend and the output filter (both off by default: est itself)
+        weight, hold, ood_steps, filtered = s.ood_weight, s.hold, s.ood_steps, s.filtered
         if cfg.ood.enabled:
             z = np.abs((x[self._ood_idx] - self._ood_mean) * self._ood_inv_std)
-            s = float(z.max()) if np.all(np.isfinite(z)) else math.inf
-            w = guard_weight(FLOATS, cfg.ood, s, heading_err, state.ood_weight, self.dt)
-            state = replace(state, ood_weight=w)
-            if w == 1.0:
+            z_max = float(z.max()) if np.all(np.isfinite(z)) else math.inf
+            weight = guard_weight(FLOATS, cfg.ood, z_max, heading_err, weight, self.dt)
+            if weight == 1.0:
                 if np.all(np.isfinite(est)):
-                    state = replace(state, hold=est.copy())
+                    hold = est.copy()
             else:
-                state = replace(state, ood_steps=state.ood_steps + 1)
-                fallback = state.hold if cfg.ood.fallback == "hold" else np.zeros(3)
-                est = w * est + (1.0 - w) * fallback if w > 0.0 else fallback.copy()
+                ood_steps += 1
+                fallback = hold if cfg.ood.fallback == "hold" else np.zeros(3)
+                est = weight * est + (1.0 - weight) * fallback if weight > 0.0 else fallback.copy()
         tau = cfg.output_filter.tau
         if tau > 0.0 and np.all(np.isfinite(est)):
-            if state.steps == 0:
+            if steps == 0:
                 filtered = est.copy()
             else:
-                f = state.filtered
-                filtered = f + (self.dt / (tau + self.dt)) * (est - f)
-            state = replace(state, filtered=filtered)
+                filtered = filtered + (self.dt / (tau + self.dt)) * (est - filtered)
             est = filtered.copy()
-        return state, est
-
-    def _applied_one(
-        self, state: EstimatorState, est: np.ndarray, a_cmd: np.ndarray
-    ) -> tuple[EstimatorState, np.ndarray]:
-        """Record the estimate and the effective command of this step; return the estimate.
-
-        A non-finite estimate becomes zero (counted in ``nonfinite_estimates``); a non-finite
-        effective command (from a non-finite ``a_cmd``) is stored as zero so that it cannot
-        feed the next step's features. One float sum checks both on the clean path.
-        """
+        if self.rls is not None:
+            prev_weight = weight if cfg.ood.enabled else 1.0
+        # record the estimate and the effective command: a non-finite estimate becomes zero
+        # (counted), a non-finite effective command (from a non-finite a_cmd) is stored as zero
+        # so that it cannot feed the next step's features; one float sum checks both
         a_eff = a_cmd - est
-        x, y, z = a_eff.tolist()
+        ex, ey, ez = a_eff.tolist()
         est_ok = True
-        nonfinite = state.nonfinite_estimates
-        if not math.isfinite(x + y + z):  # rare: NaN/inf somewhere
+        nonfinite = s.nonfinite_estimates
+        if not math.isfinite(ex + ey + ez):  # rare: NaN/inf somewhere
             if not np.all(np.isfinite(est)):
                 nonfinite += 1
                 est_ok = False
@@ -304,19 +290,37 @@ class ResidualEstimator:
                 a_eff = np.array(a_cmd, dtype=float)
             if not np.all(np.isfinite(a_eff)):
                 a_eff = np.zeros(3)
-        state = replace(
-            state,
-            last_estimate=est,
-            last_a_eff=a_eff,
-            steps=state.steps + 1,
-            nonfinite_estimates=nonfinite,
-            est_ok=est_ok,
+        new = EstimatorState(
+            s.prev_obs,
+            s.prev_R,
+            s.prev_phi,
+            s.phi_f,
+            s.y_f,
+            est,
+            a_eff,
+            measured,
+            prediction_error,
+            steps + 1,
+            nonfinite,
+            rejected,
+            est_ok,
+            have_prev,
+            warmup_end,
+            filtered,
+            weight,
+            ood_steps,
+            prev_weight,
+            hold,
+            rls,
         )
-        return state, est
+        return new, est
 
-    def _learn_one(self, state: EstimatorState, obs: np.ndarray, R: np.ndarray) -> EstimatorState:
+    def _learn_one(
+        self, s: EstimatorState, obs: np.ndarray, R: np.ndarray
+    ) -> tuple[int, np.ndarray, np.ndarray, RLSState]:
         """One RLS update: the residual of the period that just ended, in the body frame of the
-        previous observation, paired with the previous regressor (whose prediction it tests).
+        previous observation, paired with the previous regressor (whose prediction it tests);
+        returns the rejection count, the measured residual, the prediction error and the RLS.
 
         ``velocity``: averaged over the period (:func:`measured_residual`). ``imu``: sampled at
         its end (:func:`imu_residual`, rotated through the world frame). Pairing the IMU sample
@@ -325,33 +329,30 @@ class ResidualEstimator:
         """
         assert self.rls is not None
         if self.config.measurement.source == "velocity":
-            meas_w = measured_residual(state.prev_obs, obs, self.dt, self.mass, self.gravity)
+            meas_w = measured_residual(s.prev_obs, obs, self.dt, self.mass, self.gravity)
         else:
             meas_w = R @ imu_residual(obs, self.mass)
         mx, my, mz = meas_w.tolist()
         # NaN fails the comparison; a non-finite previous estimate means a non-finite regressor
-        if not (mx * mx + my * my + mz * mz <= self._max_residual_sq and state.est_ok):
+        if not (mx * mx + my * my + mz * mz <= self._max_residual_sq and s.est_ok):
             # no update: θ, P, the filters and the diagnostics stay
-            return replace(state, rejected=state.rejected + 1)
-        meas_b = meas_w @ state.prev_R  # R₀ᵀ Δa
-        phi = state.prev_phi
-        state = replace(
-            state, last_measured=meas_w, last_prediction_error=meas_w - state.last_estimate
-        )
+            return s.rejected + 1, s.last_measured, s.last_prediction_error, s.rls
+        meas_b = meas_w @ s.prev_R  # R₀ᵀ Δa
+        phi = s.prev_phi
         net = self.net
         y = (meas_b - net.y_mean) * (1.0 / net.scale)
         tau = self.config.measurement.lowpass_tau
         if tau > 0.0:
             a = self.dt / (tau + self.dt)
-            if state.rls.steps == 0:
-                state.phi_f[...] = phi
-                state.y_f[...] = y
+            if s.rls.steps == 0:
+                s.phi_f[...] = phi
+                s.y_f[...] = y
             else:
-                state.phi_f[...] += a * (phi - state.phi_f)
-                state.y_f[...] += a * (y - state.y_f)
-            phi, y = state.phi_f, state.y_f
-        rls, _ = self.rls.update_one(state.rls, phi, y)
-        return replace(state, rls=rls)
+                s.phi_f[...] += a * (phi - s.phi_f)
+                s.y_f[...] += a * (y - s.y_f)
+            phi, y = s.phi_f, s.y_f
+        rls, _ = self.rls.update_one(s.rls, phi, y)
+        return s.rejected, meas_w, meas_w - s.last_estimate, rls
 
     # -- N envs --------------------------------------------------------------------------------
     def estimate(
@@ -404,7 +405,7 @@ class ResidualEstimator:
         x: np.ndarray,
         heading_err: np.ndarray | None,
     ) -> tuple[EstimatorState, np.ndarray]:
-        """The OOD guard's blend and the output filter of :meth:`_post_one`, per env (features
+        """The OOD guard's blend and the output filter of :meth:`estimate_one`'s, per env (features
         ``x`` (n, n_in), heading errors (n,) rad; rows with a non-finite estimate pass the
         filter unfiltered and leave it as it was)."""
         ood = self.config.ood
@@ -434,7 +435,7 @@ class ResidualEstimator:
     def _applied(
         self, state: EstimatorState, est: np.ndarray, a_cmd: np.ndarray
     ) -> tuple[EstimatorState, np.ndarray]:
-        """:meth:`_applied_one` per env."""
+        """:meth:`estimate_one`'s record of the estimate, per env."""
         a_eff = a_cmd - est
         est_ok = np.ones(len(est), dtype=bool)
         nonfinite = state.nonfinite_estimates
