@@ -48,6 +48,7 @@ setup(
     install_requires=[
         "numpy>=1.24",
         "mujoco>=3.2",
+        "numba>=0.59",  # the compiled substep wrench (envs/substep.py); wheels, no compiler
         "gymnasium>=1.0",
         "daqp>=0.6",
         "PyYAML>=6.0",

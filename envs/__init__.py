@@ -25,6 +25,7 @@ One module per concept:
 - ``rotations``: attitude formulas (``quat_to_rot``)
 - ``scenarios``: what each env of the vector env flies and how it is seeded
 - ``sensors``: white sensor noise and the IMU bias on the observation
+- ``substep``: the compiled substep wrench (drag, ground effect, rotor gains) of both envs
 - ``task``: the task step shared by the single and the vector env
 - ``termination``: the crash conditions and the termination reasons
 - ``trajectories``: reference trajectories with analytic derivatives

@@ -298,6 +298,9 @@ class WindProcess:
     def take(self, n: int) -> np.ndarray:
         """The next ``n`` wind samples (m/s, world), shape (n, 3); a view, do not modify."""
         i = self._i
+        if i >= len(self._buf):  # the block is used up: refill now, as sample() would
+            self._refill()
+            i = 0
         if i + n <= len(self._buf):
             self._i = i + n
             return self._buf[i : i + n]

@@ -23,11 +23,10 @@ from residual_quad.envs.disturbances import (
     GroundEffect,
     WindModel,
     WindProcess,
-    drag_world_force,
 )
-from residual_quad.envs.events import Event, EventRun, rotor_gains, set_payload_mass, wind_offsets
+from residual_quad.envs.events import Event, EventRun, set_payload_mass, wind_offsets
 from residual_quad.envs.model import BODY, build_model
-from residual_quad.envs.rotations import quat_to_rot
+from residual_quad.envs.substep import params, plant_wrench
 
 DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
 """MuJoCo's disable flag of collision detection (``model.opt.disableflags``)."""
@@ -143,6 +142,8 @@ class QuadrotorPlant:
         self.thrusts = np.zeros(4)  # N, the rotors' at the period's end (the lagged command)
         self.ground_gain = 1.0
         self.drag_force = np.zeros(3)  # N, world, last substep
+        self._params = params(self.drag, self.ground_effect)  # the substep wrench's constants
+        self._unit_eff = np.ones(4)  # rotor efficiencies without events
 
     # ------------------------------------------------------------------ state
     def reset(
@@ -250,33 +251,21 @@ class QuadrotorPlant:
         d, m, xf = self.data, self.model, self._xfrc
         d.ctrl[:] = f
         self._update_contact_flag()
-        k_h, k_v, c_lin = self.drag.k_h, self.drag.k_v, self.drag.c_lin
-        ge, gain = self.ground_effect, self._gain
+        gain, prm = self._gain, self._params
         qpos, qvel = d.qpos, d.qvel
         winds = self._wind_proc.take(self.substeps)
-        eff = None
+        eff = self._unit_eff
         if self.events is not None:
             winds = winds + wind_offsets([self.events])[0]
             eff = self.events.efficiency
-            if ge is None:
-                gain[:] = rotor_gains(1.0, eff)
-        fx = fy = fz = 0.0
         g = self.ground_gain
-        for wx, wy, wz in winds.tolist():
-            pz, qw, qx, qy, qz = qpos[2:7].tolist()
-            vx, vy, vz = qvel[0:3].tolist()
-            fx, fy, fz = drag_world_force(
-                quat_to_rot(qw, qx, qy, qz), vx - wx, vy - wy, vz - wz, k_h, k_v, c_lin
-            )  # N, world, on the air-relative velocity
-            xf[0], xf[1], xf[2] = fx, fy, fz
-            if ge is not None:
-                g = ge.gain(pz)
-                gain[:] = g if eff is None else rotor_gains(g, eff)
+        for sub in range(self.substeps):  # the drag on the air-relative velocity, the gains
+            g = plant_wrench(qpos, qvel, winds[sub], prm, eff, xf, gain)
             mujoco.mj_step(m, d)
         self.ground_gain = float(g)
         self.thrusts = d.act.copy() if m.na else self.command
         self.wind = winds[-1]
-        self.drag_force = np.array((fx, fy, fz))
+        self.drag_force = xf[0:3].copy()
 
     def imu_specific_force(self) -> list[float]:
         """Accelerometer at the frame centre (m/s², body frame), from the last physics substep.

@@ -259,6 +259,12 @@ class ResidualQuadVectorEnv(VectorEnv):
         self._autoreset = np.zeros(num_envs, dtype=bool)
         self._started = False
 
+    @property
+    def physics(self) -> BatchPhysics:
+        """The batched physics; its ``compiled`` switch selects the substep wrench (the benches
+        fly the numpy reference beside the compiled default)."""
+        return self._physics
+
     # ------------------------------------------------------------------ the envs
     def make_env(self, index: int, scenario: Scenario) -> ResidualQuadEnv:
         """A single env of ``scenario`` (over the keyword arguments) for index ``index``; a

@@ -4,10 +4,10 @@ The physics half of the vector env's step (the task half is :mod:`residual_quad.
 shared with the single env). An env that flies above the contact band (the plant's exact rule:
 collision detection cannot matter this period) is stepped by one ``rollout`` call per physics
 substep, all such envs together: the drag on the air-relative velocity and the ground-effect gain
-are recomputed in numpy before every substep by the single env's functions
-(:func:`~residual_quad.envs.disturbances.drag_world_force`,
-:meth:`~residual_quad.envs.disturbances.GroundEffect.gain`) and passed in the control vector
-(``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``). An env in the contact band is stepped by its own plant
+are recomputed before every substep by the single env's compiled substep wrench
+(:mod:`~residual_quad.envs.substep`, which holds no GIL) and passed in the control vector
+(``mjSTATE_CTRL | mjSTATE_XFRC_APPLIED``); :attr:`BatchPhysics.compiled` false computes them in
+numpy instead (the reference, same bits). An env in the contact band is stepped by its own plant
 (:meth:`QuadrotorPlant.step`, contacts included). Events (:mod:`residual_quad.envs.events`) fire
 on the envs' plants by the single env's function before the period; a batched env's wind and
 rotor gains take their effects through the same functions the plant calls.
@@ -35,6 +35,7 @@ from residual_quad.envs.disturbances import drag_world_force
 from residual_quad.envs.events import event_truth, fire_due, rotor_gains, wind_offsets
 from residual_quad.envs.plant import DSBL_CONTACT, QuadrotorPlant, specific_force
 from residual_quad.envs.rotations import quat_to_rot
+from residual_quad.envs.substep import NUM_ROTORS, lane_after, lane_wrench, params
 from residual_quad.envs.wind_mirror import WindMirror
 from residual_quad.envs.xp import ARRAYS
 
@@ -77,9 +78,10 @@ class BatchPhysics:
             its wind process the samples).
         nthread: threads (1: the calling thread only). A batch is split into up to ``nthread``
             lanes of at least :data:`MIN_LANE_ENVS` envs; each lane flies its whole period
-            (numpy wrench and ``rollout`` substeps alike) on its own thread, so the engine's work
-            of one lane overlaps the Python work of the others and the threads meet once per
-            period instead of once per substep. Every env's arithmetic is the same in any lane.
+            (substep wrench and ``rollout`` substeps alike) on its own thread, so the engine's
+            work and the compiled wrench of one lane overlap the Python work of the others and
+            the threads meet once per period instead of once per substep. Every env's arithmetic
+            is the same in any lane.
     """
 
     def __init__(
@@ -110,17 +112,26 @@ class BatchPhysics:
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
         self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per lane
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
+        self._env_nbody = np.zeros(num_envs, dtype=np.int64)  # of its rollout model; 0: none yet
+        self._env_fallen = np.zeros((num_envs, self.nstate))  # its rollout model's _fallen
         # per-env facts read from its plant when first stepped after (re)placement (see forget)
         self._known = np.zeros(num_envs, dtype=bool)
         self._has_events = np.zeros(num_envs, dtype=bool)
         self._payload = np.zeros(num_envs)  # kg
         self._true_mass = np.zeros(num_envs)  # kg
         self._mean_wind = np.zeros((num_envs, 3))  # m/s, world, the wind model's mean
+        self._params = params(plant.drag, plant.ground_effect)  # the substep wrench's constants
+        self._qpos0 = np.ascontiguousarray(plant.model.qpos0)  # m, the default pose
+        self.compiled = True
+        """Between substeps the compiled wrench (:mod:`~residual_quad.envs.substep`, the single
+        env's; no GIL held); false: the numpy reference (:meth:`_numpy_wrench`, same bits), which
+        the benches measure beside it."""
 
     def forget(self, index: int) -> None:
         """Env ``index`` was replaced (or its payload changed): its rollout model and facts are
         looked up again."""
         self._env_models[index] = None
+        self._env_nbody[index] = 0
         self._known[index] = False
 
     def _refresh(self, active: np.ndarray) -> None:
@@ -144,6 +155,8 @@ class BatchPhysics:
         model = self._env_models[index]
         if model is None:
             model = self._env_models[index] = self._rollout_model(self._plant_of(index))
+            self._env_nbody[index] = model.nbody
+            self._env_fallen[index] = self._fallen[id(model)]
         return model
 
     def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
@@ -274,22 +287,24 @@ class BatchPhysics:
             winds[with_events] += wind_offsets(runs)
             eff = np.ones((len(rows), 4))
             eff[with_events] = [run.efficiency for run in runs]
-        models = [self._env_model(int(active[k])) for k in rows.tolist()]
-        groups: dict[int, list[int]] = {}
-        for j, model in enumerate(models):
-            groups.setdefault(model.nbody, []).append(j)
+        ids = active[rows]
+        for i in ids[self._env_nbody[ids] == 0].tolist():
+            self._env_model(i)
+        env_models = self._env_models
+        nbody = self._env_nbody[ids]
         unstable = np.zeros(len(rows), dtype=bool)
-        for js in groups.values():
-            nb = models[js[0]].nbody
+        for nb in np.unique(nbody).tolist():  # one group per model size signature
+            js = np.flatnonzero(nbody == nb)
             if nb not in self._datas:  # one MjData per lane, made before the lanes start
-                self._datas[nb] = [mujoco.MjData(models[js[0]]) for _ in range(self.nthread)]
+                model = env_models[int(ids[js[0]])]
+                self._datas[nb] = [mujoco.MjData(model) for _ in range(self.nthread)]
             lanes = max(1, min(self.nthread, len(js) // MIN_LANE_ENVS))
-            parts = np.array_split(np.array(js), lanes)
+            parts = np.array_split(js, lanes)
 
             def fly(lane: int, g: np.ndarray) -> None:
                 r = rows[g]
                 unstable[g] = self._rollout_group(
-                    [models[j] for j in g.tolist()],
+                    ids[g],
                     f[r],
                     state,
                     r,
@@ -308,7 +323,7 @@ class BatchPhysics:
 
     def _rollout_group(
         self,
-        models: list[mujoco.MjModel],
+        ids: np.ndarray,
         f: np.ndarray,
         state: np.ndarray,
         rows: np.ndarray,
@@ -318,62 +333,69 @@ class BatchPhysics:
         eff: np.ndarray | None,
         lane: int = 0,
     ) -> np.ndarray:
-        """:meth:`_rollout_period` for envs whose models share one size signature, on lane
-        ``lane`` (its own ``rollout`` pool and ``MjData``; it writes only its own ``rows``): the
-        period's substeps, one ``rollout`` call each (checks skipped: every array is built here
-        with the shapes ``rollout`` needs, contiguous float64); ``eff``: the rotors' efficiencies,
-        ``(n, 4)``, or ``None`` (no events)."""
+        """:meth:`_rollout_period` for the envs ``ids`` (their models share one size signature),
+        on lane ``lane`` (its own ``rollout`` pool and ``MjData``; it writes only its own
+        ``rows``): the period's substeps, one ``rollout`` call each (checks skipped: every array
+        is built here with the shapes ``rollout`` needs, contiguous float64), the compiled
+        :func:`~residual_quad.envs.substep.lane_wrench` before and
+        :func:`~residual_quad.envs.substep.lane_after` after each; ``eff``: the rotors'
+        efficiencies, ``(n, 4)``, or ``None`` (no events)."""
         imu_out, wind_out, drag_out, gain_out = out
         plant0 = self.plant0
-        drag_model = plant0.drag
-        k_h, k_v, c_lin = drag_model.k_h, drag_model.k_v, drag_model.c_lin
-        ge = plant0.ground_effect
+        env_models = self._env_models
+        models = [env_models[i] for i in ids.tolist()]
         n = len(rows)
         nb = models[0].nbody
         data = self._datas[nb][lane]
-        nu = 4
-        x0 = nu + 6 * plant0.body_id  # the body's force in the xfrc_applied block
-        control = np.zeros((n, 1, nu + 6 * nb))
+        x0 = NUM_ROTORS + 6 * plant0.body_id  # the body's force in the xfrc_applied block
+        control = np.zeros((n, 1, NUM_ROTORS + 6 * nb))
         s = np.ascontiguousarray(state[rows])
         result = np.empty((n, 1, self.nstate))
         no_sensors = np.empty((n, 1, 0))
         warm = np.ascontiguousarray(qacc[rows])
-        qpos_sl, qvel_sl = self.qpos, self.qvel
-        qpos0 = plant0.model.qpos0
-        fallen = np.stack([self._fallen[id(model)] for model in models])
+        fallen = self._env_fallen  # row ids[j]: env ids[j]'s
         unstable = np.zeros(n, dtype=bool)
+        before = np.zeros(n, dtype=bool)  # at the default pose at rest before the substep
+        force = np.empty((n, 3))  # N, world: the substep's drag
+        gain = np.empty(n)  # the substep's ground-effect gain
+        rot = np.empty((n, 9))  # the substep's rotation, row-major
         fk = f.copy()
         own_rows = (
             [j for j, model in enumerate(models) if id(model) in self._own] if self._own else []
         )
+        compiled = self.compiled
+        effs = np.ones((n, NUM_ROTORS)) if eff is None else eff
+        iq, iv = self.qpos.start, self.qvel.start
+        nv = self.qvel.stop - iv
         for sub in range(self.substeps):
-            qpos, qvel = s[:, qpos_sl], s[:, qvel_sl]
-            before = (qpos == qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)  # default pose
-            w = winds[:, sub]
-            rot = quat_to_rot(*qpos[:, 3:7].T)
-            fx, fy, fz = drag_world_force(
-                rot,
-                qvel[:, 0] - w[:, 0],
-                qvel[:, 1] - w[:, 1],
-                qvel[:, 2] - w[:, 2],
-                k_h,
-                k_v,
-                c_lin,
-                xp=ARRAYS,
-            )
-            gain = ge.gain(qpos[:, 2]) if ge is not None else np.ones(n)
             if sub == self.substeps - 1:
-                v_before, rot_before = qvel[:, 0:3].copy(), rot
-            gains = gain[:, None] if eff is None else rotor_gains(gain[:, None], eff)
-            if not self.lagged:
-                control[:, 0, 0:nu] = gains * fk
-            else:  # MuJoCo's filter takes the command; the gains sit in the env's own model
-                control[:, 0, 0:nu] = fk
-                for j in own_rows:
-                    models[j].actuator_gainprm[:, 0] = gains[j]
-            control[:, 0, x0] = fx
-            control[:, 0, x0 + 1] = fy
-            control[:, 0, x0 + 2] = fz
+                v_before = s[:, iv : iv + 3].copy()
+            if compiled:  # no GIL held: the other lanes run their Python meanwhile
+                gains = lane_wrench(
+                    s,
+                    iq,
+                    iv,
+                    nv,
+                    self._qpos0,
+                    winds,
+                    sub,
+                    self._params,
+                    effs,
+                    fk,
+                    self.lagged,
+                    control,
+                    x0,
+                    before,
+                    force,
+                    gain,
+                    rot,
+                )
+            else:
+                gains = self._numpy_wrench(
+                    s, winds[:, sub], eff, fk, control, x0, before, force, gain, rot
+                )
+            for j in own_rows:  # lagged rotors: the gains sit in the env's own model
+                models[j].actuator_gainprm[:, 0] = gains[j]
             self._pools[lane].rollout(
                 models,
                 [data],
@@ -386,15 +408,64 @@ class BatchPhysics:
                 sensordata=no_sensors,
                 skip_checks=True,
             )
-            s = result[:, 0, :].copy()
-            unstable |= (s == fallen).all(axis=1) & ~before
-            fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
-        v_after = s[:, qvel_sl][:, 0:3]
+            if compiled:
+                lane_after(result, s, fallen, ids, before, unstable, fk)
+            else:
+                s[:] = result[:, 0, :]
+                unstable |= (s == fallen[ids]).all(axis=1) & ~before
+                fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
+        v_after = s[:, iv : iv + 3]
         acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
-        imu_out[rows] = np.array(specific_force(acc.T, list(rot_before), plant0.airframe.gravity)).T
+        imu_out[rows] = np.array(specific_force(acc.T, list(rot.T), plant0.airframe.gravity)).T
         qacc[rows, 0:3] = acc
         state[rows] = s
         wind_out[rows] = winds[:, -1]
-        drag_out[rows] = np.stack((fx, fy, fz), axis=1)
+        drag_out[rows] = force
         gain_out[rows] = gain
         return unstable
+
+    def _numpy_wrench(
+        self,
+        s: np.ndarray,
+        w: np.ndarray,
+        eff: np.ndarray | None,
+        fk: np.ndarray,
+        control: np.ndarray,
+        x0: int,
+        before: np.ndarray,
+        force: np.ndarray,
+        gain: np.ndarray,
+        rot: np.ndarray,
+    ) -> np.ndarray:
+        """:func:`~residual_quad.envs.substep.lane_wrench` in numpy, on the single env's formulas
+        (``quat_to_rot``, ``drag_world_force``, ``GroundEffect.gain``, ``rotor_gains``) with the
+        substep's winds ``w`` ``(n, 3)``: the reference the compiled wrench is tested and
+        benchmarked against (:attr:`compiled` false); it holds the GIL throughout."""
+        plant0 = self.plant0
+        drag_model, ge = plant0.drag, plant0.ground_effect
+        qpos, qvel = s[:, self.qpos], s[:, self.qvel]
+        before[:] = (qpos == self._qpos0).all(axis=1) & (qvel == 0.0).all(axis=1)
+        r = quat_to_rot(*qpos[:, 3:7].T)
+        fx, fy, fz = drag_world_force(
+            r,
+            qvel[:, 0] - w[:, 0],
+            qvel[:, 1] - w[:, 1],
+            qvel[:, 2] - w[:, 2],
+            drag_model.k_h,
+            drag_model.k_v,
+            drag_model.c_lin,
+            xp=ARRAYS,
+        )
+        g = ge.gain(qpos[:, 2]) if ge is not None else np.ones(len(s))
+        gains = g[:, None] if eff is None else rotor_gains(g[:, None], eff)
+        if not self.lagged:
+            control[:, 0, 0:NUM_ROTORS] = gains * fk
+        else:  # MuJoCo's filter takes the command; the gains sit in the env's own model
+            control[:, 0, 0:NUM_ROTORS] = fk
+        control[:, 0, x0] = fx
+        control[:, 0, x0 + 1] = fy
+        control[:, 0, x0 + 2] = fz
+        force[:, 0], force[:, 1], force[:, 2] = fx, fy, fz
+        gain[:] = g
+        rot[:] = np.stack(r, axis=1)
+        return np.broadcast_to(gains, (len(s), NUM_ROTORS))

@@ -6,10 +6,13 @@ rounds; ratios within a round, so the machine's drift cancels):
 
 * one ``rollout`` call of ``nstep = substeps`` with a constant control: the engine's own floor of
   a period (every substep in C, one call);
-* ``substeps`` calls of ``nstep = 1``, the same constant control: today's call pattern without the
+* ``substeps`` calls of ``nstep = 1``, the same constant control: the env's call pattern without the
   numpy between the calls; the difference to the row above is the cost of the extra calls;
-* today's period (:class:`~residual_quad.envs.vector_physics.BatchPhysics.step`): those calls
-  plus the drag, wind and ground-effect gain recomputed in numpy before every substep;
+* the period (:class:`~residual_quad.envs.vector_physics.BatchPhysics.step`): those calls plus
+  the drag, wind and ground-effect gain recomputed before every substep by the compiled substep
+  wrench (:mod:`~residual_quad.envs.substep`);
+* the same period with the numpy wrench (``BatchPhysics.compiled`` false, the reference with the
+  same bits): what the period cost before the wrench was compiled;
 * the one-call bound: the drag of every substep computed before the period from its start state
   (each substep's own wind sample) and one ``nstep = substeps`` call — what a period in one engine
   call that keeps the plant's formulas would cost. It does not keep the rows: the study
@@ -132,10 +135,17 @@ class _Variants:
             self._call(s, self.control1, self.result1, self.no_sensors1, 1)
             s = self.result1[:, 0, :].copy()
 
-    def today(self) -> None:
+    def period(self) -> None:
         self.state[:] = self.state0
         self.qacc[:] = self.qacc0
         self.physics.step(self.active, self.f, self.state, self.qacc, self.first_period)
+
+    def numpy_period(self) -> None:
+        self.physics.compiled = False
+        try:
+            self.period()
+        finally:
+            self.physics.compiled = True
 
     def frozen_one_call(self) -> None:
         """Drag of each substep from the start state and that substep's wind, one call."""
@@ -170,7 +180,8 @@ class _Variants:
 NAMES = {
     "one_call": "1 rollout call of nstep = substeps (engine floor)",
     "substep_calls": "substeps rollout calls of nstep = 1",
-    "today": "today's period: those calls + numpy drag/wind/gain",
+    "period": "the period: those calls + the compiled wrench",
+    "numpy_period": "the period with the numpy wrench (before)",
     "frozen_one_call": "one-call bound: drag frozen per period, 1 call",
 }
 

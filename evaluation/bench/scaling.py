@@ -16,7 +16,10 @@ ideal (the thread or worker count). Rows:
   per env-step and env-steps/s; its floor at each thread count is MuJoCo's bare ``rollout`` of
   the same model and N on as many threads: one call of ``nstep = substeps`` with a constant
   control, the engine's floor of a period (:mod:`~residual_quad.evaluation.bench.period`) without
-  the env's numpy work between substeps. Every env block is timed right after a floor block
+  the env's work between substeps. The env flies with the compiled substep wrench (the default,
+  :mod:`~residual_quad.envs.substep`) and, in rows after those, with the numpy reference
+  (``BatchPhysics.compiled`` false: what it cost before). Every env block is timed right after a
+  floor block
   (:func:`~residual_quad.evaluation.bench.vector.paired`) and the thread counts take turns round
   by round, so each ratio is of neighbouring blocks;
 * the 432 runs of the source matrix (``configs/sweep.yaml`` restricted to the four source
@@ -175,31 +178,44 @@ def _speedup(speedup: float, ideal: int) -> str:
     return f"speed-up {speedup:.2f}x (ideal {ideal})"
 
 
+WRENCHES = {True: "", False: " (numpy wrench)"}
+"""The vector env's rows: the compiled substep wrench (the default), then the numpy reference
+(``BatchPhysics.compiled`` false), each flown beside the same floor in the same rounds."""
+
+
 def vector_rows(n: int, counts: list[int], steps: int, rounds: int) -> list[BenchRow]:
-    """The vector env and its rollout floor at each thread count in ``counts`` (module doc)."""
+    """The vector env (compiled and numpy wrench) and its rollout floor at each thread count in
+    ``counts`` (module doc)."""
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
     from residual_quad.evaluation.bench.vector import SCENARIO, hover_actions, paired
 
     floors, runs = [], []
     for nthread in counts:
         floor = RolloutFloor(n, nthread, steps)
-        env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=nthread)
-        _, info = env.reset(seed=0)
-        actions = hover_actions(env, info)
         for _ in range(FLOOR_WARMUP_BLOCKS):  # warm-up
             floor()
-            env.step(actions)
+        for compiled in WRENCHES:
+            env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=nthread)
+            env.physics.compiled = compiled
+            _, info = env.reset(seed=0)
+            actions = hover_actions(env, info)
+            for _ in range(FLOOR_WARMUP_BLOCKS):  # warm-up
+                env.step(actions)
+            runs.append((env, actions))
         floor.times.clear()
         floors.append(floor)
-        runs.append((env, actions))
-    env_t = np.empty((rounds, len(counts)))  # µs per env-step
-    to_floor = np.empty((rounds, len(counts)))
+    nw = len(WRENCHES)
+    env_t = np.empty((rounds, len(runs)))  # µs per env-step, (count, wrench) flattened
+    to_floor = np.empty((rounds, len(runs)))
     for k in range(rounds):
-        for j, ((env, actions), floor) in enumerate(zip(runs, floors, strict=True)):
-            env_t[k, j], to_floor[k, j] = paired(partial(env.step, actions), n, steps, 1, floor)
-    floor_t = np.array([f.times for f in floors]).T  # (rounds, counts)
-    for (env, _), floor in zip(runs, floors, strict=True):
+        for j, (env, actions) in enumerate(runs):
+            env_t[k, j], to_floor[k, j] = paired(
+                partial(env.step, actions), n, steps, 1, floors[j // nw]
+            )
+    floor_t = np.array([f.times for f in floors]).T  # (rounds × wrenches, counts)
+    for env, _ in runs:
         env.close()
+    for floor in floors:
         floor.close()
     rows: list[BenchRow] = []
     for j, nthread in enumerate(counts):
@@ -215,19 +231,21 @@ def vector_rows(n: int, counts: list[int], steps: int, rounds: int) -> list[Benc
                 _speedup(float(np.median(floor_t[:, 0] / floor_t[:, j])), nthread),
             )
         )
-    for j, nthread in enumerate(counts):
-        threads = f"{nthread} thread{'s' if nthread > 1 else ''}"
-        e_us = float(np.median(env_t[:, j]))
-        rows.append(
-            BenchRow(
-                SECTION,
-                f"vector env.step, N = {n}, {threads}: {1e6 / e_us:,.0f} env-steps/s",
-                e_us,
-                float(np.median(to_floor[:, j])),
-                "floor",
-                _speedup(float(np.median(env_t[:, 0] / env_t[:, j])), nthread),
+    for w, label in enumerate(WRENCHES.values()):
+        for j, nthread in enumerate(counts):
+            threads = f"{nthread} thread{'s' if nthread > 1 else ''}"
+            col, one = j * nw + w, w
+            e_us = float(np.median(env_t[:, col]))
+            rows.append(
+                BenchRow(
+                    SECTION,
+                    f"vector env.step{label}, N = {n}, {threads}: {1e6 / e_us:,.0f} env-steps/s",
+                    e_us,
+                    float(np.median(to_floor[:, col])),
+                    "floor",
+                    _speedup(float(np.median(env_t[:, one] / env_t[:, col])), nthread),
+                )
             )
-        )
     return rows
 
 

@@ -75,21 +75,24 @@ def test_quick_run_prints_each_figure_beside_its_floor_and_one_thread():
 
     floors, rows = rows[: len(counts)], rows[len(counts) :]
     envs, rows = rows[: len(counts)], rows[len(counts) :]
-    for k, floor, env in zip(counts, floors, envs, strict=True):
+    numpy_envs, rows = rows[: len(counts)], rows[len(counts) :]  # the numpy wrench, after
+    for k, floor, env, np_env in zip(counts, floors, envs, numpy_envs, strict=True):
         threads = f"{k} thread{'s' if k > 1 else ''}"
         assert floor.name.startswith(f"rollout floor, N = {n}, {threads}: ")
         assert env.name.startswith(f"vector env.step, N = {n}, {threads}: ")
-        for row in (floor, env):  # env-steps/s is the inverse of the µs per env-step
+        assert np_env.name.startswith(f"vector env.step (numpy wrench), N = {n}, {threads}: ")
+        for row in (floor, env, np_env):  # env-steps/s is the inverse of the µs per env-step
             assert _per_s(row) == pytest.approx(1e6 / row.median_us, rel=1e-3, abs=1.0)
         # the floor against the one-thread floor; its speed-up is that ratio's inverse (a median
         # of an odd count of rounds: exactly)
         assert floor.ratio_to == "1 thread"
         speedup, ideal = _speedup(floor)
         assert ideal == k and speedup == pytest.approx(1.0 / floor.ratio, abs=0.006)
-        assert env.ratio_to == "floor" and 0 < env.ratio < math.inf
-        assert _speedup(env)[1] == k
+        for row in (env, np_env):
+            assert row.ratio_to == "floor" and 0 < row.ratio < math.inf
+            assert _speedup(row)[1] == k
     assert floors[0].ratio == 1.0 and _speedup(floors[0])[0] == 1.0
-    assert _speedup(envs[0])[0] == 1.0
+    assert _speedup(envs[0])[0] == 1.0 and _speedup(numpy_envs[0])[0] == 1.0
 
     floor, *matrix = rows
     assert floor.name.startswith("sweep floor: 1,600 env-steps x raw mj_step: ")  # 8 runs x 200
