@@ -90,6 +90,7 @@ class TrackerState(NamedTuple):
     #: m/s², world, (n, 3): an input added to the command (data collection's excitation)
     excitation: np.ndarray | None = None
     prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
+    prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
 
 
 class Tracker(Law):

@@ -35,8 +35,7 @@ the upper and ``λ <= 0`` at the lower bound, minimum-norm solution.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,6 +106,17 @@ class BoxHLSP:
     def reset(self) -> None:
         """Forget the warm-start face."""
         self._last_face: np.ndarray | None = None
+
+    def load_face(self, face: np.ndarray) -> None:
+        """Start the next :meth:`solve` from the warm face ``face`` (n,) of an explicit state
+        (codes as :attr:`BoxHLSPResult.face`; all free is no warm start)."""
+        self._last_face = face
+
+    def store_face(self, face: np.ndarray) -> None:
+        """Write the face the last :meth:`solve` ended on into ``face`` (n,), in place
+        (unchanged when no solve ran since :meth:`load_face`)."""
+        if self._last_face is not None:
+            face[...] = self._last_face
 
     # -------------------------------------------------------------------------------- public
     def solve(
@@ -313,27 +323,22 @@ class BoxHLSP:
 
 
 class BatchedBoxHLSP:
-    """:class:`BoxHLSP` for N problems of one layout (one per env), each with its own warm face.
+    """:class:`BoxHLSP`'s first candidate for N problems of one layout (one per env) at once.
 
-    :meth:`square` is the single solver's first candidate for every row at once (the stacked task
-    matrix is square with a known inverse and its exact solution lies in the box -- the common
-    case in flight); inside ``with batch.row(i)`` the single solver works on row ``i`` from that
-    row's face. A caller takes :meth:`square`'s rows and solves the others one by one, so every
-    row gets the single solver's answer (bit for bit: the same operations on the same numbers).
+    Its batch algorithm differs from the single solver's: :meth:`square` is the single solver's
+    first candidate for every row at once (the stacked task matrix is square with a known
+    inverse and its exact solution lies in the box -- the common case in flight); a caller takes
+    its rows and solves the others one by one with the single solver from that row's warm face
+    (:meth:`BoxHLSP.load_face`), so every row gets the single solver's answer (bit for bit: the
+    same operations on the same numbers). The warm faces are the caller's state (a row that
+    took :meth:`square`'s point ends on the free face).
 
     Args:
         single: the single solver (its settings; it solves the rows :meth:`square` leaves).
-        n_envs: number of problems.
     """
 
-    def __init__(self, single: BoxHLSP, n_envs: int):
+    def __init__(self, single: BoxHLSP):
         self.single = single
-        #: (N, n) the warm-start face of every row (codes as :attr:`BoxHLSPResult.face`)
-        self.faces = np.zeros((n_envs, single.n), dtype=int)
-
-    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
-        """Forget the warm-start faces of the rows ``index``."""
-        self.faces[index] = FREE
 
     def square(
         self,
@@ -348,7 +353,7 @@ class BatchedBoxHLSP:
         this point at its first candidate: ``usable`` inverse, no pinned variable, the point in
         the box and, when multipliers are asked for, slacks at round-off (the multipliers then
         are the slacks themselves). Bounds (N, n), ``levels`` ``(A (N, m_l, n), b (N, m_l))``,
-        ``inverse`` (N, n, n). The faces are left as they are (:meth:`accept`)."""
+        ``inverse`` (N, n, n)."""
         tol = self.single.tol
         ftol = (tol * (1.0 + np.maximum(np.abs(lower).max(axis=1), np.abs(upper).max(axis=1))))[
             :, None
@@ -364,21 +369,6 @@ class BatchedBoxHLSP:
             for w in slacks:
                 done &= np.abs(w).max(axis=1) <= tiny
         return x, slacks, done
-
-    def accept(self, rows: np.ndarray) -> None:
-        """The rows ``rows`` took :meth:`square`'s point: their warm face becomes the free one."""
-        self.faces[rows] = FREE
-
-    @contextmanager
-    def row(self, index: int) -> Iterator[BoxHLSP]:
-        """:attr:`single` holding row ``index``'s warm face inside the block; the face it ends
-        with is row ``index``'s after it."""
-        self.single._last_face = self.faces[index].copy()
-        try:
-            yield self.single
-        finally:
-            face = self.single._last_face
-            self.faces[index] = FREE if face is None else face
 
 
 def _square_solution(levs: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray | None:

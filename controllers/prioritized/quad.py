@@ -38,29 +38,36 @@ The attitude PD between them is the shared geometric law of
 :class:`~residual_quad.controllers.attitude.InnerLoop` (same gains) towards the attitude whose
 body z axis is the commanded thrust direction and whose heading is ψ.
 
-**N envs** (:class:`BatchedHNewtonTracker`, :class:`BatchedHNewtonRLSTracker`, the sweep's and the
-vector env's path). In flight almost every small HLSP stops at the single solver's first
-candidate -- the task rows stack to a square matrix whose exact solution lies inside the box, and
-no Newton level needs augmenting -- which :meth:`~.box_hlsp.BatchedBoxHLSP.square` computes for
-all envs at once; the envs where it does not (a bound active, a GN slack switching the
-augmentation on, a singular Jacobian) run the single cycle on their own row of the state. The
-task values, the thrust direction, the cofactor inverse and the attitude torque are the single
-controller's formulas on arrays (:mod:`.thrust_vector`), so the actions equal the single
-controller's bit for bit (``tests/controllers/prioritized/test_quad_batch.py``).
+**One law for one vehicle and N envs.** Both controllers are tracker laws
+(:class:`~residual_quad.controllers.trackers.Tracker`): the thrust vector, the Newton cycle's
+memory and the allocation's warm faces are the ``prioritized`` part of the tracker's state
+(:class:`PrioritizedState`, one row per env). One vehicle (:meth:`HNewtonTracker.act_one`) runs
+the single cycle and allocator on its row, in float code. N envs (:meth:`HNewtonTracker.act`,
+the sweep's and the vector env's path) run the batch algorithm of the solvers
+(:class:`~.thrust_vector.BatchedThrustVectorNewton`,
+:class:`~.thrust_vector.BatchedPrioritizedAllocator`): in flight almost every small HLSP stops
+at the single solver's first candidate -- the task rows stack to a square matrix whose exact
+solution lies inside the box, and no Newton level needs augmenting -- which
+:meth:`~.box_hlsp.BatchedBoxHLSP.square` computes for all envs at once; the envs where it does
+not (a bound active, a GN slack switching the augmentation on, a singular Jacobian, every env
+with ``switch="always"``) run the single cycle on their own row of the state. The task values,
+the thrust direction, the cofactor inverse and the attitude torque are the single cycle's
+formulas on arrays (:mod:`.thrust_vector`), so the actions of N envs equal one vehicle's bit for
+bit (``tests/controllers/prioritized/test_quad_batch.py``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
-from residual_quad.controllers.batch import check_n_envs
+from residual_quad.controllers.law import replace, tree_map
 from residual_quad.controllers.options import Domain, Section
 from residual_quad.controllers.prioritized.thrust_vector import (
     HNEWTON_PARAM_OPTIONS,
@@ -69,43 +76,42 @@ from residual_quad.controllers.prioritized.thrust_vector import (
     HNewtonQuadParams,
     PrioritizedAllocator,
     ThrustVectorNewton,
+    ThrustVectorState,
     thrust_direction,
     thrust_direction_terms,
     thrust_vector_tasks,
 )
 from residual_quad.controllers.residual.config import ResidualConfig, residual_config
-from residual_quad.controllers.residual.estimator import (
-    BatchedResidualEstimator,
-    ResidualEstimator,
-)
+from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import (
     NETWORK_OBJECTIVE,
     NETWORK_SCENARIOS,
     RESIDUAL_TRACKER_OPTIONS,
-    EstimatorHooks,
-    EstimatorRows,
-    EstimatorState,
+    EstimatorParts,
 )
-from residual_quad.controllers.trackers import DEFAULT_KD, DEFAULT_KP, BatchedTracker, Tracker
+from residual_quad.controllers.trackers import (
+    DEFAULT_KD,
+    DEFAULT_KP,
+    Tracker,
+    TrackerState,
+)
+from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.xp import ARRAYS
 
 __all__ = [
     "HNEWTON_PARAM_OPTIONS",
-    "BatchedHNewtonRLSTracker",
-    "BatchedHNewtonTracker",
     "HNewtonQuadParams",
     "HNewtonRLSTracker",
     "HNewtonTracker",
     "PrioritizedAllocator",
+    "PrioritizedState",
     "ThrustVectorNewton",
     "thrust_direction",
     "residual_settings",
     "thrust_vector_tasks",
 ]
-
-log = logging.getLogger(__name__)
 
 
 #: the keywords of ``hnewton`` itself; every other keyword of ``hnewton_rls`` is a residual setting
@@ -129,6 +135,17 @@ def residual_settings(
     own.setdefault("kp", cfg.kp)
     own.setdefault("kd", cfg.kd)
     return cfg, network, own
+
+
+@dataclass(frozen=True, slots=True)
+class PrioritizedState:
+    """The ``prioritized`` part of an ``hnewton`` tracker's state, one row per env (one vehicle:
+    the row without the env axis, flags as 0-d arrays; updated in place by the law)."""
+
+    q: np.ndarray  # (n, 3): commanded thrust vector (N, rad, rad)
+    qdot: np.ndarray  # (n, 3): its last velocity (N/s, rad/s, rad/s)
+    newton: ThrustVectorState  # the thrust-vector Newton cycle's memory
+    alloc_face: np.ndarray  # (n, 4) int: the warm face of the allocation
 
 
 # --------------------------------------------------------------------------- controllers
@@ -166,16 +183,20 @@ class HNewtonTracker(Tracker):
         context: ControlContext | None = None,
         *,
         method: str = "newton",
-        kp: float = 20.0,  # 1/s²
-        kd: float = 8.0,  # 1/s
+        kp: float = DEFAULT_KP,  # 1/s²
+        kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         **params: Any,
     ):
         context = context or ControlContext()
         self.params = HNewtonQuadParams(method=method, **params)
+        # the single cycle and allocator: one vehicle's solvers, and those of the rows the
+        # batch algorithm leaves; each call loads the row of the state it works on
         self.newton = ThrustVectorNewton(context.airframe, context.control_dt, self.params)
         self.alloc = PrioritizedAllocator(context.airframe)
+        self.newton_batch = BatchedThrustVectorNewton(self.newton)
+        self.alloc_batch = BatchedPrioritizedAllocator(self.alloc)
         super().__init__(  # shared gains, attitude PD and rotor model
             context, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s
         )
@@ -184,52 +205,94 @@ class HNewtonTracker(Tracker):
     def method(self) -> str:
         return self.params.method
 
-    def reset(self, seed: int | None = None) -> None:
-        """Restore the initial state: thrust vector at nominal hover, no memories."""
-        super().reset(seed)
-        self.q = np.array([self.airframe.hover_thrust, 0.0, 0.0])
-        self.qdot = np.zeros(3)
-        self.newton.reset()
-        self.alloc.reset()
-        self.last_thrust = self.airframe.hover_thrust  # N
+    def init_state(self, n: int) -> TrackerState:
+        """The tracker's initial state with the thrust vector at nominal hover, no Newton
+        memory and free warm faces."""
+        q = np.zeros((n, 3))
+        q[:, 0] = self.airframe.hover_thrust
+        part = PrioritizedState(
+            q=q,
+            qdot=np.zeros((n, 3)),
+            newton=self.newton.init_state(n),
+            alloc_face=np.zeros((n, 4), dtype=int),
+        )
+        return replace(super().init_state(n), prioritized=part)
 
-    # -- interface -----------------------------------------------------------------------------
-    def act(self, obs: np.ndarray) -> np.ndarray:
+    def init_one(self) -> TrackerState:
+        """One vehicle's initial state: the ``prioritized`` part keeps arrays (flags 0-d), which
+        the single cycle updates in place."""
+        part = self.init_state(1).prioritized
+        return replace(super().init_one(), prioritized=tree_map(lambda x: x[0, ...], part))
+
+    def forget_one(self, state: TrackerState) -> TrackerState:
+        """Nothing to forget (the Newton memory follows the tracker's own commands), and the
+        one-vehicle layout kept (the default goes through a batch of one)."""
+        return state
+
+    # -- the law -------------------------------------------------------------------------------
+    def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
+        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
+        if self.rotor_model is not None:
+            rotors, obs = self.rotor_model.observe(state.rotors, obs)
+            state = replace(state, rotors=rotors)
+        R = obs[:, L.rot].reshape(-1, 3, 3)
+        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
+        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
+        state, a_cmd = self.command(state, obs, e_p, e_v)
+        if state.excitation is not None:
+            a_cmd = a_cmd + state.excitation
+        state, est = self.residual(state, obs, R, a_cmd)
+        ax, ay, az = (a_cmd - est).T
+        yaw = obs[:, L.ref_yaw]
+        cy, sy = np.cos(yaw), np.sin(yaw)
+        a_head = np.stack([cy * ax + sy * ay, -sy * ax + cy * ay, az], axis=1)
+        part = state.prioritized
+        qdot = self.newton_batch.step(part.newton, part.q, a_head)
+        q = np.clip(part.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
+        part.q[...] = q
+        part.qdot[...] = qdot
+        b3 = thrust_direction_terms(ARRAYS, q[:, 1], q[:, 2], yaw)
+        r = obs[:, L.rot].T  # 9 rows of N values, body → world row-major
+        thrust = q[:, 0] * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
+        thrust = np.clip(thrust, 0.0, self.airframe.max_thrust)
+        torque = self.inner.attitude_torque_batch(
+            r, obs[:, L.omega_b], b3, yaw, obs[:, L.ref_yaw_rate]
+        )
+        thrusts = self.alloc_batch(part.alloc_face, thrust, torque)
+        state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
+        return state, to_rotor_action(thrusts, self.airframe)
+
+    def act_one(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
+        if self.rotor_model is not None:
+            rotors, obs = self.rotor_model.observe_one(state.rotors, obs)
+            state = replace(state, rotors=rotors)
         R = obs[L.rot].reshape(3, 3)
-        a_cmd = self.desired_accel(obs, obs[L.ref_pos] - obs[L.pos], obs[L.ref_vel] - obs[L.vel])
-        est = self.residual_world(obs, R, a_cmd)
-        self.last_residual = est
+        e_p = obs[L.ref_pos] - obs[L.pos]
+        e_v = obs[L.ref_vel] - obs[L.vel]
+        state, a_cmd = self.command_one(state, obs, e_p, e_v)
+        if state.excitation is not None:
+            a_cmd = a_cmd + state.excitation
+        state, est = self.residual_one(state, obs, R, a_cmd)
         ax, ay, az = (a_cmd - est).tolist()
         yaw = float(obs[L.ref_yaw])
         cy, sy = math.cos(yaw), math.sin(yaw)
         a_head = np.array([cy * ax + sy * ay, -sy * ax + cy * ay, az])
-        qdot = self.newton.step(self.q, a_head)
-        self.qdot = qdot
-        self.q = np.clip(self.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
-        b3 = thrust_direction(self.q, yaw)
-        thrusts = self._attitude_and_allocate(R, obs[L.omega_b], b3, yaw, obs[L.ref_yaw_rate])
-        self.last_a_cmd = a_cmd
-        return to_rotor_action(thrusts, self.airframe)
-
-    def _attitude_and_allocate(
-        self,
-        R: np.ndarray,
-        omega_b: np.ndarray,
-        b3: tuple[float, float, float],
-        yaw_des: float,
-        yaw_rate_des: float,
-    ) -> np.ndarray:
-        """Geometric attitude PD towards (b3, heading) and the prioritized allocation."""
+        part = state.prioritized
+        qdot = self.newton.step_row(part.newton, part.q, a_head)
+        q = np.clip(part.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
+        part.q[...] = q
+        part.qdot[...] = qdot
+        b3 = thrust_direction(q, yaw)
         r = np.ravel(R).tolist()
-        frame = self.airframe
-        thrust = float(self.q[0]) * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
-        thrust = min(max(thrust, 0.0), frame.max_thrust)
-        self.last_thrust = thrust
-        torque = self.inner.attitude_torque(r, omega_b, b3, yaw_des, float(yaw_rate_des))
-        return self.alloc(thrust, torque)
+        thrust = float(q[0]) * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
+        thrust = min(max(thrust, 0.0), self.airframe.max_thrust)
+        torque = self.inner.attitude_torque(r, obs[L.omega_b], b3, yaw, float(obs[L.ref_yaw_rate]))
+        thrusts = self.alloc.allocate(part.alloc_face, thrust, torque)
+        state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
+        return state, to_rotor_action(thrusts, self.airframe)
 
 
-class HNewtonRLSTracker(EstimatorHooks, HNewtonTracker):
+class HNewtonRLSTracker(EstimatorParts, HNewtonTracker):
     """``hnewton_rls``: ``hnewton`` fed with the online RLS residual estimate of ``geo_rls``.
 
     The estimate comes from a :class:`~residual_quad.controllers.residual.estimator
@@ -270,137 +333,6 @@ class HNewtonRLSTracker(EstimatorHooks, HNewtonTracker):
         **kw: Any,
     ):
         context = context or ControlContext()
-        cfg, network, kw = residual_settings(residual, kw)
-        self.estimator = ResidualEstimator(context, cfg, network, learn=True)
-        super().__init__(context, **kw)
-
-
-# --------------------------------------------------------------------------- N envs
-class BatchedHNewtonTracker(BatchedTracker):
-    """``hnewton`` for N envs: per env the thrust vector, its Newton state and the warm faces.
-
-    Args: as :class:`HNewtonTracker`, plus ``n_envs``. Every option is vectorized except
-    ``switch="always"`` (each step re-solves every env's augmented HLSP on its own), which the
-    factory flies as N single controllers, with a log line.
-    """
-
-    name = "hnewton"
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        n_envs: int = 1,
-        *,
-        method: str = "newton",
-        kp: float = DEFAULT_KP,  # 1/s²
-        kd: float = DEFAULT_KD,  # 1/s
-        attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
-        **params: Any,
-    ):
-        n = check_n_envs(n_envs)
-        context = context or ControlContext()
-        self.params = HNewtonQuadParams(method=method, **params)
-        self.newton = BatchedThrustVectorNewton(
-            context.airframe, context.control_dt, self.params, n
-        )
-        self.alloc = BatchedPrioritizedAllocator(context.airframe, n)
-        self.q = np.zeros((n, 3))  # commanded thrust vector (N, rad, rad)
-        self.qdot = np.zeros((n, 3))
-        self.last_thrust = np.zeros(n)  # N
-        super().__init__(context, n, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s)
-
-    @classmethod
-    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        """Whether the batch implements ``options`` (bad ones raise the single's error here)."""
-        params = {k: v for k, v in options.items() if k in HNewtonQuadParams.__dataclass_fields__}
-        if HNewtonQuadParams(**params).switch == "always":
-            log.warning(
-                "%s with switch='always' flies one single controller per env: every step "
-                "augments every level, which only the single cycle solves",
-                cls.name,
-            )
-            return False
-        return True
-
-    @property
-    def method(self) -> str:
-        return self.params.method
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self.q[index] = (self.airframe.hover_thrust, 0.0, 0.0)
-        self.qdot[index] = 0.0
-        self.last_thrust[index] = self.airframe.hover_thrust
-        self.newton.reset(index)
-        self.alloc.reset(index)
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        return [
-            *super()._row_state(),
-            (self, "q"),
-            (self, "qdot"),
-            (self, "last_thrust"),
-            *self.newton.row_state(),
-            (self.alloc.solver, "faces"),
-        ]
-
-    def _act_batch(self, obs: np.ndarray) -> np.ndarray:
-        """:meth:`HNewtonTracker.act` for a finite batch (N, 36) → actions (N, 4)."""
-        R = obs[:, L.rot].reshape(-1, 3, 3)
-        a_cmd = self.desired_accel(
-            obs, obs[:, L.ref_pos] - obs[:, L.pos], obs[:, L.ref_vel] - obs[:, L.vel]
-        )
-        est = self.residual_world(obs, R, a_cmd)
-        self.last_residual = est
-        ax, ay, az = (a_cmd - est).T
-        yaw = obs[:, L.ref_yaw]
-        cy, sy = np.cos(yaw), np.sin(yaw)
-        a_head = np.stack([cy * ax + sy * ay, -sy * ax + cy * ay, az], axis=1)
-        qdot = self.newton.step(self.q, a_head)
-        self.qdot = qdot
-        self.q = np.clip(self.q + self.dt * qdot, self.newton.q_lower, self.newton.q_upper)
-        b3 = thrust_direction_terms(ARRAYS, self.q[:, 1], self.q[:, 2], yaw)
-        r = obs[:, L.rot].T  # 9 rows of N values, body → world row-major
-        thrust = self.q[:, 0] * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
-        thrust = np.clip(thrust, 0.0, self.airframe.max_thrust)
-        self.last_thrust = thrust
-        torque = self.inner.attitude_torque(r, obs[:, L.omega_b], b3, yaw, obs[:, L.ref_yaw_rate])
-        self.last_a_cmd = a_cmd
-        return to_rotor_action(self.alloc(thrust, torque), self.airframe)
-
-
-class BatchedHNewtonRLSTracker(EstimatorState, EstimatorRows, BatchedHNewtonTracker):
-    """``hnewton_rls`` for N envs: batched ``hnewton`` fed by one
-    :class:`~residual_quad.controllers.residual.estimator.BatchedResidualEstimator` (every
-    residual setting vectorized, as for ``geo_rls``).
-
-    Args: as :class:`HNewtonRLSTracker`, plus ``n_envs``.
-    """
-
-    name = "hnewton_rls"
-
-    def __init__(
-        self,
-        context: ControlContext | None = None,
-        n_envs: int = 1,
-        *,
-        residual: dict[str, Any] | None = None,
-        **kw: Any,
-    ):
-        context = context or ControlContext()
         self.config, network, kw = residual_settings(residual, kw)
-        self.estimator = BatchedResidualEstimator(
-            context, self.config, check_n_envs(n_envs), network, learn=True
-        )
-        super().__init__(context, n_envs, **kw)
-
-    @classmethod
-    def vectorizes(cls, options: Mapping[str, Any]) -> bool:
-        options = dict(options)
-        _, _, own = residual_settings(options.pop("residual", None), options)
-        return super().vectorizes(own)
-
-
-HNewtonTracker.batched = BatchedHNewtonTracker
-HNewtonRLSTracker.batched = BatchedHNewtonRLSTracker
+        self.estimator = ResidualEstimator(context, self.config, network, learn=True)
+        super().__init__(context, **kw)

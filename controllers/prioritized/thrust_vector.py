@@ -2,12 +2,18 @@
 
 :class:`ThrustVectorNewton` is the hierarchical Newton cycle on the commanded thrust vector
 ``q = (c, φ, θ)`` and :class:`PrioritizedAllocator` the rotor allocation of the quadrotor
-controllers (:mod:`.quad`, whose docstring explains the layout);
-:class:`BatchedThrustVectorNewton` and :class:`BatchedPrioritizedAllocator` are their twins for
-N envs. The task values and derivatives (:func:`thrust_vector_terms`), the thrust
-direction and the 3×3 cofactor inverse are one formula each for a float and for an array of
-envs: ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` or :class:`~residual_quad.envs.xp.ARRAYS`,
-which evaluate the same expressions in the same order (bit for bit).
+controllers (:mod:`.quad`, whose docstring explains the layout). Their memory between control
+steps (multipliers, BFGS matrices, the previous step, the warm faces) is an explicit state
+(:class:`ThrustVectorState`, the allocation's warm faces), one row per env, that the tracker law
+holds: one vehicle loads its row into the single cycle and writes it back
+(:meth:`ThrustVectorNewton.step_row`, :meth:`PrioritizedAllocator.allocate`).
+:class:`BatchedThrustVectorNewton` and :class:`BatchedPrioritizedAllocator` are the batch
+algorithm for N envs: every env's first candidate as one array computation, the single cycle
+on the rows it leaves. The task values and derivatives (:func:`thrust_vector_terms`), the
+thrust direction and the 3×3 cofactor inverse are one formula each for a float and for an array
+of envs: ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` or
+:class:`~residual_quad.envs.xp.ARRAYS`, which evaluate the same expressions in the same order
+(bit for bit).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.law import tree_map
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
     POSITIVE,
@@ -26,7 +33,12 @@ from residual_quad.controllers.options import (
     Number,
     Optional,
 )
-from residual_quad.controllers.prioritized.box_hlsp import BatchedBoxHLSP, BoxHLSP, BoxHLSPResult
+from residual_quad.controllers.prioritized.box_hlsp import (
+    FREE,
+    BatchedBoxHLSP,
+    BoxHLSP,
+    BoxHLSPResult,
+)
 from residual_quad.controllers.prioritized.newton import (
     METHODS,
     SWITCHES,
@@ -46,6 +58,7 @@ __all__ = [
     "HNewtonQuadParams",
     "PrioritizedAllocator",
     "ThrustVectorNewton",
+    "ThrustVectorState",
     "inverse3",
     "thrust_direction",
     "thrust_vector_tasks",
@@ -191,6 +204,35 @@ HNEWTON_PARAM_OPTIONS: dict[str, Domain] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ThrustVectorState:
+    """The memory of the thrust-vector Newton cycle between control steps, one row per env (one
+    vehicle: the row without the env axis, flags as 0-d arrays, so that it is updated in place).
+
+    ``lam`` holds the control multipliers of the last solve ``λ_{0,0}``, ``λ_{0,1}``,
+    ``λ_{1,1}`` (1 + 1 + 2 entries), valid where ``has_lam``; ``prev_q``/``prev_J`` the previous
+    cycle's configuration and Jacobian (rows x, y, z of the heading frame), valid where
+    ``has_prev``.
+    """
+
+    lam: np.ndarray  # (n, 4): multipliers of the last solve
+    has_lam: np.ndarray  # (n,) bool
+    B: np.ndarray  # (n, 2, 3, 3): the BFGS matrix of each level
+    prev_q: np.ndarray  # (n, 3): N, rad, rad
+    prev_J: np.ndarray  # (n, 3, 3): ∂a/∂q at prev_q (m/s² per N, rad)
+    has_prev: np.ndarray  # (n,) bool
+    augmented: np.ndarray  # (n, 2) bool: the levels augmented at the last cycle
+    gn_norms: np.ndarray  # (n, 2): the GN slack norm of each level at the last cycle (m/s²)
+    face: np.ndarray  # (n, 3) int: the warm face of the (augmented) solver
+    gn_face: np.ndarray  # (n, 3) int: the warm face of the GN solver
+
+
+def state_row(state: Any, i: int) -> Any:
+    """Row ``i`` of every leaf of a state tree as views (0-d for a flag): writing into the row
+    writes the batch's state."""
+    return tree_map(lambda x: x[i, ...], state)
+
+
 class ThrustVectorNewton(NewtonCore):
     """One hierarchical Newton cycle on ``q = (c, φ, θ)`` per call of :meth:`step`.
 
@@ -235,6 +277,59 @@ class ThrustVectorNewton(NewtonCore):
         self.augmented = [False, False]
         self.gn_norms = np.zeros(2)
         self.last: BoxHLSPResult | None = None
+
+    # -- explicit state ------------------------------------------------------------------------
+    def init_state(self, n: int) -> ThrustVectorState:
+        """The memory of ``n`` envs after a reset: no multipliers, ``B_0 = b0·I``, no previous
+        step, free warm faces."""
+        B = np.empty((n, 2, 3, 3))
+        B[...] = self.settings.bfgs_b0 * np.eye(3)
+        return ThrustVectorState(
+            lam=np.zeros((n, 4)),
+            has_lam=np.zeros(n, dtype=bool),
+            B=B,
+            prev_q=np.zeros((n, 3)),
+            prev_J=np.zeros((n, 3, 3)),
+            has_prev=np.zeros(n, dtype=bool),
+            augmented=np.zeros((n, 2), dtype=bool),
+            gn_norms=np.zeros((n, 2)),
+            face=np.full((n, 3), FREE),
+            gn_face=np.full((n, 3), FREE),
+        )
+
+    def load(self, row: ThrustVectorState) -> None:
+        """Take one vehicle's memory ``row`` (a row of :class:`ThrustVectorState`) as this
+        cycle's multipliers, BFGS matrices and previous step."""
+        lam = row.lam
+        self.lam = [[lam[0:1]], [lam[1:2], lam[2:4]]] if row.has_lam else None
+        self.B = [row.B[0], row.B[1]]
+        if row.has_prev:
+            self.prev_q = row.prev_q
+            self.prev_J = [row.prev_J[2:3], row.prev_J[0:2]]
+        else:
+            self.prev_q, self.prev_J = None, None
+
+    def step_row(self, row: ThrustVectorState, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+        """:meth:`step` on one vehicle's memory ``row``: loaded before the cycle, written back
+        after it (in place)."""
+        self.load(row)
+        self.solver.load_face(row.face)
+        self.gn_solver.load_face(row.gn_face)
+        x = self.step(q, a_des)
+        self.solver.store_face(row.face)
+        self.gn_solver.store_face(row.gn_face)
+        if self.lam is None:
+            row.has_lam[...] = False
+        else:
+            row.lam[...] = np.concatenate([self.lam[0][0], self.lam[1][0], self.lam[1][1]])
+            row.has_lam[...] = True
+        row.B[0], row.B[1] = self.B
+        row.prev_q[...] = self.prev_q
+        row.prev_J[2:3], row.prev_J[0:2] = self.prev_J
+        row.has_prev[...] = True
+        row.augmented[...] = self.augmented
+        row.gn_norms[...] = self.gn_norms
+        return x
 
     def velocity_box(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Trust region ∩ the q-box reached in one step (always a non-empty box); ``q`` (3,), or
@@ -343,163 +438,126 @@ class PrioritizedAllocator:
         self.last = res
         return res.x
 
+    def allocate(
+        self, face: np.ndarray, thrust: float, torque: tuple[float, float, float]
+    ) -> np.ndarray:
+        """:meth:`__call__` from one vehicle's warm face ``face`` (4,), which it updates in
+        place."""
+        self.solver.load_face(face)
+        x = self(thrust, torque)
+        self.solver.store_face(face)
+        return x
+
 
 # --------------------------------------------------------------------------- N envs
 class BatchedThrustVectorNewton:
-    """:class:`ThrustVectorNewton` for N envs: one cycle per env per
-    :meth:`step`, with per-env state in arrays (row = env).
+    """The batch algorithm of :class:`ThrustVectorNewton`: one cycle per env per :meth:`step`
+    over the envs' memory (:class:`ThrustVectorState`).
+
+    In flight almost every env's small HLSP stops at the single solver's first candidate, which
+    :meth:`BatchedBoxHLSP.square` computes for all envs at once; the envs where it does not (a
+    bound active, a switched-on level, a singular Jacobian; every env with
+    ``switch="always"``) run the single cycle on their own row of the memory.
 
     Args:
-        airframe: nominal airframe; dt: control period (s); params: as the single cycle.
-        n_envs: number of envs.
+        single: the single cycle (the settings; it solves the rows the array path leaves).
     """
 
-    #: attributes holding one row of state per env
-    ROW_STATE = ("lam", "has_lam", "B", "prev_q", "prev_J", "has_prev", "augmented", "gn_norms")
+    def __init__(self, single: ThrustVectorNewton) -> None:
+        self.single = s = single
+        self.p, self.k, self.frame = s.p, s.k, s.frame
+        self.solver = BatchedBoxHLSP(s.solver)
+        self.gn_solver = BatchedBoxHLSP(s.gn_solver)
 
-    def __init__(
-        self, airframe: Airframe, dt: float, params: HNewtonQuadParams, n_envs: int
-    ) -> None:
-        #: the single cycle: the settings, and the solver of the rows the array path leaves
-        self.single = s = ThrustVectorNewton(airframe, dt, params)
-        self.p, self.k, self.frame = s.p, s.k, airframe
-        self.q_lower, self.q_upper = s.q_lower, s.q_upper
-        self.solver = BatchedBoxHLSP(s.solver, n_envs)
-        self.gn_solver = BatchedBoxHLSP(s.gn_solver, n_envs)
-        n = n_envs
-        self.lam = np.zeros((n, 4))  # λ_{0,0}, λ_{0,1}, λ_{1,1} (2) of the last solve
-        self.has_lam = np.zeros(n, dtype=bool)
-        self.B = np.zeros((n, 2, 3, 3))  # BFGS matrix per level
-        self.prev_q = np.zeros((n, 3))
-        self.prev_J = np.zeros((n, 3, 3))  # ∂a/∂q at prev_q (rows x, y, z)
-        self.has_prev = np.zeros(n, dtype=bool)
-        self.augmented = np.zeros((n, 2), dtype=bool)
-        self.gn_norms = np.zeros((n, 2))
-        self.reset()
-
-    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
-        """Forget multipliers, BFGS matrices, warm faces and the previous step of ``index``."""
-        self.lam[index] = 0.0
-        self.has_lam[index] = False
-        self.B[index] = self.single.settings.bfgs_b0 * np.eye(3)
-        self.prev_q[index] = 0.0
-        self.prev_J[index] = 0.0
-        self.has_prev[index] = False
-        self.augmented[index] = False
-        self.gn_norms[index] = 0.0
-        self.solver.reset(index)
-        self.gn_solver.reset(index)
-
-    def row_state(self) -> list[tuple[Any, str]]:
-        """``(object, attribute)`` of every per-env state array."""
-        return [(self, a) for a in self.ROW_STATE] + [
-            (self.solver, "faces"),
-            (self.gn_solver, "faces"),
-        ]
-
-    def step(self, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
+    def step(self, state: ThrustVectorState, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
         """Velocities ``q̇`` (N, 3) (N/s, rad/s, rad/s) of one cycle per env at ``q`` (N, 3)
-        towards ``a_des`` (N, 3) (heading frame, m/s²)."""
+        towards ``a_des`` (N, 3) (heading frame, m/s²); ``state`` is updated in place."""
         n = q.shape[0]
+        s = self.single
+        gn_only = self.p.method == "gn"
+        if self.p.switch == "always" and not gn_only:  # every level augmented: row by row
+            return np.stack([s.step_row(state_row(state, i), q[i], a_des[i]) for i in range(n)])
         frame = self.frame
         a, J, _ = thrust_vector_terms(ARRAYS, *q.T, frame.mass, frame.gravity)
         J = np.stack([np.stack(row, axis=1) for row in J], axis=1)  # (N, 3, 3)
         e = np.stack(a, axis=1) - a_des
-        lo, up = self.single.velocity_box(q)
+        lo, up = s.velocity_box(q)
         inv, ok = inverse3(ARRAYS, (*J[:, 2].T, *J[:, 0].T, *J[:, 1].T))
         levels = [(J[:, 2:3], -self.k * e[:, 2:3]), (J[:, 0:2], -self.k * e[:, 0:2])]
-        gn_only = self.p.method == "gn"
-        solver = self.solver if gn_only else self.gn_solver
+        solver, faces = (self.solver, state.face) if gn_only else (self.gn_solver, state.gn_face)
         x, slacks, done = solver.square(lo, up, levels, np.stack(inv, 1).reshape(n, 3, 3), ok)
         norms = np.stack(
             [np.sqrt(np.matmul(w[:, None], w[:, :, None])[:, 0, 0]) for w in slacks], 1
         )
         if not gn_only:  # a switched-on level is augmented: that env's cycle runs on its own
-            done &= ~np.broadcast_to(self.single.switch_on(norms), norms.shape).any(axis=1)
+            done &= ~np.broadcast_to(s.switch_on(norms), norms.shape).any(axis=1)
         if self.p.method == "bfgs":
             for i in np.flatnonzero(done).tolist():
-                self._bfgs_row(i, q[i], J[i])
-        solver.accept(done)
-        if self.single.solver.multipliers:  # the square point's multipliers: its slacks
-            self.lam[done] = np.concatenate([slacks[0], np.zeros((n, 1)), slacks[1]], 1)[done]
-            self.has_lam[done] = True
-        self.augmented[done] = False
-        self.gn_norms[done] = norms[done]
-        self.prev_q[done] = q[done]
-        self.prev_J[done] = J[done]
-        self.has_prev[done] = True
+                self._bfgs_row(state_row(state, i), q[i], J[i])
+        faces[done] = FREE  # the square point's face
+        if s.solver.multipliers:  # the square point's multipliers: its slacks
+            state.lam[done] = np.concatenate([slacks[0], np.zeros((n, 1)), slacks[1]], 1)[done]
+            state.has_lam[done] = True
+        state.augmented[done] = False
+        state.gn_norms[done] = norms[done]
+        state.prev_q[done] = q[done]
+        state.prev_J[done] = J[done]
+        state.has_prev[done] = True
         for i in np.flatnonzero(~done).tolist():
-            x[i] = self._step_row(i, q[i], a_des[i])
+            x[i] = s.step_row(state_row(state, i), q[i], a_des[i])
         return x
 
-    # -- one env on the single cycle -------------------------------------------------------------
-    def _load(self, i: int) -> ThrustVectorNewton:
-        """The single cycle holding env ``i``'s multipliers, BFGS matrices and previous step."""
+    def _bfgs_row(self, row: ThrustVectorState, q: np.ndarray, J: np.ndarray) -> None:
+        """One env's BFGS update with the single cycle's code (before its square solve)."""
         s = self.single
-        lam = self.lam[i]
-        s.lam = [[lam[0:1].copy()], [lam[1:2].copy(), lam[2:4].copy()]] if self.has_lam[i] else None
-        s.B = [self.B[i, 0].copy(), self.B[i, 1].copy()]
-        if self.has_prev[i]:
-            s.prev_q = self.prev_q[i].copy()
-            s.prev_J = [self.prev_J[i, 2:3].copy(), self.prev_J[i, 0:2].copy()]
-        else:
-            s.prev_q, s.prev_J = None, None
-        return s
-
-    def _bfgs_row(self, i: int, q: np.ndarray, J: np.ndarray) -> None:
-        """Env ``i``'s BFGS update with the single cycle's code (before its square solve)."""
-        s = self._load(i)
+        s.load(row)
         s.bfgs_update(q, [(None, J[2:3], None), (None, J[0:2], None)])
-        self.B[i] = s.B
-
-    def _step_row(self, i: int, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
-        """The single cycle on env ``i``'s row of the state; stores the state it ends with."""
-        s = self._load(i)
-        with self.solver.row(i), self.gn_solver.row(i):
-            x = s.step(q, a_des)
-        if s.lam is None:
-            self.has_lam[i] = False
-        else:
-            self.lam[i] = np.concatenate([s.lam[0][0], s.lam[1][0], s.lam[1][1]])
-            self.has_lam[i] = True
-        self.B[i] = s.B
-        self.prev_q[i] = s.prev_q
-        self.prev_J[i, 2:3], self.prev_J[i, 0:2] = s.prev_J
-        self.has_prev[i] = True
-        self.augmented[i] = s.augmented
-        self.gn_norms[i] = s.gn_norms
-        return x
+        row.B[0], row.B[1] = s.B
 
 
 class BatchedPrioritizedAllocator:
-    """:class:`PrioritizedAllocator` for N envs (one warm face per env)."""
+    """The batch algorithm of :class:`PrioritizedAllocator`: every env's first candidate at once
+    (:meth:`BatchedBoxHLSP.square`), the single allocator on the rows it leaves.
 
-    def __init__(self, airframe: Airframe, n_envs: int) -> None:
-        self.single = s = PrioritizedAllocator(airframe)
-        self.solver = BatchedBoxHLSP(s.solver, n_envs)
-        n = n_envs
+    Args:
+        single: the single allocator (the allocation matrix, bounds and solver settings).
+    """
+
+    def __init__(self, single: PrioritizedAllocator) -> None:
+        self.single = single
+        self.solver = BatchedBoxHLSP(single.solver)
+        self._n = -1  # the batch size of the broadcast constants below
+
+    def _constants(self, n: int) -> None:
+        """The allocation matrices, their inverse and the rotor bounds broadcast to ``n`` envs
+        (read-only views, made again when the batch size changes)."""
+        s = self.single
         self._A = [np.broadcast_to(A, (n, *A.shape)) for A in (s.A_rp, s.A_T, s.A_yaw)]
         self._inverse = np.broadcast_to(s.inverse, (n, 4, 4))
         self._lower = np.broadcast_to(s.lower, (n, 4))
         self._upper = np.broadcast_to(s.upper, (n, 4))
-
-    def reset(self, index: int | slice | np.ndarray = slice(None)) -> None:
-        """Forget the warm faces of ``index``."""
-        self.solver.reset(index)
+        self._n = n
 
     def __call__(
-        self, thrust: np.ndarray, torque: tuple[np.ndarray, np.ndarray, np.ndarray]
+        self,
+        faces: np.ndarray,
+        thrust: np.ndarray,
+        torque: tuple[np.ndarray, np.ndarray, np.ndarray],
     ) -> np.ndarray:
         """Rotor thrusts (N, 4) (N) for collectives ``thrust`` (N,) (N) and body torques (three
-        (N,) components, N·m)."""
+        (N,) components, N·m) from the envs' warm faces ``faces`` (N, 4), updated in place."""
+        n = thrust.shape[0]
+        if n != self._n:
+            self._constants(n)
         tx, ty, tz = torque
         A_rp, A_T, A_yaw = self._A
         b = [np.stack([tx, ty], 1), thrust[:, None], tz[:, None]]
         x, _, done = self.solver.square(
             self._lower, self._upper, list(zip((A_rp, A_T, A_yaw), b, strict=True)), self._inverse
         )
-        self.solver.accept(done)
+        faces[done] = FREE
+        single = self.single
         for i in np.flatnonzero(~done).tolist():
-            with self.solver.row(i):
-                x[i] = self.single(float(thrust[i]), (float(tx[i]), float(ty[i]), float(tz[i])))
+            torque_i = (float(tx[i]), float(ty[i]), float(tz[i]))
+            x[i] = single.allocate(faces[i], float(thrust[i]), torque_i)
         return x

@@ -222,7 +222,7 @@ def test_allocation_collective_sacrificed_before_roll() -> None:
 # ------------------------------------------------------------------------------ closed loop
 def test_registry_and_reset_exact() -> None:
     ctl = make_controller("hnewton", None, method="lm")
-    assert isinstance(ctl, HNewtonTracker) and ctl.method == "lm"
+    assert isinstance(ctl.law, HNewtonTracker) and ctl.method == "lm"
     with pytest.raises(ValueError):
         make_controller("hnewton", None, method="sqp")
     kw = dict(trajectory="figure8", payload="heavy", wind="windy", seed=3, episode_s=4.0)

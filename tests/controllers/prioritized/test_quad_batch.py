@@ -1,27 +1,25 @@
-"""Batched ``hnewton`` / ``hnewton_rls`` equal N single controllers fed the same observations.
+"""``hnewton`` / ``hnewton_rls`` on N envs equal N single flights fed the same observations.
 
-N single envs (payloads, winds, trajectories) are stacked into a batch flown on the batched
-actions; N single controllers see the same observations. ``hnewton`` must agree bit for bit (the
-array path evaluates the single controller's formulas in the same order, the rows it leaves run
-the single cycle); ``hnewton_rls`` to 1e-9 (its batched RLS sums in another order). Cases where
-the thrust/tilt box and the rates bind, so the Newton levels are augmented and the horizontal
-level gives way, are flown with tight limits; bad input gives the single controller's errors.
+One law each: N envs run the batch algorithm of the solvers (every env's first candidate at
+once, the single cycle on the rows it leaves), one vehicle the single cycle. N single envs
+(payloads, winds, trajectories) are stacked into a batch flown on the batched actions; N single
+controllers see the same observations. ``hnewton`` must agree bit for bit (the array path
+evaluates the single cycle's formulas in the same order, the rows it leaves run the single
+cycle); ``hnewton_rls`` to 1e-9 (its batched RLS sums in another order). Cases where the
+thrust/tilt box and the rates bind, so the Newton levels are augmented and the horizontal level
+gives way, are flown with tight limits; bad input gives the single controller's errors.
 """
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.controllers.driver import LawBatch
 from residual_quad.controllers.prioritized.box_hlsp import BatchedBoxHLSP, BoxHLSP
-from residual_quad.controllers.prioritized.quad import (
-    BatchedHNewtonRLSTracker,
-    BatchedHNewtonTracker,
-)
+from residual_quad.controllers.prioritized.quad import HNewtonRLSTracker, HNewtonTracker
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 
@@ -53,16 +51,15 @@ def fly_side_by_side(name, steps, scenarios=SCENARIOS, reset_at=None, nan_at=(),
         c.reset(i)
     obs = np.stack([e.reset(seed=i)[0] for i, e in enumerate(envs)])
     counts = {"augmented": 0, "gave_way": 0}
-    if isinstance(batch, BatchedHNewtonTracker):
-        single_cycle = batch.newton.single
+    single_cycle = batch.law.newton  # the cycle of the rows the batch algorithm leaves
 
-        def counting_step(q, a_des, _step=single_cycle.step):
-            x = _step(q, a_des)
-            counts["augmented"] += any(single_cycle.augmented)
-            counts["gave_way"] += float(np.linalg.norm(single_cycle.last.slacks[1])) > 1e-6
-            return x
+    def counting_step(q, a_des, _step=single_cycle.step):
+        x = _step(q, a_des)
+        counts["augmented"] += any(single_cycle.augmented)
+        counts["gave_way"] += float(np.linalg.norm(single_cycle.last.slacks[1])) > 1e-6
+        return x
 
-        single_cycle.step = counting_step
+    single_cycle.step = counting_step
     worst, next_seed = 0.0, 100
     for k in range(steps):
         seen = obs.copy()
@@ -86,27 +83,75 @@ def fly_side_by_side(name, steps, scenarios=SCENARIOS, reset_at=None, nan_at=(),
 
 
 def assert_state_equal(batch, singles, tol=0.0):
-    """Thrust vectors, multipliers, BFGS matrices and warm faces equal the singles'."""
-    nw = batch.newton
-    assert np.abs(batch.q - np.stack([c.q for c in singles])).max() <= tol
+    """Thrust vectors, multipliers, BFGS matrices, previous steps and warm faces equal the
+    singles' (each env's row of the batch's ``prioritized`` state against one vehicle's)."""
+    part = batch.state.prioritized
     for i, c in enumerate(singles):
-        s = c.newton
-        assert bool(nw.has_lam[i]) == (s.lam is not None)
-        if s.lam is not None:
-            lam = np.concatenate([s.lam[0][0], s.lam[1][0], s.lam[1][1]])
-            assert np.abs(nw.lam[i] - lam).max() <= max(tol, 0.0)
-        assert np.abs(nw.B[i] - np.stack(s.B)).max() <= tol
-        for batched, single in ((nw.solver, s.solver), (nw.gn_solver, s.gn_solver)):
-            face = single._last_face
-            assert np.array_equal(batched.faces[i], np.zeros(3) if face is None else face)
-        face = c.alloc.solver._last_face
-        assert np.array_equal(batch.alloc.solver.faces[i], np.zeros(4) if face is None else face)
+        one = c.state.prioritized
+        assert np.abs(part.q[i] - one.q).max() <= tol
+        assert np.abs(part.qdot[i] - one.qdot).max() <= tol
+        nw, s = part.newton, one.newton
+        assert bool(nw.has_lam[i]) == bool(s.has_lam)
+        if s.has_lam:
+            assert np.abs(nw.lam[i] - s.lam).max() <= tol
+        assert bool(nw.has_prev[i]) == bool(s.has_prev)
+        if s.has_prev:
+            assert np.abs(nw.prev_q[i] - s.prev_q).max() <= tol
+            assert np.abs(nw.prev_J[i] - s.prev_J).max() <= tol
+        assert np.abs(nw.B[i] - s.B).max() <= tol
+        assert np.array_equal(nw.face[i], s.face)
+        assert np.array_equal(nw.gn_face[i], s.gn_face)
+        assert np.array_equal(part.alloc_face[i], one.alloc_face)
+
+
+def test_one_vehicle_state_is_the_single_cycles_memory():
+    """The one-vehicle state holds what the single cycle remembers between steps: loaded before
+    each cycle and written back after it, so a vehicle flown from it equals the cycle flown on
+    its own memory (multipliers, BFGS matrices, previous step, warm faces)."""
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="figure8")
+    ctrl = make_controller("hnewton", env, method="bfgs", **TIGHT)
+    ref = make_controller("hnewton", env, method="bfgs", **TIGHT).law.newton  # own memory
+    ref.reset()
+    obs, _ = env.reset(seed=2)
+    ctrl.reset(2)
+    steps = augmented = 0
+    for steps in range(1, 151):  # noqa: B007 (the count is read after the loop)
+        q = ctrl.state.prioritized.q.copy()
+        action = ctrl.policy(obs)
+        cycle = ctrl.law.newton
+        np.testing.assert_array_equal(ctrl.state.prioritized.qdot, cycle.last.x)
+        assert ref.p == cycle.p
+        x = ref.step(q, _heading_target(ctrl, obs))
+        np.testing.assert_array_equal(x, ctrl.state.prioritized.qdot)
+        mem = ctrl.state.prioritized.newton
+        assert bool(mem.has_lam) == (ref.lam is not None)
+        if ref.lam is not None:
+            np.testing.assert_array_equal(
+                mem.lam, np.concatenate([ref.lam[0][0], ref.lam[1][0], ref.lam[1][1]])
+            )
+        np.testing.assert_array_equal(mem.B, np.stack(ref.B))
+        np.testing.assert_array_equal(mem.face, ref.solver._last_face)
+        augmented += any(ref.augmented)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break
+    env.close()
+    assert steps > 50 and augmented > 10  # the augmented HLSP ran on the loaded memory
+
+
+def _heading_target(ctrl, obs):
+    """The heading-frame acceleration target ``hnewton`` handed its cycle for ``obs`` (its
+    last command, ``hnewton`` has no residual)."""
+    ax, ay, az = ctrl.state.last_a_cmd.tolist()
+    yaw = float(obs[L.ref_yaw])
+    cy, sy = np.cos(yaw), np.sin(yaw)
+    return np.array([cy * ax + sy * ay, -sy * ax + cy * ay, az])
 
 
 @pytest.mark.parametrize("method", ["newton", "gn", "lm", "bfgs"])
 def test_batched_hnewton_equals_single_bit_for_bit(method):
     worst, batch, singles, _ = fly_side_by_side("hnewton", 300, reset_at=120, method=method)
-    assert isinstance(batch, BatchedHNewtonTracker)
+    assert isinstance(batch, LawBatch) and type(batch.law) is HNewtonTracker
     assert worst == 0.0
     assert_state_equal(batch, singles)
 
@@ -131,13 +176,13 @@ def test_saturated_hierarchy_gives_way_identically(method):
 def test_batched_hnewton_rls_equals_single(steps):
     """hnewton_rls, up to 2000 steps (the 20 s episode), payloads and winds, an autoreset."""
     worst, batch, singles, _ = fly_side_by_side("hnewton_rls", steps, reset_at=steps // 3)
-    assert isinstance(batch, BatchedHNewtonRLSTracker)
+    assert isinstance(batch, LawBatch) and type(batch.law) is HNewtonRLSTracker
     assert worst <= TOL
-    est = batch.estimator
-    theta = np.stack([c.estimator.rls.theta for c in singles])
+    est = batch.state.estimator
+    theta = np.stack([c.state.estimator.rls.theta for c in singles])
     assert np.abs(est.rls.theta - theta).max() <= TOL
     assert np.any(theta != singles[0].estimator.rls.theta0)  # it learned
-    assert est.steps.tolist() == [c.estimator.steps for c in singles]
+    assert est.steps.tolist() == [c.state.estimator.steps for c in singles]
     assert_state_equal(batch, singles, tol=TOL)
 
 
@@ -171,7 +216,7 @@ def test_square_path_is_the_single_solvers_first_candidate():
     lo = -rng.uniform(0.2, 3.0, size=(n, 3))
     up = rng.uniform(0.2, 3.0, size=(n, 3))
     up[:5] = lo[:5]  # pinned variables: never the square path
-    batch = BatchedBoxHLSP(BoxHLSP(3, multipliers=True), n)
+    batch = BatchedBoxHLSP(BoxHLSP(3, multipliers=True))
     levels = [(A[:, :1], b[:, :1]), (A[:, 1:], b[:, 1:])]
     x, slacks, done = batch.square(lo, up, levels, np.linalg.inv(A))
     assert 50 < done.sum() < n - 50 and not done[:5].any()
@@ -198,9 +243,15 @@ def test_bad_input_gives_the_single_controllers_errors(name):
             ctrl.policy_batch(np.zeros(shape))
 
 
-def test_switch_always_flies_single_controllers_with_a_log_line(caplog):
-    with caplog.at_level(logging.WARNING):
-        loop = make_batch_controller("hnewton", 2, switch="always")
-    assert isinstance(loop, BatchedLoop)
-    assert "switch='always' flies one single controller per env" in caplog.text
-    assert isinstance(make_batch_controller("hnewton", 2, switch="never"), BatchedHNewtonTracker)
+@pytest.mark.parametrize("name", ["hnewton", "hnewton_rls"])
+def test_switch_always_runs_every_row_on_the_single_cycle(name):
+    """``switch="always"`` augments every level at every step, which only the single cycle
+    solves: the law's batch runs it row by row -- still the single flights' actions (bit for
+    bit for ``hnewton``), and every row was left to the single cycle and augmented."""
+    worst, batch, singles, counts = fly_side_by_side(
+        name, 60, reset_at=30, method="lm", switch="always"
+    )
+    assert isinstance(batch, LawBatch)
+    assert worst <= (0.0 if name == "hnewton" else TOL)
+    assert counts["augmented"] == 60 * len(SCENARIOS)
+    assert_state_equal(batch, singles, tol=0.0 if name == "hnewton" else TOL)
