@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from residual_quad.envs.disturbances import DragModel, GroundEffect
 
@@ -51,6 +52,17 @@ def _compiled(fn):
         return njit(nogil=True, cache=True)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
         return njit(nogil=True)(fn)
+
+
+@intrinsic
+def _f64_at(typingctx, address):  # pragma: no cover - compiled
+    """The float64 pointer at the integer ``address`` (a model array's ``.ctypes.data``)."""
+    sig = types.CPointer(types.float64)(types.intp)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
 
 
 def params(drag: DragModel, ground_effect: GroundEffect | None) -> np.ndarray:
@@ -139,7 +151,25 @@ def plant_wrench(qpos, qvel, wind, p, eff, xfrc, gain):  # pragma: no cover - co
 
 @_compiled
 def lane_wrench(
-    s, iq, iv, nv, qpos0, winds, sub, p, eff, fk, lagged, control, x0, before, force, gain, rot
+    s,
+    iq,
+    iv,
+    nv,
+    qpos0,
+    winds,
+    sub,
+    p,
+    eff,
+    fk,
+    lagged,
+    gain_at,
+    gain_stride,
+    control,
+    x0,
+    before,
+    force,
+    gain,
+    rot,
 ):  # pragma: no cover - compiled
     """A lane's substep ``sub``, before its ``rollout`` call, for the state rows ``s`` (MuJoCo's
     full-physics state; ``qpos`` at column ``iq``, the ``nv`` entries of ``qvel`` at ``iv``):
@@ -148,7 +178,10 @@ def lane_wrench(
     ground-effect gain ``gain[j]``, the rotation ``rot[j]`` (row-major, 9), and ``rollout``'s
     control ``control[j, 0]``: the rotors' commands ``fk[j]`` (``lagged``: MuJoCo's filter takes
     the command, the gains sit in the model) or the gains × commands, and the force at column
-    ``x0``. Returns the gains (ground effect × efficiency ``eff[j]``), ``(n, 4)``."""
+    ``x0``. Returns the gains (ground effect × efficiency ``eff[j]``), ``(n, 4)``; where
+    ``gain_at[j]`` is not 0 they are written into the model of row ``j`` too: rotor ``k``'s
+    actuator gain is the float64 at address ``gain_at[j]`` + ``k·gain_stride`` entries (its own
+    ``actuator_gainprm[k, 0]``, which the caller keeps alive)."""
     n = s.shape[0]
     nq = qpos0.shape[0]
     gains = np.empty((n, NUM_ROTORS))
@@ -172,10 +205,13 @@ def lane_wrench(
         )
         for i in range(9):
             rot[j, i] = r[i]
+        at = gain_at[j]
         for k in range(NUM_ROTORS):
             gk = g * eff[j, k]
             gains[j, k] = gk
             control[j, 0, k] = fk[j, k] if lagged else gk * fk[j, k]
+            if at != 0:
+                _f64_at(at)[k * gain_stride] = gk
         control[j, 0, x0] = fx
         control[j, 0, x0 + 1] = fy
         control[j, 0, x0 + 2] = fz

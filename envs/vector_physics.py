@@ -114,6 +114,11 @@ class BatchPhysics:
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
         self._env_nbody = np.zeros(num_envs, dtype=np.int64)  # of its rollout model; 0: none yet
         self._env_fallen = np.zeros((num_envs, self.nstate))  # its rollout model's _fallen
+        # address of its own rollout model's actuator_gainprm (0: a shared model); the model is
+        # kept alive in _env_models until forget
+        self._env_gain_at = np.zeros(num_envs, dtype=np.intp)
+        gainprm = plant.model.actuator_gainprm
+        self._gain_stride = gainprm.strides[0] // gainprm.itemsize  # entries from rotor to rotor
         # per-env facts read from its plant when first stepped after (re)placement (see forget)
         self._known = np.zeros(num_envs, dtype=bool)
         self._has_events = np.zeros(num_envs, dtype=bool)
@@ -132,6 +137,7 @@ class BatchPhysics:
         looked up again."""
         self._env_models[index] = None
         self._env_nbody[index] = 0
+        self._env_gain_at[index] = 0
         self._known[index] = False
 
     def _refresh(self, active: np.ndarray) -> None:
@@ -157,6 +163,8 @@ class BatchPhysics:
             model = self._env_models[index] = self._rollout_model(self._plant_of(index))
             self._env_nbody[index] = model.nbody
             self._env_fallen[index] = self._fallen[id(model)]
+            if id(model) in self._own:
+                self._env_gain_at[index] = model.actuator_gainprm.ctypes.data
         return model
 
     def _rollout_model(self, plant: QuadrotorPlant) -> mujoco.MjModel:
@@ -360,11 +368,14 @@ class BatchPhysics:
         gain = np.empty(n)  # the substep's ground-effect gain
         rot = np.empty((n, 9))  # the substep's rotation, row-major
         fk = f.copy()
-        own_rows = (
-            [j for j, model in enumerate(models) if id(model) in self._own] if self._own else []
-        )
         compiled = self.compiled
+        own_rows = (  # the numpy wrench writes their gains into their models in Python
+            [j for j, model in enumerate(models) if id(model) in self._own]
+            if self._own and not compiled
+            else []
+        )
         effs = np.ones((n, NUM_ROTORS)) if eff is None else eff
+        gain_at = self._env_gain_at[ids]  # the lagged envs' own models' gains (0: none)
         iq, iv = self.qpos.start, self.qvel.start
         nv = self.qvel.stop - iv
         for sub in range(self.substeps):
@@ -383,6 +394,8 @@ class BatchPhysics:
                     effs,
                     fk,
                     self.lagged,
+                    gain_at,
+                    self._gain_stride,
                     control,
                     x0,
                     before,
@@ -394,8 +407,8 @@ class BatchPhysics:
                 gains = self._numpy_wrench(
                     s, winds[:, sub], eff, fk, control, x0, before, force, gain, rot
                 )
-            for j in own_rows:  # lagged rotors: the gains sit in the env's own model
-                models[j].actuator_gainprm[:, 0] = gains[j]
+                for j in own_rows:  # lagged rotors: the gains sit in the env's own model
+                    models[j].actuator_gainprm[:, 0] = gains[j]
             self._pools[lane].rollout(
                 models,
                 [data],

@@ -83,7 +83,8 @@ def test_plant_wrench_is_the_float_formulas_bit_for_bit(ground_effect):
 @pytest.mark.parametrize("ground_effect", [GE, None])
 def test_lane_wrench_and_after_are_the_numpy_formulas_bit_for_bit(lagged, ground_effect):
     """A batch: control, force, gain, rotation, the rest flags and the gains of
-    :func:`lane_wrench` are the array formulas' (``xp=ARRAYS``), and :func:`lane_after` flags
+    :func:`lane_wrench` are the array formulas' (``xp=ARRAYS``), the gains are written where a
+    model's address is given and nowhere else, and :func:`lane_after` flags
     exactly the rows that landed on their fallen state from anywhere but rest."""
     n, substeps = 300, 5
     x = _inputs(n, 2)
@@ -105,9 +106,11 @@ def test_lane_wrench_and_after_are_the_numpy_formulas_bit_for_bit(lagged, ground
     before, gain = np.zeros(n, dtype=bool), np.zeros(n)
     force, rot = np.zeros((n, 3)), np.zeros((n, 9))
     sub = 3
+    gainprm = np.zeros((n, 4, 10))  # stand-ins of the lagged envs' own models' actuator_gainprm
+    gain_at = np.array([gainprm[j].ctypes.data if j % 2 else 0 for j in range(n)], dtype=np.intp)
     gains = substep.lane_wrench(
-        s, IQ, IV, NV, qpos0, winds, sub, p, x["eff"], fk, lagged, control, x0, before, force,
-        gain, rot,
+        s, IQ, IV, NV, qpos0, winds, sub, p, x["eff"], fk, lagged, gain_at, 10, control, x0,
+        before, force, gain, rot,
     )  # fmt: skip
     qpos, qvel = s[:, IQ : IQ + NQ], s[:, IV : IV + NV]
     w = winds[:, sub]
@@ -121,6 +124,9 @@ def test_lane_wrench_and_after_are_the_numpy_formulas_bit_for_bit(lagged, ground
     want_gains = rotor_gains(g[:, None], x["eff"])
     assert _same_bits(gains, want_gains)
     assert _same_bits(gain, g)
+    assert _same_bits(gainprm[1::2, :, 0], want_gains[1::2])  # written where an address is given
+    gainprm[1::2, :, 0] = 0.0
+    assert not gainprm.any()  # and nowhere else
     assert _same_bits(force, np.stack((fx, fy, fz), axis=1))
     assert _same_bits(rot, np.stack(r, axis=1))
     assert _same_bits(control[:, 0, 0:4], fk if lagged else want_gains * fk)
@@ -154,7 +160,9 @@ def test_the_kernels_release_the_gil():
     control, before = np.zeros((n, 1, 7)), np.zeros(n, dtype=bool)
     force, rot, gain = np.zeros((n, 3)), np.zeros((n, 9)), np.zeros(n)
     qpos0 = np.zeros(NQ)
-    args = (s, IQ, IV, NV, qpos0, winds, 0, p, eff, fk, False, control, 4, before, force)
+    no_gains = np.zeros(n, dtype=np.intp)
+    args = (s, IQ, IV, NV, qpos0, winds, 0, p, eff, fk, False, no_gains, 10, control, 4)
+    args = (*args, before, force)
     seen = False
     for _ in range(20):  # each try: the kernel once; a busy machine may not interleave
         gain[:] = np.nan
