@@ -114,10 +114,9 @@ __all__ = [
 ]
 
 
-#: the keywords of ``hnewton`` itself; every other keyword of ``hnewton_rls`` is a residual setting
-HNEWTON_KEYWORDS = frozenset(
-    {"method", "kp", "kd", "attitude", "rotor_tau_s", *HNewtonQuadParams.__dataclass_fields__}
-)
+#: the keywords of ``hnewton`` itself (the tracker's and the Newton step's); every other keyword
+#: of ``hnewton_rls`` is a residual setting
+HNEWTON_KEYWORDS = frozenset({"method", *Tracker.OPTIONS, *HNewtonQuadParams.__dataclass_fields__})
 
 
 def residual_settings(
@@ -161,7 +160,8 @@ class HNewtonTracker(Tracker):
         attitude: attitude PD gains (those of the shared inner loop by default).
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal; see
             :class:`~residual_quad.controllers.trackers.Tracker`).
-        **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...).
+        **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...); any
+            other keyword is the tracker's (:class:`~residual_quad.controllers.trackers.Tracker`).
     """
 
     name = "hnewton"
@@ -190,15 +190,18 @@ class HNewtonTracker(Tracker):
         **params: Any,
     ):
         context = context or ControlContext()
-        self.params = HNewtonQuadParams(method=method, **params)
+        newton = {
+            k: params.pop(k) for k in list(params) if k in HNewtonQuadParams.__dataclass_fields__
+        }
+        self.params = HNewtonQuadParams(method=method, **newton)
         # the single cycle and allocator: one vehicle's solvers, and those of the rows the
         # batch algorithm leaves; each call loads the row of the state it works on
         self.newton = ThrustVectorNewton(context.airframe, context.control_dt, self.params)
         self.alloc = PrioritizedAllocator(context.airframe)
         self.newton_batch = BatchedThrustVectorNewton(self.newton)
         self.alloc_batch = BatchedPrioritizedAllocator(self.alloc)
-        super().__init__(  # shared gains, attitude PD and rotor model
-            context, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s
+        super().__init__(  # shared gains, attitude loop and rotor model
+            context, kp=kp, kd=kd, attitude=attitude, rotor_tau_s=rotor_tau_s, **params
         )
 
     @property
@@ -225,9 +228,10 @@ class HNewtonTracker(Tracker):
         return replace(super().init_one(), prioritized=tree_map(lambda x: x[0, ...], part))
 
     def forget_one(self, state: TrackerState) -> TrackerState:
-        """Nothing to forget (the Newton memory follows the tracker's own commands), and the
-        one-vehicle layout kept (the default goes through a batch of one)."""
-        return state
+        """The tracker's :meth:`forget_one`; the Newton memory follows the tracker's own
+        commands (nothing to forget) and keeps its one-vehicle layout."""
+        part = state.prioritized
+        return replace(super().forget_one(state), prioritized=part)
 
     # -- the law -------------------------------------------------------------------------------
     def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
@@ -235,6 +239,7 @@ class HNewtonTracker(Tracker):
         if self.rotor_model is not None:
             rotors, obs = self.rotor_model.observe(state.rotors, obs)
             state = replace(state, rotors=rotors)
+        state, torque_ff = self.torque_feedforward(state, obs)
         R = obs[:, L.rot].reshape(-1, 3, 3)
         e_p = obs[:, L.ref_pos] - obs[:, L.pos]
         e_v = obs[:, L.ref_vel] - obs[:, L.vel]
@@ -258,6 +263,9 @@ class HNewtonTracker(Tracker):
         torque = self.inner.attitude_torque_batch(
             r, obs[:, L.omega_b], b3, yaw, obs[:, L.ref_yaw_rate]
         )
+        if torque_ff is not None:
+            tx, ty, tz = torque
+            torque = (tx + torque_ff[:, 0], ty + torque_ff[:, 1], tz + torque_ff[:, 2])
         thrusts = self.alloc_batch(part.alloc_face, thrust, torque)
         state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
         return state, to_rotor_action(thrusts, self.airframe)
@@ -266,6 +274,7 @@ class HNewtonTracker(Tracker):
         if self.rotor_model is not None:
             rotors, obs = self.rotor_model.observe_one(state.rotors, obs)
             state = replace(state, rotors=rotors)
+        state, torque_ff = self.torque_feedforward_one(state, obs)
         R = obs[L.rot].reshape(3, 3)
         e_p = obs[L.ref_pos] - obs[L.pos]
         e_v = obs[L.ref_vel] - obs[L.vel]
@@ -287,6 +296,10 @@ class HNewtonTracker(Tracker):
         thrust = float(q[0]) * (b3[0] * r[2] + b3[1] * r[5] + b3[2] * r[8])
         thrust = min(max(thrust, 0.0), self.airframe.max_thrust)
         torque = self.inner.attitude_torque(r, obs[L.omega_b], b3, yaw, float(obs[L.ref_yaw_rate]))
+        if torque_ff is not None:
+            tx, ty, tz = torque
+            ux, uy, uz = torque_ff.tolist()
+            torque = (tx + ux, ty + uy, tz + uz)
         thrusts = self.alloc.allocate(part.alloc_face, thrust, torque)
         state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
         return state, to_rotor_action(thrusts, self.airframe)
