@@ -5,6 +5,7 @@ observation flies normally; in a batch, one env's bad sample leaves the other ro
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from functools import cache
 from typing import Any
@@ -83,7 +84,7 @@ def clean_stream(
 
 def nan_leaves(obj: Any, path: str = "ctrl", seen: set[int] | None = None) -> list[str]:
     """Paths of every NaN in the numeric state of a controller (arrays, floats, nested
-    residual_quad objects, lists, tuples and dicts of them)."""
+    residual_quad objects, state records and dataclasses, lists, tuples and dicts of them)."""
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return []
@@ -94,13 +95,36 @@ def nan_leaves(obj: Any, path: str = "ctrl", seen: set[int] | None = None) -> li
         return []
     if isinstance(obj, float):
         return [path] if obj != obj else []
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a law's state record
+        return [
+            p
+            for k, v in zip(obj._fields, obj, strict=True)
+            for p in nan_leaves(v, f"{path}.{k}", seen)
+        ]
     if isinstance(obj, list | tuple):
         return [p for i, v in enumerate(obj) for p in nan_leaves(v, f"{path}[{i}]", seen)]
     if isinstance(obj, dict):
         return [p for k, v in obj.items() for p in nan_leaves(v, f"{path}[{k!r}]", seen)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a state dataclass
+        return [
+            p
+            for f in dataclasses.fields(obj)
+            for p in nan_leaves(getattr(obj, f.name), f"{path}.{f.name}", seen)
+        ]
     if type(obj).__module__.startswith("residual_quad") and hasattr(obj, "__dict__"):
         return [p for k, v in vars(obj).items() for p in nan_leaves(v, f"{path}.{k}", seen)]
     return []
+
+
+def test_nan_leaves_sees_into_a_laws_state_tree():
+    """The poison check reaches the nested state of a law (its records, by field name)."""
+    ctrl = make_controller("geo_rls")
+    assert not nan_leaves(ctrl)
+    ctrl.state.estimator.rls.theta[3, 1] = np.nan
+    assert nan_leaves(ctrl) == ["ctrl.state.estimator.rls.theta"]
+    batch = make_batch_controller("geo_rls", 2)
+    batch.state.estimator.phi_f[1, 0] = np.nan
+    assert nan_leaves(batch) == ["ctrl.state.estimator.phi_f"]
 
 
 def poisoned(obs: np.ndarray, index: int | list[int], value: float) -> np.ndarray:

@@ -17,6 +17,8 @@ import pytest
 
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+from residual_quad.controllers.driver import LawBatch
+from residual_quad.controllers.residual.estimator import rejected_updates
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 
 TOL = 1e-9
@@ -75,20 +77,30 @@ def test_batched_actions_equal_single_controllers(name):
     assert resets >= 1
     assert worst <= TOL
     if name == "pid":
-        integrals = np.stack([c.integral for c in singles])
-        assert np.abs(batch.integral - integrals).max() <= TOL
+        integrals = np.stack([c.state.integral for c in singles])
+        assert np.abs(batch.state.integral - integrals).max() <= TOL
         assert np.any(integrals != 0.0)
     if name == "geo_rls":
-        est = batch.estimator
-        theta = np.stack([c.rls.theta for c in singles])
+        est = batch.state.estimator
+        ests = [c.state.estimator for c in singles]
+        theta = np.stack([e.rls.theta for e in ests])
         assert np.abs(est.rls.theta - theta).max() <= TOL
-        assert np.any(theta != singles[0].rls.theta0)  # it learned
-        assert est.rls.steps.tolist() == [c.rls.steps for c in singles]
-        assert est.steps.tolist() == [c.steps for c in singles]
-        ends = [-1 if c.warmup_end_step is None else c.warmup_end_step for c in singles]
-        assert est.warmup_end_step.tolist() == ends
-        P = np.stack([c.rls.P for c in singles])
-        assert np.abs(est.rls.P - P).max() <= TOL * max(1.0, np.abs(P).max())
+        assert np.any(theta != batch.estimator.rls.theta0)  # it learned
+        assert est.rls.steps.tolist() == [e.rls.steps for e in ests]
+        assert est.steps.tolist() == [e.steps for e in ests]
+        assert est.warmup_end_step.tolist() == [e.warmup_end_step for e in ests]
+        assert_same_covariance(batch, singles)
+
+
+def covariance(ctrl) -> np.ndarray:
+    """The RLS covariance P of a residual tracker's driver: (p, p) one vehicle, (n, p, p) a
+    batch."""
+    return ctrl.estimator.rls.covariance(ctrl.state.estimator.rls)
+
+
+def assert_same_covariance(batch, singles) -> None:
+    P = np.stack([covariance(c) for c in singles])
+    assert np.abs(covariance(batch) - P).max() <= TOL * max(1.0, np.abs(P).max())
 
 
 @pytest.mark.parametrize(
@@ -103,10 +115,11 @@ def test_batched_actions_equal_single_controllers(name):
 def test_batched_rls_settings_equal_single(overrides):
     worst, batch, singles, _ = fly_side_by_side("geo_rls", steps=200, reset_at=80, **overrides)
     assert worst <= TOL
-    rls = batch.estimator.rls
-    assert rls.cap_hits.tolist() == [c.rls.cap_hits for c in singles]
-    assert batch.estimator.rejected_updates.tolist() == [c.rejected_updates for c in singles]
-    assert np.abs(rls.theta - np.stack([c.rls.theta for c in singles])).max() <= TOL
+    rls = batch.state.estimator.rls
+    ests = [c.state.estimator for c in singles]
+    assert rls.cap_hits.tolist() == [e.rls.cap_hits for e in ests]
+    assert rejected_updates(batch.state.estimator).tolist() == [rejected_updates(e) for e in ests]
+    assert np.abs(rls.theta - np.stack([e.rls.theta for e in ests])).max() <= TOL
 
 
 def test_fallback_loop_equals_single_hnewton():
@@ -136,25 +149,26 @@ def test_guarded_efra_and_observer_batches_equal_single(name, overrides):
     worst, batch, singles, resets = fly_side_by_side(name, scenarios=GUARD_SCENARIOS, **overrides)
     assert resets >= 1
     assert worst <= TOL
-    assert type(batch).__name__.startswith("Batched") and not isinstance(batch, BatchedLoop)
-    est = batch.estimator
-    ood_steps = [c.estimator.ood_steps for c in singles]
+    assert isinstance(batch, LawBatch) and type(batch.law) is type(singles[0].law)
+    est = batch.state.estimator
+    ests = [c.state.estimator for c in singles]
+    ood_steps = [e.ood_steps for e in ests]
     assert est.ood_steps.tolist() == ood_steps
     if batch.config.ood.enabled:
         assert ood_steps[0] > 0  # the guard switched in the extra/windy helix row
-        weights = [c.estimator.ood_weight for c in singles]
+        weights = [e.ood_weight for e in ests]
         np.testing.assert_allclose(est.ood_weight, weights, rtol=0, atol=TOL)
     if est.rls is not None:
-        theta = np.stack([c.rls.theta for c in singles])
+        theta = np.stack([e.rls.theta for e in ests])
         assert np.abs(est.rls.theta - theta).max() <= TOL
-        assert est.rls.steps.tolist() == [c.rls.steps for c in singles]
-        P = np.stack([c.rls.P for c in singles])
-        assert np.abs(est.rls.P - P).max() <= TOL * max(1.0, np.abs(P).max())
+        assert est.rls.steps.tolist() == [e.rls.steps for e in ests]
+        assert_same_covariance(batch, singles)
     if name == "geo_rls_dob":
-        torque = np.stack([c.disturbance_torque for c in singles])
-        assert np.abs(batch.disturbance_torque - torque).max() <= TOL
+        torque = np.stack([c.disturbance_torque(c.state) for c in singles])
+        assert np.abs(batch.disturbance_torque(batch.state) - torque).max() <= TOL
         assert np.any(torque != 0.0)
-        assert batch.observer.rejected.tolist() == [c.observer.rejected for c in singles]
+        rejected = [c.state.observer.rejected for c in singles]
+        assert batch.state.observer.rejected.tolist() == rejected
 
 
 def test_geo_rls_dob_without_the_observer_or_with_indi_equals_single():
@@ -163,4 +177,4 @@ def test_geo_rls_dob_without_the_observer_or_with_indi_equals_single():
             "geo_rls_dob", steps=150, reset_at=60, scenarios=GUARD_SCENARIOS, **overrides
         )
         assert worst <= TOL
-        assert not isinstance(batch, BatchedLoop)
+        assert isinstance(batch, LawBatch)

@@ -1,25 +1,31 @@
 """Batched controllers: bad input names the env index (a non-finite row is held, not refused:
-``tests/controllers/test_bad_observations.py``), resets are per env, the entry point
-picks the vectorized path or the loop, and PPO batches its forward pass."""
+``tests/controllers/test_bad_observations.py``), resets are per env, the entry point flies a law
+as the driver's vectorized batch and anything else in the loop, and PPO batches its forward
+pass."""
 
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from residual_quad.controllers import make_controller, register_controller
-from residual_quad.controllers.base import _REGISTRY, resolve_factory
+from residual_quad.controllers import ControlContext, make_controller, register_controller
+from residual_quad.controllers.base import _REGISTRY, available_controllers, resolve_factory
 from residual_quad.controllers.batch import (
     BatchedController,
     BatchedLoop,
-    batched_twin,
+    batch_from_spec,
     make_batch_controller,
     vectorized_controllers,
 )
-from residual_quad.controllers.residual.trackers import BatchedRLSGeoTracker
-from residual_quad.controllers.trackers import BatchedGeoTracker, BatchedPIDTracker, GeoTracker
+from residual_quad.controllers.driver import LawBatch, LawController
+from residual_quad.controllers.extras import UNSHIPPED_POLICY_CONTROLLERS
+from residual_quad.controllers.law import Law
+from residual_quad.controllers.residual.trackers import RLSGeoTracker
+from residual_quad.controllers.specs import parse_spec
+from residual_quad.controllers.trackers import GeoTracker, PIDTracker
 from residual_quad.envs.observation import ObsLayout as L
 
 N = 4
@@ -85,84 +91,219 @@ def test_bad_names_and_sizes_list_valid_choices():
             make_batch_controller("geo", n)
 
 
-def test_entry_point_picks_vectorized_or_loop():
-    assert isinstance(make_batch_controller("geo", N), BatchedGeoTracker)
-    assert isinstance(make_batch_controller("pid", N, ki=3.0), BatchedPIDTracker)
+def test_entry_point_flies_a_law_as_the_drivers_batch():
+    geo = make_batch_controller("geo", N)
+    assert isinstance(geo, LawBatch) and type(geo.law) is GeoTracker and geo.n_envs == N
+    pid = make_batch_controller("pid", N, ki=3.0)
+    assert isinstance(pid, LawBatch) and type(pid.law) is PIDTracker and pid.law.ki == 3.0
     ctrl = make_batch_controller("geo_rls", N, p0=0.05)
-    assert isinstance(ctrl, BatchedRLSGeoTracker) and ctrl.config.rls.p0 == 0.05
+    assert isinstance(ctrl, LawBatch) and type(ctrl.law) is RLSGeoTracker
+    assert ctrl.config.rls.p0 == 0.05
+    assert isinstance(ctrl, BatchedController)
+    assert {"pid", "geo", "geo_res", "geo_rls", "geo_rls_dob"} <= set(vectorized_controllers())
+
+
+def test_hnewton_rls_switching_always_runs_in_the_loop():
     loop = make_batch_controller("hnewton_rls", 2, switch="always")  # not vectorized
     assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
     assert loop.controllers[0] is not loop.controllers[1]
-    for c in (ctrl, loop):
-        assert isinstance(c, BatchedController)
-    assert {"pid", "geo", "geo_res", "geo_rls"} <= set(vectorized_controllers())
+    assert isinstance(loop, BatchedController)
 
 
-def test_each_twin_sits_beside_its_single_class_and_is_named_after_it():
-    names = vectorized_controllers()
-    assert names == [
-        "pid",
-        "geo",
-        "geo_res",
-        "geo_rls",
-        "geo_rls_dob",
-        "hnewton",
-        "hnewton_rls",
-        "ppo",
-        "ppo_res",
-        "ppo_adapt",
-        "sac",
-        "tqc",
+#: every registered controller with a vectorized batch, in registry order
+VECTORIZED = [
+    "pid",
+    "geo",
+    "geo_res",
+    "geo_rls",
+    "geo_rls_dob",
+    "hnewton",
+    "hnewton_rls",
+    "ppo",
+    "ppo_res",
+    "ppo_adapt",
+    "sac",
+    "tqc",
+]
+
+
+def test_the_vectorized_controllers_are_the_registered_laws():
+    assert vectorized_controllers() == VECTORIZED
+    laws = [
+        n
+        for n in available_controllers()
+        if isinstance(resolve_factory(n), type) and issubclass(resolve_factory(n), Law)
     ]
-    for name in names:
-        single, twin = resolve_factory(name), batched_twin(name)
-        assert twin.__module__ == single.__module__, name
-        assert twin.__name__ == f"Batched{single.__name__}", name
+    assert laws == VECTORIZED
 
-    # a subclass that changes the law does not inherit its parent's twin
-    class Changed(GeoTracker):
+
+@pytest.mark.parametrize("name", VECTORIZED)
+def test_a_vectorized_controller_is_its_law_in_the_driver(name):
+    """The registered name is a Law class; its batch (where it ships what it needs to build)
+    is the driver's :class:`LawBatch` of that class and its single controller the driver's
+    :class:`LawController` — no second copy of the law."""
+    law = resolve_factory(name)
+    assert isinstance(law, type) and issubclass(law, Law), name
+    if name in UNSHIPPED_POLICY_CONTROLLERS:  # no policy file ships: nothing to build
+        return
+    if name.startswith("ppo") and importlib.util.find_spec("stable_baselines3") is None:
+        pytest.skip("needs the rl extra")
+    batch = make_batch_controller(name, 2)
+    assert isinstance(batch, LawBatch) and type(batch.law) is law
+    single = make_controller(name)
+    assert isinstance(single, LawController) and type(single.law) is law
+
+
+class Pulled(GeoTracker):
+    """geo whose command is pulled 1 m/s² along +x: a subclass that changes the law."""
+
+    def command(self, state, obs, e_p, e_v):
+        state, a_cmd = super().command(state, obs, e_p, e_v)
+        return state, a_cmd + np.array([1.0, 0.0, 0.0])
+
+    def command_one(self, state, obs, e_p, e_v):
+        state, a_cmd = super().command_one(state, obs, e_p, e_v)
+        return state, a_cmd + np.array([1.0, 0.0, 0.0])
+
+
+def test_a_registered_subclass_that_changes_the_law_flies_its_own_law_in_a_batch():
+    """A batch runs the law's own ``act``: a subclass of ``geo`` that changes the command is
+    vectorized with its change (a twin of the parent could not be inherited by mistake)."""
+    register_controller("changed_law_test", Pulled)
+    try:
+        assert "changed_law_test" in vectorized_controllers()
+        batch = make_batch_controller("changed_law_test", N, kp=10.0)
+        assert isinstance(batch, LawBatch) and type(batch.law) is Pulled and batch.kp == 10.0
+        obs = hover_obs()
+        single = make_controller("changed_law_test", None, kp=10.0)
+        expected = np.stack([single.policy(o) for o in obs])
+        actions = batch.policy_batch(obs)
+        np.testing.assert_allclose(actions, expected, rtol=0, atol=1e-12)
+        geo = make_batch_controller("geo", N, kp=10.0).policy_batch(obs)
+        assert not np.allclose(actions, geo)  # the change is flown
+    finally:
+        _REGISTRY.pop("changed_law_test")
+
+
+@dataclass(frozen=True, slots=True)
+class CountState:
+    calls: np.ndarray  # (n,) int: actions since reset
+
+
+class Counting(Law):
+    """A minimal user law: the action is ``0.1·calls`` on every rotor."""
+
+    action_mode = "rotor"
+    name = "counting"
+
+    def __init__(self, context: ControlContext | None = None, *, step: float = 0.1):
+        self.context = context or ControlContext()
+        self.step = step
+
+    def init_state(self, n: int) -> CountState:
+        return CountState(calls=np.zeros(n, dtype=np.int64))
+
+    def act(self, state: CountState, obs: np.ndarray) -> tuple[CountState, np.ndarray]:
+        calls = state.calls + 1
+        return CountState(calls), np.repeat((self.step * calls)[:, None], 4, axis=1)
+
+
+def test_a_registered_user_law_is_vectorized():
+    """A user's :class:`Law` class registered by name is listed as vectorized and flies as one
+    :class:`LawBatch`: per-env state, per-env resets, the bad row held and its state kept."""
+    register_controller("counting_law_test", Counting)
+    try:
+        assert "counting_law_test" in vectorized_controllers()
+        batch = make_batch_controller("counting_law_test", 3, step=0.2)
+        assert isinstance(batch, LawBatch) and type(batch.law) is Counting
+        obs = hover_obs(3)
+        batch.policy_batch(obs)
+        batch.reset_env(1)
+        bad = obs.copy()
+        bad[2, L.pos.start] = np.nan
+        out = batch.policy_batch(bad)
+        np.testing.assert_allclose(out[:, 0], [0.4, 0.2, 0.2])  # env 2 holds its action
+        assert batch.state.calls.tolist() == [2, 1, 1]
+    finally:
+        _REGISTRY.pop("counting_law_test")
+
+
+USER_MODULE = """
+import numpy as np
+
+from residual_quad.controllers.trackers import GeoTracker
+
+
+def make_geo(context, *, kp=20.0):
+    return GeoTracker(context, kp=kp)
+
+
+class Steady:
+    action_mode = "rotor"
+
+    def __init__(self, context, level=0.1):
+        self.level = level
+
+    def reset(self, seed=None):
         pass
 
-    register_controller("changed_twin_test", Changed)
-    try:
-        assert batched_twin("changed_twin_test") is None
-    finally:
-        _REGISTRY.pop("changed_twin_test")
-    assert batched_twin("residual_quad.controllers.trackers:GeoTracker") is None
+    def policy(self, obs):
+        return np.full(4, self.level)
+"""
 
 
-def test_a_registered_class_naming_a_twin_is_vectorized():
-    class Twin(BatchedGeoTracker):
-        pass
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A module ``rq_batch_user`` importable from this process."""
+    (tmp_path / "rq_batch_user.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "rq_batch_user"
+    import sys
 
-    class Mine(GeoTracker):
-        batched = Twin
+    sys.modules.pop("rq_batch_user", None)
 
-    register_controller("mine_twin_test", Mine)
-    try:
-        assert isinstance(make_batch_controller("mine_twin_test", 3, kp=10.0), Twin)
-        assert "mine_twin_test" in vectorized_controllers()
-    finally:
-        _REGISTRY.pop("mine_twin_test")
+
+def test_an_import_path_factory_making_a_law_flies_as_the_drivers_batch(user_module):
+    """``module:factory`` that returns a law is flown by :func:`batch_from_spec` as a
+    :class:`LawBatch`, with the registered name's actions."""
+    batch = batch_from_spec(parse_spec(f"{user_module}:make_geo:kp=12"), N)
+    assert isinstance(batch, LawBatch) and type(batch.law) is GeoTracker and batch.kp == 12.0
+    obs = hover_obs()
+    expected = make_batch_controller("geo", N, kp=12.0).policy_batch(obs)
+    np.testing.assert_array_equal(batch.policy_batch(obs), expected)
+    by_class = batch_from_spec(parse_spec("residual_quad.controllers.trackers:GeoTracker"), 2)
+    assert isinstance(by_class, LawBatch) and type(by_class.law) is GeoTracker
+
+
+def test_an_import_path_to_anything_else_runs_in_the_loop(user_module):
+    loop = batch_from_spec(parse_spec(f"{user_module}:Steady:level=0.3"), 2)
+    assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
+    assert loop.controllers[0] is not loop.controllers[1]
+    np.testing.assert_allclose(loop.policy_batch(hover_obs(2)), np.full((2, 4), 0.3))
+
+
+class Constant:
+    """A plain user controller (not a law): the action is ``level·calls`` on every rotor."""
+
+    action_mode = "rotor"
+
+    def __init__(self, context, level=0.1):
+        self.level, self.calls = level, 0
+
+    def reset(self, seed=None):
+        self.calls = 0
+
+    def policy(self, obs):
+        self.calls += 1
+        return np.full(4, self.level * self.calls)
 
 
 def test_a_user_controller_runs_in_the_loop():
-    class Constant:
-        action_mode = "rotor"
-
-        def __init__(self, context, level=0.1):
-            self.level, self.calls = level, 0
-
-        def reset(self, seed=None):
-            self.calls = 0
-
-        def policy(self, obs):
-            self.calls += 1
-            return np.full(4, self.level * self.calls)
-
     register_controller("const_batch_test", Constant)
     try:
+        assert "const_batch_test" not in vectorized_controllers()
         ctrl = make_batch_controller("const_batch_test", 3, level=0.2)
+        assert isinstance(ctrl, BatchedLoop)
         obs = hover_obs(3)
         ctrl.policy_batch(obs)
         ctrl.reset_env(1)

@@ -9,10 +9,15 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from residual_quad.controllers import available_controllers, make_controller
-from residual_quad.controllers.specs import controller_listing
+from residual_quad.controllers.batch import batch_from_spec
+from residual_quad.controllers.driver import LawBatch, LawController
+from residual_quad.controllers.specs import controller_listing, parse_spec
+from residual_quad.envs.observation import OBS_DIM
+from residual_quad.envs.observation import ObsLayout as L
 
 PLUGIN_MODULE = '''
 from residual_quad.controllers.trackers import GeoTracker
@@ -57,6 +62,21 @@ def test_a_plugin_appears_and_builds(plugin_dir):
     assert make_controller("softgeo:kp=12").kp == 12.0  # the spec grammar applies to plugins
     listing = controller_listing()
     assert "softgeo" in listing and "rq-test-plugin" in listing
+
+
+def test_a_plugin_law_flies_as_the_drivers_batch(plugin_dir):
+    """A plugin whose factory makes a law is flown by the driver, one vehicle and a batch, with
+    the spec's options; its batch rows equal its single controller's."""
+    ctrl = make_controller("softgeo:kp=12")
+    assert isinstance(ctrl, LawController) and type(ctrl.law).__name__ == "SoftGeo"
+    batch = batch_from_spec(parse_spec("softgeo:kp=12"), 3)
+    assert isinstance(batch, LawBatch) and type(batch.law).__name__ == "SoftGeo"
+    assert (batch.kp, batch.kd) == (12.0, 5.0)
+    obs = np.zeros((3, OBS_DIM))
+    obs[:, L.rot] = np.eye(3).ravel()
+    obs[:, L.ref_pos] = [[0.1, 0.0, 1.0], [0.0, -0.2, 1.0], [0.0, 0.0, 0.5]]
+    expected = np.stack([make_controller("softgeo:kp=12").policy(o) for o in obs])
+    np.testing.assert_allclose(batch.policy_batch(obs), expected, rtol=0, atol=1e-12)
 
 
 def test_a_plugin_that_fails_to_load_names_its_distribution(plugin_dir):

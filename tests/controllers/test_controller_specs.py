@@ -218,7 +218,7 @@ def test_the_user_module_is_imported_in_a_fresh_process(user_module):
     code = textwrap.dedent(
         """
         from residual_quad.controllers import make_controller
-        print(type(make_controller("rq_user_ctrl:Hover")).__name__)
+        print(type(make_controller("rq_user_ctrl:Hover").law).__name__)
         """
     )
     proc = subprocess.run(

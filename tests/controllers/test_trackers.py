@@ -47,7 +47,7 @@ def test_pid_without_integral_gain_flies_geo_bit_for_bit():
     np.testing.assert_array_equal(
         batch.policy_batch(obs), make_batch_controller("geo", 2).policy_batch(obs)
     )
-    assert not batch.integral.any()
+    assert not batch.state.integral.any()
 
 
 def _stepped_obs(seed: int) -> np.ndarray:
@@ -95,9 +95,10 @@ def test_inner_loop_hover_command_gives_weight_and_no_torque():
 def test_inner_loop_limits_commanded_tilt():
     frame = Airframe()
     inner = InnerLoop(frame)
-    F = inner.thrust_vector(np.array([50.0, 0.0, 0.0]))
+    F, saturated = inner.thrust_vector(np.array([50.0, 0.0, 0.0]))
     assert np.degrees(np.arctan2(np.hypot(F[0], F[1]), F[2])) == pytest.approx(35.0)
-    assert inner.saturated
+    assert saturated
+    assert not inner.thrust_vector(np.array([1.0, 0.0, 0.0]))[1]
 
 
 @pytest.mark.parametrize("payload", ["none", "extra"])

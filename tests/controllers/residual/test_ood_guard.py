@@ -34,62 +34,79 @@ def _hover_obs(omega_z_score: float = 0.0, yaw: float = 0.0) -> np.ndarray:
     return obs
 
 
-def _estimator(**ood) -> ResidualEstimator:
-    cfg = residual_config(ood={"enabled": True, **ood}, rls={"warmup_steps": 0})
-    return ResidualEstimator(ControlContext(), cfg, learn=True)
+class Guarded:
+    """A guarded estimator run over its explicit state, one vehicle (``state``) and the same
+    stream as a batch of one (``rows``) beside it: each step's estimate and weight agree."""
 
+    def __init__(self, **ood):
+        cfg = residual_config(ood={"enabled": True, **ood}, rls={"warmup_steps": 0})
+        self.e = ResidualEstimator(ControlContext(), cfg, learn=True)
+        self.state = self.e.init_one()
+        self.rows = self.e.init_state(1)
 
-def _est(e: ResidualEstimator, obs: np.ndarray) -> np.ndarray:
-    return e.estimate(obs, L.rotation(obs), np.zeros(3))
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        R = L.rotation(obs)
+        self.state, est = self.e.estimate_one(self.state, obs, R, np.zeros(3))
+        self.rows, est_rows = self.e.estimate(self.rows, obs[None], R[None], np.zeros((1, 3)))
+        np.testing.assert_allclose(est_rows[0], est, rtol=0, atol=1e-12)
+        assert self.rows.ood_weight[0] == pytest.approx(self.state.ood_weight, abs=1e-12)
+        assert self.rows.ood_steps[0] == self.state.ood_steps
+        return est
+
+    @property
+    def ood_weight(self) -> float:
+        return self.state.ood_weight
 
 
 @pytest.mark.parametrize(("score", "weight"), [(3.0, 1.0), (4.5, 0.75), (5.0, 0.5), (7.0, 0.0)])
 def test_weight_is_the_linear_blend_of_the_standardized_feature(score, weight):
-    e = _estimator(recover_s=0.0)
-    _est(e, _hover_obs(score))
+    e = Guarded(recover_s=0.0)
+    e(_hover_obs(score))
     assert e.ood_weight == pytest.approx(weight, abs=1e-12)
 
 
 def test_heading_error_blends_too():
-    e = _estimator(recover_s=0.0)
-    _est(e, _hover_obs(0.0, yaw=0.425))  # halfway between heading_on 0.35 and heading_off 0.5
+    e = Guarded(recover_s=0.0)
+    e(_hover_obs(0.0, yaw=0.425))  # halfway between heading_on 0.35 and heading_off 0.5
     assert e.ood_weight == pytest.approx(0.5, abs=1e-9)
-    _est(e, _hover_obs(0.0, yaw=-math.pi))  # wrapped: π away
+    e(_hover_obs(0.0, yaw=-math.pi))  # wrapped: π away
     assert e.ood_weight == 0.0
 
 
 def test_outside_the_envelope_the_last_inside_estimate_is_held():
-    e = _estimator(recover_s=0.0)
-    inside = _est(e, _hover_obs(0.0)).copy()
-    outside = _est(e, _hover_obs(10.0))
+    e = Guarded(recover_s=0.0)
+    inside = e(_hover_obs(0.0)).copy()
+    outside = e(_hover_obs(10.0))
     np.testing.assert_array_equal(outside, inside)
-    assert e.ood_steps == 1
+    assert e.state.ood_steps == 1
 
 
 def test_zero_fallback():
-    e = _estimator(recover_s=0.0, fallback="zero")
-    _est(e, _hover_obs(0.0))
-    np.testing.assert_array_equal(_est(e, _hover_obs(10.0)), np.zeros(3))
+    e = Guarded(recover_s=0.0, fallback="zero")
+    e(_hover_obs(0.0))
+    np.testing.assert_array_equal(e(_hover_obs(10.0)), np.zeros(3))
 
 
 def test_weight_recovers_no_faster_than_recover_s():
-    e = _estimator(recover_s=0.5)  # 0.02 per 10 ms step
-    _est(e, _hover_obs(10.0))
+    e = Guarded(recover_s=0.5)  # 0.02 per 10 ms step
+    e(_hover_obs(10.0))
     assert e.ood_weight == 0.0
     for k in range(1, 6):
-        _est(e, _hover_obs(0.0))
+        e(_hover_obs(0.0))
         assert e.ood_weight == pytest.approx(0.02 * k, abs=1e-12)
 
 
 def test_no_rls_update_from_a_sample_outside_the_envelope():
-    e = _estimator(recover_s=0.0)
-    _est(e, _hover_obs(0.0))
-    _est(e, _hover_obs(0.0))
-    steps = e.rls.steps
-    _est(e, _hover_obs(10.0))  # updates with the previous (inside) regressor
-    assert e.rls.steps == steps + 1
-    _est(e, _hover_obs(0.0))  # the previous regressor was outside: no update
-    assert e.rls.steps == steps + 1
+    e = Guarded(recover_s=0.0)
+    e(_hover_obs(0.0))
+    e(_hover_obs(0.0))
+    steps = e.state.rls.steps
+    e(_hover_obs(10.0))  # updates with the previous (inside) regressor
+    assert e.state.rls.steps == steps + 1
+    assert e.rows.rls.steps[0] == steps + 1
+    e(_hover_obs(0.0))  # the previous regressor was outside: no update
+    assert e.state.rls.steps == steps + 1
+    assert e.rows.rls.steps[0] == steps + 1
 
 
 def test_off_by_default_and_bit_identical_when_off():

@@ -19,7 +19,7 @@ import pytest
 
 from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
-from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.estimator import ResidualEstimator, rejected_updates
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
@@ -72,13 +72,13 @@ def _fly_with_fault(
 )
 def test_a_non_finite_sample_is_rejected_and_the_flight_goes_on(name, where, value):
     ctrl, info, worst, ended = _fly_with_fault(name, where, value)
-    est = ctrl.estimator
+    est, rls = ctrl.state.estimator, ctrl.estimator.rls
     assert not ended, info.get("termination")
     clean_worst = _fly_with_fault(name, where, value, k_bad=-1)[2]
     assert worst < 1.2 * clean_worst  # the helix is flown as without the fault
-    assert np.all(np.isfinite(est.rls.theta)) and np.all(np.isfinite(est.rls.P))
-    assert np.isfinite(est.rls.trace)
-    assert 1 <= est.rejected_updates <= 2  # the bad measurement (and a NaN regressor's update)
+    assert np.all(np.isfinite(est.rls.theta)) and np.all(np.isfinite(rls.covariance(est.rls)))
+    assert np.isfinite(rls.trace(est.rls))
+    assert 1 <= rejected_updates(est) <= 2  # the bad measurement (and a NaN regressor's update)
 
 
 @pytest.mark.parametrize("name", ["geo_rls", "hnewton_rls"])
@@ -86,7 +86,8 @@ def test_through_policy_the_estimator_never_sees_a_non_finite_sample(name):
     ctrl, info, worst, ended = _fly_with_fault(name, L.imu, np.nan, guarded=True)
     assert not ended, info.get("termination")
     assert ctrl.nonfinite_observations == 1  # held by the guard
-    assert ctrl.estimator.rejected_updates == 0 and ctrl.estimator.nonfinite_estimates == 0
+    est = ctrl.state.estimator
+    assert rejected_updates(est) == 0 and est.nonfinite_estimates == 0
 
 
 def test_an_imu_spike_is_rejected_and_does_not_crash_geo_rls():
@@ -99,7 +100,8 @@ def test_an_imu_spike_is_rejected_and_does_not_crash_geo_rls():
         )
         assert not ended, info.get("termination")
         assert worst < 1.2 * clean[2]
-        assert ctrl.rejected_updates == 1 and clean[0].rejected_updates == 0
+        assert rejected_updates(ctrl.state.estimator) == 1
+        assert rejected_updates(clean[0].state.estimator) == 0
 
 
 def test_a_nan_velocity_gives_a_zero_estimate_once_then_the_estimator_recovers():
@@ -112,14 +114,14 @@ def test_a_nan_velocity_gives_a_zero_estimate_once_then_the_estimator_recovers()
     twin = make_controller("geo_rls", env)  # never shown the bad sample
     ctrl.reset(0)
     twin.reset(0)
-    est = ctrl.estimator
     for k in range(300):
         action = twin.policy(obs)
         if k == 150:
             bad = obs.copy()
             bad[L.vel] = np.nan
             ctrl.act(bad)  # geo's own feedback is NaN here; the estimator's must not be
-            assert np.array_equal(ctrl.last_estimate, np.zeros(3))
+            est = ctrl.state.estimator
+            assert np.array_equal(est.last_estimate, np.zeros(3))
             assert est.nonfinite_estimates == 1
             assert np.all(np.isfinite(est.last_a_eff))
         else:
@@ -130,31 +132,42 @@ def test_a_nan_velocity_gives_a_zero_estimate_once_then_the_estimator_recovers()
         obs, _, terminated, truncated, _ = env.step(action)
         assert not (terminated or truncated)
     env.close()
-    assert est.rejected_updates == 1 and est.nonfinite_estimates == 1
-    assert np.all(np.isfinite(est.rls.theta)) and np.all(np.isfinite(est.rls.P))
+    est = ctrl.state.estimator
+    assert rejected_updates(est) == 1 and est.nonfinite_estimates == 1
+    assert np.all(np.isfinite(est.rls.theta))
+    assert np.all(np.isfinite(ctrl.estimator.rls.covariance(est.rls)))
     # one skipped update among 299: the estimates stay close to the twin's
-    assert np.linalg.norm(ctrl.last_estimate - twin.last_estimate) < 0.5
+    assert np.linalg.norm(est.last_estimate - twin.state.estimator.last_estimate) < 0.5
 
 
 def test_measured_residual_beyond_the_plausibility_bound_is_rejected():
-    """``measurement.max_residual`` (m/s²) bounds what the RLS learns from; NaN is beyond any."""
+    """``measurement.max_residual`` (m/s²) bounds what the RLS learns from; NaN is beyond any.
+    One vehicle (``estimate_one``) and a batch of one (``estimate``) on the same samples."""
     assert residual_config().measurement.max_residual == 25.0  # the training data's threshold
     ctx = ControlContext()
     est = ResidualEstimator(ctx, residual_config(max_residual=5.0, warmup_steps=0))
+    one, rows = est.init_one(), est.init_state(1)
     obs = np.zeros(OBS_DIM)
     obs[L.rot] = np.eye(3).ravel()
     obs[L.thrusts] = ctx.airframe.mass * ctx.airframe.gravity / 4  # N, hover
     obs[L.imu] = (0.0, 0.0, ctx.airframe.gravity)
-    R = np.eye(3)
-    est.estimate(obs, R, np.zeros(3))  # primes the estimator (no previous period yet)
+    R, zero = np.eye(3), np.zeros(3)
+    one, _ = est.estimate_one(one, obs, R, zero)  # primes the estimator (no previous period yet)
+    rows, _ = est.estimate(rows, obs[None], R[None], zero[None])
     for imu_z, accepted in ((4.0, True), (6.0, False), (np.nan, False), (-4.5, True)):
         obs[L.imu] = (0.0, 0.0, ctx.airframe.gravity + imu_z)  # measured residual (m/s²)
-        steps, rejected, theta = est.rls.steps, est.rejected_updates, est.rls.theta.copy()
-        assert np.all(np.isfinite(est.estimate(obs, R, np.zeros(3))))
-        assert est.rls.steps == steps + accepted
-        assert est.rejected_updates == rejected + (not accepted)
-        assert np.array_equal(est.rls.theta, theta) != accepted
-    assert est.rejected_updates == 2
+        steps, rejected, theta = one.rls.steps, rejected_updates(one), one.rls.theta.copy()
+        theta_rows = rows.rls.theta.copy()
+        one, d = est.estimate_one(one, obs, R, zero)
+        rows, d_rows = est.estimate(rows, obs[None], R[None], zero[None])
+        assert np.all(np.isfinite(d)) and np.all(np.isfinite(d_rows))
+        assert one.rls.steps == steps + accepted
+        assert rejected_updates(one) == rejected + (not accepted)
+        assert np.array_equal(one.rls.theta, theta) != accepted
+        assert rows.rls.steps.tolist() == [one.rls.steps]
+        assert rejected_updates(rows).tolist() == [rejected_updates(one)]
+        assert np.array_equal(rows.rls.theta, theta_rows) != accepted
+    assert rejected_updates(one) == 2
     for bad in (float("inf"), float("nan"), 0.0, -1.0):
         with pytest.raises(ValueError, match="max_residual"):
             residual_config(max_residual=bad)
@@ -170,4 +183,5 @@ def test_rejected_updates_are_a_tensorboard_curve(tmp_path: Path):
     curve = [v for _, v in read_scalars(tmp_path / "run" / "rls")["rls/rejected"]]
     assert len(curve) == res.steps
     assert curve == [float(k) for k in range(res.steps)]  # the first call has no measurement
-    assert ctrl.rejected_updates == res.steps - 1 and ctrl.rls.steps == 0
+    est = ctrl.state.estimator
+    assert rejected_updates(est) == res.steps - 1 and est.rls.steps == 0

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from residual_quad.controllers import ControlContext, make_controller
 from residual_quad.controllers.residual.config import residual_config
-from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.residual.estimator import ResidualEstimator, rejected_updates
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 
@@ -43,7 +43,7 @@ def stream() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         action = ctrl.policy(obs)
         O.append(obs.copy())
         R.append(L.rotation(obs).copy())
-        A.append(np.array(ctrl.last_a_cmd, dtype=float))
+        A.append(np.array(ctrl.state.last_a_cmd, dtype=float))
         obs, _, terminated, truncated, _ = env.step(action)
         assert not (terminated or truncated)
     env.close()
@@ -81,17 +81,22 @@ def test_faulty_streams_keep_the_estimator_finite_and_counted(stream, faults, so
         measurement={"source": source, "lowpass_tau": lowpass_tau}, rls={"warmup_steps": 20}
     )
     est = ResidualEstimator(ControlContext(), cfg)
+    one, rows = est.init_one(), est.init_state(1)  # one vehicle, and a batch of one beside it
     clip = est.net.clip * np.sqrt(3.0)  # m/s², bound on a rotated clipped estimate
     for k in range(STEPS):
-        delta = est.estimate(O[k], R[k], A[k])
-        assert np.all(np.isfinite(delta)) and np.linalg.norm(delta) <= clip + 1e-9, k
-        assert np.all(np.isfinite(est.last_a_eff)), k
-    rls = est.rls
-    assert np.all(np.isfinite(rls.theta)) and np.all(np.isfinite(rls.P))
-    assert np.isfinite(rls.trace) and rls.trace <= cfg.rls.trace_cap * (1 + 1e-9)
-    assert np.all(np.isfinite(est._phi_f)) and np.all(np.isfinite(est._y_f))  # the low-pass
+        one, delta = est.estimate_one(one, O[k], R[k], A[k])
+        rows, deltas = est.estimate(rows, O[k : k + 1], R[k : k + 1], A[k : k + 1])
+        for d in (delta, deltas[0]):
+            assert np.all(np.isfinite(d)) and np.linalg.norm(d) <= clip + 1e-9, k
+        assert np.all(np.isfinite(one.last_a_eff)) and np.all(np.isfinite(rows.last_a_eff)), k
     # an update at step k pairs the measurement of period k with the regressor of step k - 1
     skipped = {k for k in range(1, STEPS) if k in bad_meas or k - 1 in bad_regressor}
-    assert est.nonfinite_estimates == len(bad_regressor)
-    assert est.rejected_updates == len(skipped)
-    assert rls.steps == STEPS - 1 - len(skipped)
+    for state in (one, rows):
+        rls = state.rls
+        trace = np.max(est.rls.trace(rls))
+        assert np.all(np.isfinite(rls.theta)) and np.all(np.isfinite(est.rls.covariance(rls)))
+        assert np.isfinite(trace) and trace <= cfg.rls.trace_cap * (1 + 1e-9)
+        assert np.all(np.isfinite(state.phi_f)) and np.all(np.isfinite(state.y_f))  # low-pass
+        assert np.all(state.nonfinite_estimates == len(bad_regressor))
+        assert np.all(rejected_updates(state) == len(skipped))
+        assert np.all(rls.steps == STEPS - 1 - len(skipped))

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from residual_quad.controllers.driver import LawController
 from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
     build_features,
@@ -48,7 +49,7 @@ def _fly_geo(steps: int, **env_kwargs) -> tuple[list, list]:
     env = gym.make(
         "ResidualQuad-v0", payload="heavy", wind="windy", trajectory="helix", **env_kwargs
     ).unwrapped
-    ctrl = GeoTracker()
+    ctrl = LawController(GeoTracker())  # the law flying one vehicle
     obs, _ = env.reset(seed=3)
     obs_list, infos = [obs], []
     for _ in range(steps):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import available_controllers, make_controller
+from residual_quad.controllers.driver import LawController
 from residual_quad.controllers.residual.config import residual_config
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.episode import run_episode
@@ -21,7 +22,8 @@ def _actions(controller, **scenario) -> tuple[np.ndarray, object]:
 
 def test_registered():
     assert {"geo_res", "geo_rls"} <= set(available_controllers())
-    assert isinstance(make_controller("geo_rls"), RLSGeoTracker)
+    ctrl = make_controller("geo_rls")
+    assert isinstance(ctrl, LawController) and isinstance(ctrl.law, RLSGeoTracker)
 
 
 def test_untrained_network_geo_res_is_bit_identical_to_geo():
@@ -36,9 +38,9 @@ def test_untrained_network_geo_res_is_bit_identical_to_geo():
 def test_geo_rls_repeatable_and_uncontaminated_by_other_runs():
     scenario = dict(payload="extra", wind="windy", trajectory="figure8", seed=2, episode_s=5.0)
     ctrl = make_controller("geo_rls")
-    theta0 = ctrl.net.theta0.copy()
+    theta0 = ctrl.estimator.net.theta0.copy()
     a1, r1 = _actions(ctrl, **scenario)
-    assert not np.array_equal(ctrl.rls.theta, theta0)  # it did adapt
+    assert not np.array_equal(ctrl.state.estimator.rls.theta, theta0)  # it did adapt
     a2, r2 = _actions(ctrl, **scenario)
     _actions(ctrl, payload="light", wind="calm", trajectory="hover", seed=9, episode_s=3.0)
     a3, r3 = _actions(ctrl, **scenario)
@@ -46,7 +48,9 @@ def test_geo_rls_repeatable_and_uncontaminated_by_other_runs():
     for other in (a2, a3, a4):
         assert np.array_equal(a1, other)
     assert r1.rmse == r2.rmse == r3.rmse
-    assert np.array_equal(ctrl.net.theta0, theta0)  # the offline layer is never written
+    # the offline layer is never written, neither the network's nor the RLS's prior
+    assert np.array_equal(ctrl.estimator.net.theta0, theta0)
+    assert np.array_equal(ctrl.estimator.rls.theta0, theta0)
 
 
 def test_reset_restores_offline_weights_from_private_copy():
@@ -56,11 +60,14 @@ def test_reset_restores_offline_weights_from_private_copy():
     ctrl = make_controller("geo_rls", network=net)
     net.flat[...] = 0.0  # the caller's network is not the controller's
     run_episode(ctrl, payload="extra", trajectory="hover", episode_s=2.0)
-    assert ctrl.rls.steps > 0 and not np.array_equal(ctrl.rls.theta, ctrl.net.theta0)
+    rls, theta0 = ctrl.estimator.rls, ctrl.estimator.net.theta0
+    assert ctrl.state.estimator.rls.steps > 0
+    assert not np.array_equal(ctrl.state.estimator.rls.theta, theta0)
     ctrl.reset()
-    assert ctrl.rls.steps == 0
-    assert np.array_equal(ctrl.rls.theta, ctrl.net.theta0)
-    assert np.array_equal(ctrl.rls.applied, load_network("default").last_layer())
+    assert ctrl.state.estimator.rls.steps == 0
+    assert np.array_equal(ctrl.state.estimator.rls.theta, theta0)
+    offline = load_network("default").last_layer()
+    assert np.array_equal(rls.applied_one(ctrl.state.estimator.rls), offline)
 
 
 def test_geo_rls_identifies_an_unseen_payload_in_hover():
@@ -72,14 +79,14 @@ def test_geo_rls_identifies_an_unseen_payload_in_hover():
         payload="extra",
         trajectory="hover",
         episode_s=6.0,
-        callback=lambda k, o, a, i: est.append(ctrl.last_estimate[2]),
+        callback=lambda k, o, a, i: est.append(ctrl.state.estimator.last_estimate[2]),
     )
     geo = run_episode("geo", payload="extra", trajectory="hover", episode_s=6.0)
     late = res.t[1:] >= 3.0
     assert abs(np.mean(np.array(est)[late] - res.residual_true[1:][late, 2])) < 0.2  # m/s²
     assert res.rmse < 0.03 < geo.rmse / 10  # geo sits at Δa/kp ≈ 0.39 m
     # policy call k (0-based) has made k updates: call 100 is the first to apply the estimate
-    assert ctrl.warmup_end_step == ctrl.config.rls.warmup_steps
+    assert ctrl.state.estimator.warmup_end_step == ctrl.config.rls.warmup_steps
 
 
 @pytest.mark.parametrize("source", ["velocity", "imu"])
