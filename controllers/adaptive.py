@@ -215,6 +215,11 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         context = context or ControlContext()
         if not isinstance(observer, bool):
             raise ValueError(f"observer must be true or false, got {observer!r}")
+        if observer and overrides.get("attitude_loop", "pd") != "pd":
+            raise ValueError(
+                "geo_rls_dob's observer is its own torque feed-forward; attitude_loop=indi "
+                "needs observer=false"
+            )
         self.use_observer = observer
         self.observer = AngularDisturbanceObserver(
             context.airframe, context.control_dt, tau=float(observer_tau)
@@ -252,6 +257,8 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         self, state: TrackerState, obs: np.ndarray
     ) -> tuple[TrackerState, np.ndarray]:
         if not self.use_observer:
+            if self.indi is not None:
+                return super().torque_feedforward(state, obs)
             return state, np.zeros((len(obs), 3))
         observer = self.observer.update(state.observer, obs)
         return replace(state, observer=observer), -self.observer.J * observer.estimate
@@ -260,6 +267,8 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         self, state: TrackerState, obs: np.ndarray
     ) -> tuple[TrackerState, np.ndarray]:
         if not self.use_observer:
+            if self.indi is not None:
+                return super().torque_feedforward_one(state, obs)
             return state, np.zeros(3)
         observer = self.observer.update_one(state.observer, obs)
         return replace(state, observer=observer), -self.observer.J * observer.estimate

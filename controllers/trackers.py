@@ -18,8 +18,16 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
+from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
 from residual_quad.controllers.law import Law, replace
-from residual_quad.controllers.options import NON_NEGATIVE, POSITIVE, Domain, Instance, Range
+from residual_quad.controllers.options import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Choice,
+    Domain,
+    Instance,
+    Range,
+)
 from residual_quad.controllers.rotor_model import RotorModel, RotorState
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -38,6 +46,14 @@ GAIN_RANGES: dict[str, Range] = {
     "kd": Range(2.0, 20.0, log=True),  # 1/s
     "attitude.wn_rp": Range(8.0, 30.0),  # rad/s
     "attitude.zeta_rp": Range(0.5, 1.5),
+}
+
+#: the attitude loops a tracker flies: the geometric PD alone, or with INDI's torque increment
+ATTITUDE_LOOPS = ("pd", "indi")
+#: the options of the attitude loop every tracker takes
+LOOP_OPTIONS: dict[str, Domain] = {
+    "attitude_loop": Choice(ATTITUDE_LOOPS),
+    "indi_hz": POSITIVE,  # Hz, the INDI filter's natural frequency
 }
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
@@ -89,7 +105,7 @@ class TrackerState(NamedTuple):
     observer: Any = None  # the angular disturbance observer (``geo_rls_dob``)
     #: m/s², world, (n, 3): an input added to the command (data collection's excitation)
     excitation: np.ndarray | None = None
-    prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
+    indi: Any = None  # the INDI attitude loop's filter and previous sample (``attitude_loop``)
     prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
 
 
@@ -105,6 +121,9 @@ class Tracker(Law):
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors). With
             lagged rotors the tracker reads the thrusts through its first-order model of them
             (:mod:`~residual_quad.controllers.rotor_model`) instead of the commanded ones.
+        attitude_loop: ``"pd"`` (the geometric PD) or ``"indi"``: the PD plus the filtered torque
+            the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`).
+        indi_hz: natural frequency of the INDI filter, Hz.
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
@@ -120,6 +139,7 @@ class Tracker(Law):
         "kd": POSITIVE,
         "attitude": ATTITUDE,
         "rotor_tau_s": NON_NEGATIVE,
+        **LOOP_OPTIONS,
     }
     #: option path → search range of ``rquad tune``
     TUNABLE: dict[str, Range] = GAIN_RANGES
@@ -132,6 +152,8 @@ class Tracker(Law):
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
+        attitude_loop: str = "pd",
+        indi_hz: float = DEFAULT_INDI_HZ,  # Hz
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -139,6 +161,16 @@ class Tracker(Law):
         self.kp, self.kd = float(kp), float(kd)
         self.rotor_model = RotorModel(float(rotor_tau_s), self.dt) if rotor_tau_s else None
         self.inner = InnerLoop(self.airframe, attitude)
+        if attitude_loop not in ATTITUDE_LOOPS:
+            raise ValueError(
+                f"attitude_loop must be one of {', '.join(ATTITUDE_LOOPS)}, got {attitude_loop!r}"
+            )
+        self.attitude_loop = attitude_loop
+        self.indi = (
+            IndiLoop(self.airframe, self.dt, float(indi_hz), lagged=self.rotor_model is not None)
+            if attitude_loop == "indi"
+            else None
+        )
 
     def init_state(self, n: int) -> TrackerState:
         return TrackerState(
@@ -147,7 +179,18 @@ class Tracker(Law):
             saturated=np.zeros(n, dtype=bool),
             last_thrust=np.full(n, self.airframe.hover_thrust),
             rotors=None if self.rotor_model is None else self.rotor_model.init_state(n),
+            indi=None if self.indi is None else self.indi.init_state(n),
         )
+
+    def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
+        if self.indi is None:
+            return state
+        return state._replace(indi=self.indi.forget(state.indi, rows))
+
+    def forget_one(self, state: TrackerState) -> TrackerState:
+        if self.indi is None:
+            return state
+        return state._replace(indi=self.indi.forget_one(state.indi))
 
     # -- hooks: N envs -------------------------------------------------------------------------
     def command(
@@ -166,9 +209,12 @@ class Tracker(Law):
     def torque_feedforward(
         self, state: TrackerState, obs: np.ndarray
     ) -> tuple[TrackerState, np.ndarray | None]:
-        """A torque (n, 3) (N·m, body) the attitude loop adds (``None``: none); first hook of
-        the step."""
-        return state, None
+        """A torque (n, 3) (N·m, body) the attitude loop adds (``None``: none; INDI's increment
+        with ``attitude_loop="indi"``); first hook of the step."""
+        if self.indi is None:
+            return state, None
+        indi = self.indi.update(state.indi, obs)
+        return state._replace(indi=indi), indi.estimate
 
     # -- hooks: one vehicle --------------------------------------------------------------------
     def command_one(
@@ -187,7 +233,10 @@ class Tracker(Law):
         self, state: TrackerState, obs: np.ndarray
     ) -> tuple[TrackerState, np.ndarray | None]:
         """:meth:`torque_feedforward` of one vehicle."""
-        return state, None
+        if self.indi is None:
+            return state, None
+        indi = self.indi.update_one(state.indi, obs)
+        return state._replace(indi=indi), indi.estimate
 
     # -- the law -------------------------------------------------------------------------------
     def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
+from residual_quad.controllers.indi import DEFAULT_INDI_HZ
 from residual_quad.controllers.law import replace
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
@@ -41,7 +42,13 @@ from residual_quad.controllers.residual.config import (
 )
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.network import ResidualMLP
-from residual_quad.controllers.trackers import ATTITUDE, GAIN_RANGES, GeoTracker, TrackerState
+from residual_quad.controllers.trackers import (
+    ATTITUDE,
+    GAIN_RANGES,
+    LOOP_OPTIONS,
+    GeoTracker,
+    TrackerState,
+)
 
 #: options of every residual tracker: the config, the network and the inner-loop gains, then the
 #: residual settings (:data:`~residual_quad.controllers.residual.config.RESIDUAL_OPTIONS`)
@@ -50,6 +57,7 @@ RESIDUAL_TRACKER_OPTIONS: dict[str, Domain] = {
     "network": Optional(Instance((ResidualMLP,), "a ResidualMLP")),
     "attitude": ATTITUDE,
     "rotor_tau_s": NON_NEGATIVE,  # s, the rotors' time constant the tracker is told
+    **LOOP_OPTIONS,
     **RESIDUAL_OPTIONS,
 }
 
@@ -130,6 +138,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         attitude: inner-loop gains.
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
+        attitude_loop, indi_hz: the attitude loop (``"pd"`` or ``"indi"``), as every tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
     The estimator's state is ``state.estimator`` of the driver (:class:`~residual_quad.
@@ -167,12 +176,22 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
+        attitude_loop: str = "pd",
+        indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         **overrides: Any,
     ):
         context = context or ControlContext()
         self.config = cfg = self.settings(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
-        super().__init__(context, kp=cfg.kp, kd=cfg.kd, attitude=attitude, rotor_tau_s=rotor_tau_s)
+        super().__init__(
+            context,
+            kp=cfg.kp,
+            kd=cfg.kd,
+            attitude=attitude,
+            rotor_tau_s=rotor_tau_s,
+            attitude_loop=attitude_loop,
+            indi_hz=indi_hz,
+        )
 
     @classmethod
     def settings(
