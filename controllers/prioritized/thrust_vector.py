@@ -209,10 +209,11 @@ class ThrustVectorState:
     """The memory of the thrust-vector Newton cycle between control steps, one row per env (one
     vehicle: the row without the env axis, flags as 0-d arrays, so that it is updated in place).
 
-    ``lam`` holds the control multipliers of the last solve ``λ_{0,0}``, ``λ_{0,1}``,
-    ``λ_{1,1}`` (1 + 1 + 2 entries), valid where ``has_lam``; ``prev_q``/``prev_J`` the previous
-    cycle's configuration and Jacobian (rows x, y, z of the heading frame), valid where
-    ``has_prev``.
+    What the next cycle reads, and only that: ``lam``, the control multipliers of the last
+    solve ``λ_{0,0}``, ``λ_{0,1}``, ``λ_{1,1}`` (1 + 1 + 2 entries; ``newton`` and ``bfgs``),
+    valid where ``has_lam``; the BFGS matrices and the previous cycle's configuration and
+    Jacobian (rows x, y, z of the heading frame) of the BFGS update (``bfgs`` only: the other
+    variants leave them at their reset values), valid where ``has_prev``; the warm faces.
     """
 
     lam: np.ndarray  # (n, 4): multipliers of the last solve
@@ -221,8 +222,6 @@ class ThrustVectorState:
     prev_q: np.ndarray  # (n, 3): N, rad, rad
     prev_J: np.ndarray  # (n, 3, 3): ∂a/∂q at prev_q (m/s² per N, rad)
     has_prev: np.ndarray  # (n,) bool
-    augmented: np.ndarray  # (n, 2) bool: the levels augmented at the last cycle
-    gn_norms: np.ndarray  # (n, 2): the GN slack norm of each level at the last cycle (m/s²)
     face: np.ndarray  # (n, 3) int: the warm face of the (augmented) solver
     gn_face: np.ndarray  # (n, 3) int: the warm face of the GN solver
 
@@ -265,6 +264,7 @@ class ThrustVectorNewton(NewtonCore):
         self.q_upper = np.array([p.thrust_max_frac * airframe.max_thrust, p.max_tilt, p.max_tilt])
         self.vmax = np.array([p.rate_thrust, p.rate_tilt, p.rate_tilt])
         need_mult = p.method in ("bfgs", "newton")
+        self.bfgs = p.method == "bfgs"  # the variant with a memory of B and the previous step
         self.solver = BoxHLSP(3, multipliers=need_mult)
         self.gn_solver = BoxHLSP(3, multipliers=need_mult)
         self.reset()
@@ -291,23 +291,22 @@ class ThrustVectorNewton(NewtonCore):
             prev_q=np.zeros((n, 3)),
             prev_J=np.zeros((n, 3, 3)),
             has_prev=np.zeros(n, dtype=bool),
-            augmented=np.zeros((n, 2), dtype=bool),
-            gn_norms=np.zeros((n, 2)),
             face=np.full((n, 3), FREE),
             gn_face=np.full((n, 3), FREE),
         )
 
     def load(self, row: ThrustVectorState) -> None:
         """Take one vehicle's memory ``row`` (a row of :class:`ThrustVectorState`) as this
-        cycle's multipliers, BFGS matrices and previous step."""
+        cycle's multipliers and, for ``bfgs``, BFGS matrices and previous step."""
         lam = row.lam
         self.lam = [[lam[0:1]], [lam[1:2], lam[2:4]]] if row.has_lam else None
-        self.B = [row.B[0], row.B[1]]
-        if row.has_prev:
-            self.prev_q = row.prev_q
-            self.prev_J = [row.prev_J[2:3], row.prev_J[0:2]]
-        else:
-            self.prev_q, self.prev_J = None, None
+        if self.bfgs:
+            self.B = [row.B[0], row.B[1]]
+            if row.has_prev:
+                self.prev_q = row.prev_q
+                self.prev_J = [row.prev_J[2:3], row.prev_J[0:2]]
+            else:
+                self.prev_q, self.prev_J = None, None
 
     def step_row(self, row: ThrustVectorState, q: np.ndarray, a_des: np.ndarray) -> np.ndarray:
         """:meth:`step` on one vehicle's memory ``row``: loaded before the cycle, written back
@@ -318,17 +317,15 @@ class ThrustVectorNewton(NewtonCore):
         x = self.step(q, a_des)
         self.solver.store_face(row.face)
         self.gn_solver.store_face(row.gn_face)
-        if self.lam is None:
-            row.has_lam[...] = False
-        else:
-            row.lam[...] = np.concatenate([self.lam[0][0], self.lam[1][0], self.lam[1][1]])
-            row.has_lam[...] = True
-        row.B[0], row.B[1] = self.B
-        row.prev_q[...] = self.prev_q
-        row.prev_J[2:3], row.prev_J[0:2] = self.prev_J
-        row.has_prev[...] = True
-        row.augmented[...] = self.augmented
-        row.gn_norms[...] = self.gn_norms
+        lam = self.lam
+        if lam is not None:
+            row.lam[...] = np.concatenate([lam[0][0], lam[1][0], lam[1][1]])
+        row.has_lam[...] = lam is not None
+        if self.bfgs:
+            row.B[0], row.B[1] = self.B
+            row.prev_q[...] = self.prev_q
+            row.prev_J[2:3], row.prev_J[0:2] = self.prev_J
+            row.has_prev[...] = True
         return x
 
     def velocity_box(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -498,11 +495,10 @@ class BatchedThrustVectorNewton:
         if s.solver.multipliers:  # the square point's multipliers: its slacks
             state.lam[done] = np.concatenate([slacks[0], np.zeros((n, 1)), slacks[1]], 1)[done]
             state.has_lam[done] = True
-        state.augmented[done] = False
-        state.gn_norms[done] = norms[done]
-        state.prev_q[done] = q[done]
-        state.prev_J[done] = J[done]
-        state.has_prev[done] = True
+        if s.bfgs:
+            state.prev_q[done] = q[done]
+            state.prev_J[done] = J[done]
+            state.has_prev[done] = True
         for i in np.flatnonzero(~done).tolist():
             x[i] = s.step_row(state_row(state, i), q[i], a_des[i])
         return x

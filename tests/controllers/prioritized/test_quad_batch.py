@@ -130,6 +130,7 @@ def test_one_vehicle_state_is_the_single_cycles_memory():
                 mem.lam, np.concatenate([ref.lam[0][0], ref.lam[1][0], ref.lam[1][1]])
             )
         np.testing.assert_array_equal(mem.B, np.stack(ref.B))
+        np.testing.assert_array_equal(mem.prev_q, ref.prev_q)
         np.testing.assert_array_equal(mem.face, ref.solver._last_face)
         augmented += any(ref.augmented)
         obs, _, terminated, truncated, _ = env.step(action)
