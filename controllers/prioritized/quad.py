@@ -60,8 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -136,8 +135,7 @@ def residual_settings(
     return cfg, network, own
 
 
-@dataclass(frozen=True, slots=True)
-class PrioritizedState:
+class PrioritizedState(NamedTuple):
     """The ``prioritized`` part of an ``hnewton`` tracker's state, one row per env (one vehicle:
     the row without the env axis, flags as 0-d arrays; updated in place by the law)."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -204,8 +204,7 @@ HNEWTON_PARAM_OPTIONS: dict[str, Domain] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ThrustVectorState:
+class ThrustVectorState(NamedTuple):
     """The memory of the thrust-vector Newton cycle between control steps, one row per env (one
     vehicle: the row without the env axis, flags as 0-d arrays, so that it is updated in place).
 
