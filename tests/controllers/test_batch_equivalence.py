@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.batch import BatchedLoop, make_batch_controller
+from residual_quad.controllers.batch import make_batch_controller
 from residual_quad.controllers.driver import LawBatch
 from residual_quad.controllers.residual.estimator import rejected_updates
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
@@ -122,10 +122,11 @@ def test_batched_rls_settings_equal_single(overrides):
     assert np.abs(rls.theta - np.stack([e.rls.theta for e in ests])).max() <= TOL
 
 
-def test_fallback_loop_equals_single_hnewton():
-    """``switch="always"`` is not vectorized: the factory flies single controllers."""
+def test_switch_always_equals_single_hnewton():
+    """``switch="always"`` augments every level at every step: the law's batch runs every row
+    on the single cycle, bit for bit the single controllers."""
     worst, batch, _, _ = fly_side_by_side("hnewton", steps=60, reset_at=30, switch="always")
-    assert isinstance(batch, BatchedLoop)
+    assert isinstance(batch, LawBatch)
     assert worst == 0.0
 
 

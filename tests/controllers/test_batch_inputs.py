@@ -103,11 +103,14 @@ def test_entry_point_flies_a_law_as_the_drivers_batch():
     assert {"pid", "geo", "geo_res", "geo_rls", "geo_rls_dob"} <= set(vectorized_controllers())
 
 
-def test_hnewton_rls_switching_always_runs_in_the_loop():
-    loop = make_batch_controller("hnewton_rls", 2, switch="always")  # not vectorized
-    assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
-    assert loop.controllers[0] is not loop.controllers[1]
-    assert isinstance(loop, BatchedController)
+def test_hnewton_rls_switching_always_is_the_laws_batch():
+    """``switch="always"`` (every level augmented: the single cycle on every row) is no longer
+    a loop of instances: the law's batch runs it row by row, one state row per env."""
+    batch = make_batch_controller("hnewton_rls", 2, switch="always")
+    assert isinstance(batch, LawBatch) and batch.n_envs == 2
+    assert type(batch.law).__name__ == "HNewtonRLSTracker" and batch.params.switch == "always"
+    assert batch.state.prioritized.q.shape == (2, 3)  # one row of the thrust vector per env
+    assert isinstance(batch, BatchedController)
 
 
 #: every registered controller with a vectorized batch, in registry order
