@@ -33,7 +33,7 @@ from residual_quad.envs.sensors import sense_batch
 from residual_quad.envs.task import empty_batch_info, fill_batch_info, task_step
 from residual_quad.envs.termination import TERMINATION_REASONS
 from residual_quad.envs.trajectories import TRAJECTORIES, make_trajectory
-from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics
+from residual_quad.envs.vector_physics import FULL_PHYSICS, BatchPhysics, contiguous, take_rows
 
 __all__ = ["MAX_NUM_ENVS", "SCENARIO_KEYS", "ResidualQuadVectorEnv", "Sampler", "Scenario"]
 
@@ -489,20 +489,21 @@ class ResidualQuadVectorEnv(VectorEnv):
         if len(active) == 0:
             return obs_out, reward_out, terminated_out, truncated_out, info
         physics = self._physics
+        rows = contiguous(active)  # a slice at almost every step: block copies, no gathers
         f = np.minimum(
             np.maximum(
                 rotor_thrusts_batch(
                     self.envs[0].action_mapping,
                     self._latency.action(active, action),  # the actions the plants fly now
-                    self._state[active, physics.qvel],
+                    self._state[rows, physics.qvel],
                 ),
                 0.0,
             ),
             self.airframe.max_rotor_thrust,
         )
-        state, qacc = self._state[active], self._qacc[active]
+        state, qacc = take_rows(self._state, rows), take_rows(self._qacc, rows)
         period = physics.step(active, f, state, qacc, self._steps[active])
-        self._state[active], self._qacc[active] = state, qacc
+        self._state[rows], self._qacc[rows] = state, qacc
         self._steps[active] += 1
         steps = self._steps[active]
         qpos, qvel = state[:, physics.qpos], state[:, physics.qvel]
@@ -512,25 +513,25 @@ class ResidualQuadVectorEnv(VectorEnv):
         obs = true_observation(qpos[:, 0:7], qvel[:, 0:6], reference, f, period.imu)
         out = task_step(
             self.task,
-            self._true_obs[active],
+            take_rows(self._true_obs, rows),
             obs,
             action,
-            self._prev_action[active],
+            take_rows(self._prev_action, rows),
             steps,
             period.sim_time,
             period.unstable,
             period.contact_speed,
         )
-        self._true_obs[active] = obs
-        self._prev_action[active] = action
+        self._true_obs[rows] = obs
+        self._prev_action[rows] = action
         base = obs_out[:, :OBS_DIM]  # a view: the preview's entries follow
         sense_batch(base, info, obs, active, self._noisy[active], self.envs)
-        base[active] = self._latency.observation(active, base[active])
+        base[rows] = self._latency.observation(active, take_rows(base, rows))
         if self._preview is not None:
-            obs_out[active, OBS_DIM:] = ahead
-        reward_out[active] = out.reward
-        terminated_out[active] = out.terminated
-        truncated_out[active] = out.truncated
+            obs_out[rows, OBS_DIM:] = ahead
+        reward_out[rows] = out.reward
+        terminated_out[rows] = out.terminated
+        truncated_out[rows] = out.truncated
         for key, value in (
             ("t", out.t),
             ("position_error", out.pos_error),
@@ -544,13 +545,13 @@ class ResidualQuadVectorEnv(VectorEnv):
             ("diverged", out.terminated),
             ("termination", _REASONS[out.code + 1]),
         ):
-            info[key][active] = value
-            info[f"_{key}"][active] = True
+            info[key][rows] = value
+            info[f"_{key}"][rows] = True
         rt, rewarded = info["reward_terms"], out.rewarded
         for name in REWARD_TERMS:
-            rt[name][active] = np.where(rewarded, out.terms[name], 0.0)
-            rt[f"_{name}"][active] = rewarded
-        info["_reward_terms"][active] = rewarded
+            rt[name][rows] = np.where(rewarded, out.terms[name], 0.0)
+            rt[f"_{name}"][rows] = rewarded
+        info["_reward_terms"][rows] = rewarded
         return obs_out, reward_out, terminated_out, truncated_out, info
 
     # ------------------------------------------------------------------ render, close

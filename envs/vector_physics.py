@@ -52,6 +52,20 @@ thread's share of the Python and numpy work (which holds the GIL) would outweigh
 the engine's (which does not)."""
 
 
+def contiguous(rows: np.ndarray) -> slice | np.ndarray:
+    """``rows`` (increasing, distinct indices) as a slice where they are one run, else as they
+    are: indexing by a slice copies blocks (a 1024 × 3 assignment ≈ 1 µs against ≈ 15 µs by
+    fancy index), and the whole batch is one run at almost every step."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def take_rows(a: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
+    """A copy of ``a[rows]`` (``rows`` from :func:`contiguous`)."""
+    return a[rows].copy() if isinstance(rows, slice) else a[rows]
+
+
 class PeriodResult(NamedTuple):
     """What the physics reports of one period, one row per stepped env."""
 
@@ -349,6 +363,7 @@ class BatchPhysics:
         :func:`~residual_quad.envs.substep.lane_after` after each; ``eff``: the rotors'
         efficiencies, ``(n, 4)``, or ``None`` (no events)."""
         imu_out, wind_out, drag_out, gain_out = out
+        at = contiguous(rows)
         plant0 = self.plant0
         env_models = self._env_models
         models = [env_models[i] for i in ids.tolist()]
@@ -357,10 +372,10 @@ class BatchPhysics:
         data = self._datas[nb][lane]
         x0 = NUM_ROTORS + 6 * plant0.body_id  # the body's force in the xfrc_applied block
         control = np.zeros((n, 1, NUM_ROTORS + 6 * nb))
-        s = np.ascontiguousarray(state[rows])
+        s = np.ascontiguousarray(take_rows(state, at))
         result = np.empty((n, 1, self.nstate))
         no_sensors = np.empty((n, 1, 0))
-        warm = np.ascontiguousarray(qacc[rows])
+        warm = np.ascontiguousarray(take_rows(qacc, at))
         fallen = self._env_fallen  # row ids[j]: env ids[j]'s
         unstable = np.zeros(n, dtype=bool)
         before = np.zeros(n, dtype=bool)  # at the default pose at rest before the substep
@@ -429,12 +444,12 @@ class BatchPhysics:
                 fk[unstable] = 0.0  # MuJoCo's reset cleared the controls for the rest of the period
         v_after = s[:, iv : iv + 3]
         acc = (v_after - v_before) / self.physics_dt  # m/s², world: Euler's qacc
-        imu_out[rows] = np.array(specific_force(acc.T, list(rot.T), plant0.airframe.gravity)).T
-        qacc[rows, 0:3] = acc
-        state[rows] = s
-        wind_out[rows] = winds[:, -1]
-        drag_out[rows] = force
-        gain_out[rows] = gain
+        imu_out[at] = np.array(specific_force(acc.T, list(rot.T), plant0.airframe.gravity)).T
+        qacc[at, 0:3] = acc
+        state[at] = s
+        wind_out[at] = winds[:, -1]
+        drag_out[at] = force
+        gain_out[at] = gain
         return unstable
 
     def _numpy_wrench(

