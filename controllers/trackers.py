@@ -3,11 +3,13 @@
 A tracker is a :class:`~residual_quad.controllers.law.Law`: its step computes
 ``a_cmd = command(...)`` (outer loop, world frame, m/s²), subtracts the estimated residual
 ``residual(...)`` (zero here; the residual-learning trackers override it) and hands
-``a_eff = a_cmd − Δâ`` to :class:`InnerLoop`. Its state is one :class:`TrackerState` (one row
-per env; the residual trackers and the observer add their parts). Each hook has the batch form
-(numpy over the envs) and the one-vehicle form (float code: one vehicle is not a batch of one,
-numpy's per-call cost would be several times the law's), on the same formula functions:
-:func:`outer_accel`, :func:`pid_integral_step`, the inner loop's.
+``a_eff = a_cmd − Δâ`` to its inner stage ``inner_command(...)``: :class:`InnerLoop` here,
+``hnewton``'s prioritized thrust vector and allocation there. Its state is one
+:class:`TrackerState` (one row per env; the residual trackers and the observer add their
+parts). Each hook has the batch form (numpy over the envs) and the one-vehicle form (float
+code: one vehicle is not a batch of one, numpy's per-call cost would be several times the
+law's), on the same formula functions: :func:`outer_accel`, :func:`pid_integral_step`, the inner
+loop's.
 """
 
 from __future__ import annotations
@@ -127,7 +129,8 @@ class Tracker(Law):
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
-    (Δâ) and :meth:`torque_feedforward`/:meth:`torque_feedforward_one`, and extend
+    (Δâ), :meth:`torque_feedforward`/:meth:`torque_feedforward_one` and
+    :meth:`inner_command`/:meth:`inner_command_one` (``a_eff`` → rotor thrusts), and extend
     :meth:`init_state` with their parts of :class:`TrackerState`.
     """
 
@@ -216,6 +219,23 @@ class Tracker(Law):
         indi = self.indi.update(state.indi, obs)
         return state._replace(indi=indi), indi.estimate
 
+    def inner_command(
+        self,
+        state: TrackerState,
+        obs: np.ndarray,
+        R: np.ndarray,
+        a_eff: np.ndarray,
+        torque_ff: np.ndarray | None,
+    ) -> tuple[TrackerState, np.ndarray, np.ndarray, np.ndarray]:
+        """Inner stage: rotor thrusts (n, 4) (N) for the effective accelerations ``a_eff``
+        (n, 3) (world, m/s²) with the torque feed-forward ``torque_ff``, whether it saturated
+        (n,) and the collectives (n,) (N); the shared inner loop by default."""
+        thrusts, saturated, collective = self.inner.command_batch(
+            obs[:, L.rot], obs[:, L.omega_b], a_eff, obs[:, L.ref_yaw], obs[:, L.ref_yaw_rate],
+            torque_ff,
+        )  # fmt: skip
+        return state, thrusts, saturated, collective
+
     # -- hooks: one vehicle --------------------------------------------------------------------
     def command_one(
         self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
@@ -238,6 +258,20 @@ class Tracker(Law):
         indi = self.indi.update_one(state.indi, obs)
         return state._replace(indi=indi), indi.estimate
 
+    def inner_command_one(
+        self,
+        state: TrackerState,
+        obs: np.ndarray,
+        R: np.ndarray,
+        a_eff: np.ndarray,
+        torque_ff: np.ndarray | None,
+    ) -> tuple[TrackerState, np.ndarray, bool, float]:
+        """:meth:`inner_command` of one vehicle (``R`` (3, 3) body → world)."""
+        thrusts, saturated, collective = self.inner.command(
+            R, obs[L.omega_b], a_eff, obs[L.ref_yaw], obs[L.ref_yaw_rate], torque_ff
+        )
+        return state, thrusts, saturated, collective
+
     # -- the law -------------------------------------------------------------------------------
     def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
         obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
@@ -252,13 +286,8 @@ class Tracker(Law):
         if state.excitation is not None:
             a_cmd = a_cmd + state.excitation
         state, residual = self.residual(state, obs, R, a_cmd)
-        thrusts, saturated, collective = self.inner.command_batch(
-            obs[:, L.rot],
-            obs[:, L.omega_b],
-            a_cmd - residual,
-            obs[:, L.ref_yaw],
-            obs[:, L.ref_yaw_rate],
-            torque_ff,
+        state, thrusts, saturated, collective = self.inner_command(
+            state, obs, R, a_cmd - residual, torque_ff
         )
         state = replace(
             state,
@@ -281,8 +310,8 @@ class Tracker(Law):
         if state.excitation is not None:
             a_cmd = a_cmd + state.excitation
         state, residual = self.residual_one(state, obs, R, a_cmd)
-        thrusts, saturated, collective = self.inner.command(
-            R, obs[L.omega_b], a_cmd - residual, obs[L.ref_yaw], obs[L.ref_yaw_rate], torque_ff
+        state, thrusts, saturated, collective = self.inner_command_one(
+            state, obs, R, a_cmd - residual, torque_ff
         )
         state = replace(
             state,

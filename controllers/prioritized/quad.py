@@ -41,9 +41,11 @@ body z axis is the commanded thrust direction and whose heading is ψ.
 **One law for one vehicle and N envs.** Both controllers are tracker laws
 (:class:`~residual_quad.controllers.trackers.Tracker`): the thrust vector, the Newton cycle's
 memory and the allocation's warm faces are the ``prioritized`` part of the tracker's state
-(:class:`PrioritizedState`, one row per env). One vehicle (:meth:`HNewtonTracker.act_one`) runs
-the single cycle and allocator on its row, in float code. N envs (:meth:`HNewtonTracker.act`,
-the sweep's and the vector env's path) run the batch algorithm of the solvers
+(:class:`PrioritizedState`, one row per env), and the stage above is the tracker's inner stage
+(:meth:`HNewtonTracker.inner_command`: the outer loop, the residual estimate and the torque
+feed-forward are the tracker's). One vehicle (:meth:`HNewtonTracker.inner_command_one`) runs
+the single cycle and allocator on its row, in float code. N envs (the sweep's and the vector
+env's path) run the batch algorithm of the solvers
 (:class:`~.thrust_vector.BatchedThrustVectorNewton`,
 :class:`~.thrust_vector.BatchedPrioritizedAllocator`): in flight almost every small HLSP stops
 at the single solver's first candidate -- the task rows stack to a square matrix whose exact
@@ -65,7 +67,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
-from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
+from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.law import replace, tree_map
 from residual_quad.controllers.options import Domain, Section
 from residual_quad.controllers.prioritized.thrust_vector import (
@@ -95,7 +97,6 @@ from residual_quad.controllers.trackers import (
     Tracker,
     TrackerState,
 )
-from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.xp import ARRAYS
 
@@ -231,21 +232,19 @@ class HNewtonTracker(Tracker):
         part = state.prioritized
         return replace(super().forget_one(state), prioritized=part)
 
-    # -- the law -------------------------------------------------------------------------------
-    def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
-        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
-        if self.rotor_model is not None:
-            rotors, obs = self.rotor_model.observe(state.rotors, obs)
-            state = replace(state, rotors=rotors)
-        state, torque_ff = self.torque_feedforward(state, obs)
-        R = obs[:, L.rot].reshape(-1, 3, 3)
-        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
-        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
-        state, a_cmd = self.command(state, obs, e_p, e_v)
-        if state.excitation is not None:
-            a_cmd = a_cmd + state.excitation
-        state, est = self.residual(state, obs, R, a_cmd)
-        ax, ay, az = (a_cmd - est).T
+    # -- the inner stage -----------------------------------------------------------------------
+    def inner_command(
+        self,
+        state: TrackerState,
+        obs: np.ndarray,
+        R: np.ndarray,
+        a_eff: np.ndarray,
+        torque_ff: np.ndarray | None,
+    ) -> tuple[TrackerState, np.ndarray, np.ndarray, np.ndarray]:
+        """Thrust-vector Newton cycle (the batch algorithm) → attitude PD → prioritized
+        allocation of every env, for ``a_eff`` (n, 3) (world, m/s²); the tracker's saturation
+        flag is left as it is (the priorities, not a clip, shape the command)."""
+        ax, ay, az = a_eff.T
         yaw = obs[:, L.ref_yaw]
         cy, sy = np.cos(yaw), np.sin(yaw)
         a_head = np.stack([cy * ax + sy * ay, -sy * ax + cy * ay, az], axis=1)
@@ -265,22 +264,18 @@ class HNewtonTracker(Tracker):
             tx, ty, tz = torque
             torque = (tx + torque_ff[:, 0], ty + torque_ff[:, 1], tz + torque_ff[:, 2])
         thrusts = self.alloc_batch(part.alloc_face, thrust, torque)
-        state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
-        return state, to_rotor_action(thrusts, self.airframe)
+        return state, thrusts, state.saturated, thrust
 
-    def act_one(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
-        if self.rotor_model is not None:
-            rotors, obs = self.rotor_model.observe_one(state.rotors, obs)
-            state = replace(state, rotors=rotors)
-        state, torque_ff = self.torque_feedforward_one(state, obs)
-        R = obs[L.rot].reshape(3, 3)
-        e_p = obs[L.ref_pos] - obs[L.pos]
-        e_v = obs[L.ref_vel] - obs[L.vel]
-        state, a_cmd = self.command_one(state, obs, e_p, e_v)
-        if state.excitation is not None:
-            a_cmd = a_cmd + state.excitation
-        state, est = self.residual_one(state, obs, R, a_cmd)
-        ax, ay, az = (a_cmd - est).tolist()
+    def inner_command_one(
+        self,
+        state: TrackerState,
+        obs: np.ndarray,
+        R: np.ndarray,
+        a_eff: np.ndarray,
+        torque_ff: np.ndarray | None,
+    ) -> tuple[TrackerState, np.ndarray, bool, float]:
+        """:meth:`inner_command` of one vehicle: the single cycle and allocator on its row."""
+        ax, ay, az = a_eff.tolist()
         yaw = float(obs[L.ref_yaw])
         cy, sy = math.cos(yaw), math.sin(yaw)
         a_head = np.array([cy * ax + sy * ay, -sy * ax + cy * ay, az])
@@ -299,8 +294,7 @@ class HNewtonTracker(Tracker):
             ux, uy, uz = torque_ff.tolist()
             torque = (tx + ux, ty + uy, tz + uz)
         thrusts = self.alloc.allocate(part.alloc_face, thrust, torque)
-        state = replace(state, last_a_cmd=a_cmd, last_residual=est, last_thrust=thrust)
-        return state, to_rotor_action(thrusts, self.airframe)
+        return state, thrusts, state.saturated, thrust
 
 
 class HNewtonRLSTracker(EstimatorParts, HNewtonTracker):
