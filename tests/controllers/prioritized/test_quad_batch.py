@@ -256,3 +256,16 @@ def test_switch_always_runs_every_row_on_the_single_cycle(name):
     assert worst <= (0.0 if name == "hnewton" else TOL)
     assert counts["augmented"] == 60 * len(SCENARIOS)
     assert_state_equal(batch, singles, tol=0.0 if name == "hnewton" else TOL)
+
+
+def test_the_trackers_attitude_loop_options_reach_hnewton():
+    """``hnewton`` is a tracker law: the tracker's INDI attitude loop (``attitude_loop="indi"``)
+    adds its torque to the prioritized stage's attitude torque — a different flight from the
+    PD's — and N envs equal one vehicle's (the INDI batch sums in another order)."""
+    worst, batch, singles, _ = fly_side_by_side(
+        "hnewton", 120, reset_at=60, nan_at=[(10, 0)], attitude_loop="indi"
+    )
+    assert worst <= TOL and batch.law.indi is not None
+    indi_q = np.stack([c.state.prioritized.q for c in singles])
+    _, _, pd_singles, _ = fly_side_by_side("hnewton", 120, reset_at=60, nan_at=[(10, 0)])
+    assert not np.array_equal(indi_q, np.stack([c.state.prioritized.q for c in pd_singles]))
