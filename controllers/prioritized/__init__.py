@@ -4,8 +4,9 @@
 * :mod:`.box_hlsp` -- exact HLSP for a hard box level over small equality levels (and N of them);
 * :mod:`.newton` -- the core of one hierarchical Newton cycle, shared by both controllers;
 * :mod:`.hnewton` -- the generic method on task objects (:class:`HierarchicalNewton`);
-* :mod:`.thrust_vector` -- the quadrotor's thrust-vector Newton cycle and rotor allocation;
-* :mod:`.quad` -- the quadrotor controllers ``hnewton`` / ``hnewton_rls`` and their batched twins
+* :mod:`.thrust_vector` -- the quadrotor's thrust-vector Newton cycle and rotor allocation, their
+  memory as an explicit state and their batch algorithm;
+* :mod:`.quad` -- the quadrotor controllers ``hnewton`` / ``hnewton_rls``, one tracker law each
   (imported on demand).
 """
 
