@@ -145,6 +145,15 @@ class LawController(ObservationGuard):
     def forget_previous_sample(self) -> None:
         self.state = self.law.forget_one(self.state)
 
+    @property
+    def last_residual(self) -> np.ndarray:
+        """m/s², world: the Δâ the law applied at its last step, read by the sweeps'
+        residual-bias columns (an ``AttributeError`` for a law without one)."""
+        value = getattr(self.state, "last_residual", None)
+        if value is None:
+            raise AttributeError(f"{self.law.name} applies no residual estimate")
+        return value
+
     def __getattr__(self, name: str) -> Any:
         # only reached for names the driver does not have: the law's parameters
         if name.startswith("__") or name == "law":

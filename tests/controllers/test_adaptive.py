@@ -75,8 +75,9 @@ def test_observer_rejects_non_finite_and_implausible_rates():
     assert observer.state.rejected == 1 and np.all(observer.state.estimate == 0.0)
     observer.update(_obs([math.nan, 0.0, 0.0]))
     assert np.all(np.isfinite(observer.state.estimate))
+    assert observer.state.rejected == 2  # the non-finite period is left out too
     observer.update(_obs([1.0, 0.0, 0.0]))  # no difference spans the non-finite rate
-    assert observer.state.rejected == 1 and np.all(observer.state.estimate == 0.0)
+    assert observer.state.rejected == 2 and np.all(observer.state.estimate == 0.0)
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.inf, math.nan])
