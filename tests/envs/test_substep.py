@@ -275,3 +275,47 @@ def test_with_no_writable_cache_folder_the_kernels_compile_in_memory(monkeypatch
     kernel = substep._compiled(twice)
     assert kernel(1.5) == 3.0
     assert isinstance(kernel._cache, caching.NullCache)
+
+
+def test_the_wind_mirror_hands_out_each_process_s_own_samples():
+    """Envs at different places in their blocks, some running out within the period (the
+    gather along rows for those that fit, their own process for the others): every env gets the
+    samples its own process would hand out, period after period."""
+    from residual_quad.envs.wind_mirror import WindMirror
+
+    model = WindModel.from_spec("windy")
+    procs = [
+        WindProcess(model, 0.002, np.random.default_rng(k), block=10 + 5 * k, chunk=5)
+        for k in range(4)
+    ]
+    twins = [
+        WindProcess(model, 0.002, np.random.default_rng(k), block=10 + 5 * k, chunk=5)
+        for k in range(4)
+    ]
+    mirror = WindMirror(4, lambda i: procs[i])
+    for i in range(4):
+        procs[i].take(5 * i)  # out of step
+        twins[i].take(5 * i)
+        mirror.mirror(i)
+    envs = np.array([0, 1, 3])
+    for period in range(12):
+        got = mirror.take(envs, 5)
+        for row, i in enumerate(envs.tolist()):
+            assert _same_bits(got[row], twins[i].take(5)), (period, i)
+
+
+def test_take_rows_copies_and_contiguous_finds_one_run():
+    """The vector env's row indexing: one run of envs becomes a slice, anything else stays an
+    index array, and the rows taken are a copy either way (the physics updates them in place
+    before they are written back)."""
+    from residual_quad.envs.vector_physics import contiguous, take_rows
+
+    assert contiguous(np.arange(3, 9)) == slice(3, 9)
+    assert contiguous(np.array([0, 2, 3])).tolist() == [0, 2, 3]
+    assert contiguous(np.array([], dtype=np.int64)).tolist() == []
+    a = np.arange(12.0).reshape(6, 2)
+    for rows in (contiguous(np.arange(1, 4)), np.array([0, 5])):
+        taken = take_rows(a, rows)
+        assert _same_bits(taken, a[rows])
+        taken[:] = -1.0
+        assert (a >= 0).all()
