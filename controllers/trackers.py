@@ -274,45 +274,31 @@ class Tracker(Law):
 
     # -- the law -------------------------------------------------------------------------------
     def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
-        obs = obs[:, :OBS_DIM]  # the base fields (a tracker reads no preview)
-        if self.rotor_model is not None:
-            rotors, obs = self.rotor_model.observe(state.rotors, obs)
-            state = replace(state, rotors=rotors)
-        state, torque_ff = self.torque_feedforward(state, obs)
-        R = obs[:, L.rot].reshape(-1, 3, 3)
-        e_p = obs[:, L.ref_pos] - obs[:, L.pos]
-        e_v = obs[:, L.ref_vel] - obs[:, L.vel]
-        state, a_cmd = self.command(state, obs, e_p, e_v)
-        if state.excitation is not None:
-            a_cmd = a_cmd + state.excitation
-        state, residual = self.residual(state, obs, R, a_cmd)
-        state, thrusts, saturated, collective = self.inner_command(
-            state, obs, R, a_cmd - residual, torque_ff
-        )
-        state = replace(
-            state,
-            last_a_cmd=a_cmd,
-            last_residual=residual,
-            saturated=saturated,
-            last_thrust=collective,
-        )
-        return state, to_rotor_action(thrusts, self.airframe)
+        return self._step(state, obs[:, :OBS_DIM], one=False)  # a tracker reads no preview
 
     def act_one(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
+        return self._step(state, obs, one=True)
+
+    def _step(
+        self, state: TrackerState, obs: np.ndarray, one: bool
+    ) -> tuple[TrackerState, np.ndarray]:
+        """The trackers' step, written once: ``obs`` (D,) with the one-vehicle hooks (float
+        code) or (n, D) with the batch hooks; the fields are read along the last axis."""
         if self.rotor_model is not None:
-            rotors, obs = self.rotor_model.observe_one(state.rotors, obs)
+            observe = self.rotor_model.observe_one if one else self.rotor_model.observe
+            rotors, obs = observe(state.rotors, obs)
             state = replace(state, rotors=rotors)
-        state, torque_ff = self.torque_feedforward_one(state, obs)
-        R = obs[L.rot].reshape(3, 3)
-        e_p = obs[L.ref_pos] - obs[L.pos]
-        e_v = obs[L.ref_vel] - obs[L.vel]
-        state, a_cmd = self.command_one(state, obs, e_p, e_v)
+        feedforward = self.torque_feedforward_one if one else self.torque_feedforward
+        state, torque_ff = feedforward(state, obs)
+        R = obs[..., L.rot].reshape(obs.shape[:-1] + (3, 3))
+        e_p = obs[..., L.ref_pos] - obs[..., L.pos]
+        e_v = obs[..., L.ref_vel] - obs[..., L.vel]
+        state, a_cmd = (self.command_one if one else self.command)(state, obs, e_p, e_v)
         if state.excitation is not None:
             a_cmd = a_cmd + state.excitation
-        state, residual = self.residual_one(state, obs, R, a_cmd)
-        state, thrusts, saturated, collective = self.inner_command_one(
-            state, obs, R, a_cmd - residual, torque_ff
-        )
+        state, residual = (self.residual_one if one else self.residual)(state, obs, R, a_cmd)
+        inner = self.inner_command_one if one else self.inner_command
+        state, thrusts, saturated, collective = inner(state, obs, R, a_cmd - residual, torque_ff)
         state = replace(
             state,
             last_a_cmd=a_cmd,
