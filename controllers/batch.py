@@ -245,11 +245,17 @@ def make_batch_controller(
 
 def has_batch_path(spec: Any, **overrides: Any) -> bool:
     """Whether :func:`batch_from_spec` gives ``spec`` (with ``overrides``) a numpy-vectorized
-    batch rather than a loop of instances: a registered law."""
+    batch rather than a loop of instances: its factory is a :class:`~residual_quad.controllers.
+    law.Law` class (registered, a plugin's or an import path's; a factory function that returns
+    a law is known only once built, and flies one job per run)."""
+    try:
+        factory = resolve_factory(spec.target)
+    except ValueError:
+        return False  # building it names the problem
+    if isinstance(factory, type) and issubclass(factory, Law):
+        return True
     if spec.is_import_path:
         return False
-    if _law_class(spec.target):
-        return True
     twin = batched_twin(spec.target)
     if twin is None:
         return False

@@ -278,6 +278,19 @@ def test_an_import_path_factory_making_a_law_flies_as_the_drivers_batch(user_mod
     assert isinstance(by_class, LawBatch) and type(by_class.law) is GeoTracker
 
 
+def test_the_sweeps_batch_an_import_path_law_class_and_loop_the_rest(user_module):
+    """:func:`has_batch_path` (the sweep engines' choice between one vector batch and one job
+    per run): a law class by import path is batched; a factory function (its product is known
+    only once built) and a plain controller fly one job per run."""
+    from residual_quad.controllers.batch import has_batch_path
+
+    assert has_batch_path(parse_spec("residual_quad.controllers.trackers:GeoTracker"))
+    assert has_batch_path(parse_spec("geo"))
+    assert not has_batch_path(parse_spec(f"{user_module}:make_geo"))
+    assert not has_batch_path(parse_spec(f"{user_module}:Steady"))
+    assert not has_batch_path(parse_spec("no_such_module_xyz:Thing"))
+
+
 def test_an_import_path_to_anything_else_runs_in_the_loop(user_module):
     loop = batch_from_spec(parse_spec(f"{user_module}:Steady:level=0.3"), 2)
     assert isinstance(loop, BatchedLoop) and loop.n_envs == 2
