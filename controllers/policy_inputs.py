@@ -1,5 +1,6 @@
 """What a PPO policy sees beyond :func:`~residual_quad.controllers.features.ppo_features`: the
-feature spec (:class:`FeatureSpec`) and the stateful batched builder (:class:`PolicyInputs`).
+feature spec (:class:`FeatureSpec`), the builder over an explicit memory (:class:`PolicyFeatures`,
+:class:`InputsState`) and training's builder holding the memory of its envs (:class:`PolicyInputs`).
 
 The base features are memoryless. Published RL trackers that reach a few centimetres add memory
 — the last actions [L2F], an adaptation signal [RMA] — or a model-based disturbance estimate fed
@@ -27,7 +28,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -145,15 +146,20 @@ def _flown_layout(width: int) -> str:
     return f"preview {k}" if k else "base"
 
 
-class PolicyInputs:
-    """The policy input of ``n_envs`` envs for a :class:`FeatureSpec`, with the per-env memory
-    the spec needs (action history, error integral). One implementation for training (the
-    vector env, n envs) and deployment (a single controller is n = 1; the batched controllers
-    n): every operation is row by row, so a batch equals its rows bit for bit.
+class InputsState(NamedTuple):
+    """The memory of the policy inputs, one row per env (zeros after a reset)."""
+
+    history: np.ndarray  # (n, H, a): the last H actions emitted, newest first
+    integral: np.ndarray  # m, heading frame, τ-normalized, (n, 3): the leaky error integral
+
+
+class PolicyFeatures:
+    """The policy input of a :class:`FeatureSpec` over an explicit per-env memory
+    (:class:`InputsState`): the parameters only, so a controller's law keeps the memory in its
+    state. Every operation is row by row, so a batch equals its rows bit for bit.
 
     Args:
         spec: what to append to the base features.
-        n_envs: number of envs (rows of state).
         action_dim: actions per decision (4: ``ppo``/``ppo_adapt``, 3: ``ppo_res``).
         period_s: s between two :meth:`features` calls of an env (the decision period: control
             period × action repeat); sets the integral's leak.
@@ -165,7 +171,6 @@ class PolicyInputs:
     def __init__(
         self,
         spec: FeatureSpec,
-        n_envs: int,
         action_dim: int = 4,
         period_s: float = 0.02,  # s, between two feature calls of one env
         rowwise: bool = False,
@@ -173,29 +178,30 @@ class PolicyInputs:
         if not (math.isfinite(period_s) and period_s > 0):
             raise ValueError(f"period_s must be a finite number > 0, got {period_s!r}")
         self.spec = spec
-        self.n_envs = int(n_envs)
         self.action_dim = int(action_dim)
         self.rowwise = rowwise
         self.dim = spec.dim(self.action_dim)
         self.leak = math.exp(-period_s / INTEGRAL_TAU_S)  # λ per call
-        self.history = np.zeros((self.n_envs, spec.action_history, self.action_dim))
-        self.integral = np.zeros((self.n_envs, 3))  # m, heading frame, τ-normalized
         self.obs_dim = OBS_DIM + PREVIEW_WIDTH * spec.preview_k if spec.preview_k else None
 
-    def reset_rows(self, index: Any = slice(None)) -> None:
-        """Forget the memory of the envs ``index`` (a new episode)."""
-        self.history[index] = 0.0
-        self.integral[index] = 0.0
+    def init_state(self, n: int) -> InputsState:
+        """No memory for ``n`` envs."""
+        return InputsState(
+            history=np.zeros((n, self.spec.action_history, self.action_dim)),
+            integral=np.zeros((n, 3)),
+        )
 
     def features(
         self,
+        state: InputsState,
         obs: np.ndarray,
         last_actions: np.ndarray | None = None,
         estimate: np.ndarray | None = None,
         rows: Any = slice(None),
-    ) -> np.ndarray:
-        """The inputs (m, dim) float32 of raw observations ``obs`` (m, obs_dim) of the envs
-        ``rows`` (default: all, m = n), advancing their memory by one decision.
+    ) -> tuple[InputsState, np.ndarray]:
+        """The memory advanced by one decision of the envs ``rows`` (default: all; written in
+        place into ``state``) and their inputs (m, dim) float32 of raw observations ``obs``
+        (m, obs_dim).
 
         ``last_actions`` (m, action_dim): the action each env emitted last (held), pushed into
         the history first (needed with ``action_history``); ``estimate`` (m, 3): Δâ, world,
@@ -211,7 +217,7 @@ class PolicyInputs:
         else:
             base = ppo_features_batch(base_obs)
         if spec.empty:
-            return base
+            return state, base
         parts = [base.astype(np.float64)]
         if spec.preview_k:
             if o.shape[1] != self.obs_dim:
@@ -228,16 +234,16 @@ class PolicyInputs:
             if last_actions is None:
                 raise ValueError("action_history needs the last actions")
             a = np.asarray(last_actions, dtype=np.float64).reshape(len(o), self.action_dim)
-            h = self.history[rows]
+            h = state.history[rows]
             h = np.concatenate((a[:, None, :], h[:, :-1, :]), axis=1)
-            self.history[rows] = h
+            state.history[rows] = h
             parts.append(h.reshape(len(o), -1))
         if spec.error_integral:
             R = o[:, L.rot].reshape(-1, 3, 3)
             e_h = heading_frame(R, o[:, L.pos] - o[:, L.ref_pos])
-            z = self.leak * self.integral[rows] + (1.0 - self.leak) * e_h
+            z = self.leak * state.integral[rows] + (1.0 - self.leak) * e_h
             z = np.clip(z, -INTEGRAL_CLIP_M, INTEGRAL_CLIP_M)
-            self.integral[rows] = z
+            state.integral[rows] = z
             parts.append(z)
         if spec.estimate:
             if estimate is None:
@@ -245,4 +251,55 @@ class PolicyInputs:
             R = o[:, L.rot].reshape(-1, 3, 3)
             est = np.asarray(estimate, dtype=np.float64).reshape(len(o), 3)
             parts.append(heading_frame(R, est) / ESTIMATE_SCALE)
-        return np.concatenate(parts, axis=1).astype(np.float32)
+        return state, np.concatenate(parts, axis=1).astype(np.float32)
+
+
+class PolicyInputs:
+    """:class:`PolicyFeatures` with the memory of ``n_envs`` envs held here: training's vector
+    env (the deployed controllers keep the memory in their law's state).
+
+    Args:
+        spec, action_dim, period_s, rowwise: as :class:`PolicyFeatures`.
+        n_envs: number of envs (rows of memory).
+    """
+
+    def __init__(
+        self,
+        spec: FeatureSpec,
+        n_envs: int,
+        action_dim: int = 4,
+        period_s: float = 0.02,  # s, between two feature calls of one env
+        rowwise: bool = False,
+    ):
+        self.law = PolicyFeatures(spec, action_dim, period_s, rowwise)
+        self.spec = spec
+        self.n_envs = int(n_envs)
+        self.action_dim = self.law.action_dim
+        self.dim = self.law.dim
+        self.state = self.law.init_state(self.n_envs)
+
+    @property
+    def history(self) -> np.ndarray:
+        """(n, H, a): the last H actions of each env, newest first."""
+        return self.state.history
+
+    @property
+    def integral(self) -> np.ndarray:
+        """m, (n, 3): each env's error integral (heading frame, τ-normalized)."""
+        return self.state.integral
+
+    def reset_rows(self, index: Any = slice(None)) -> None:
+        """Forget the memory of the envs ``index`` (a new episode)."""
+        self.state.history[index] = 0.0
+        self.state.integral[index] = 0.0
+
+    def features(
+        self,
+        obs: np.ndarray,
+        last_actions: np.ndarray | None = None,
+        estimate: np.ndarray | None = None,
+        rows: Any = slice(None),
+    ) -> np.ndarray:
+        """:meth:`PolicyFeatures.features` on the memory held here."""
+        self.state, x = self.law.features(self.state, obs, last_actions, estimate, rows)
+        return x

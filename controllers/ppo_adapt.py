@@ -20,9 +20,10 @@ records, through :meth:`ResidualEstimator.set_command`, the nominal acceleration
 thrusts it commands, :func:`commanded_acceleration` — the quantity ``a_eff`` is for ``geo_rls``.
 The estimator runs every control period, also between held actions, as in ``geo_rls``.
 
-:class:`AdaptEstimator` is the batched estimator of training (the vector env runs it every
-control period) and of :class:`BatchedPPOAdaptController`; the single controller holds the
-single :class:`ResidualEstimator`, as ``geo_rls`` does (batched = single: tests).
+``ppo_adapt`` is one law (:class:`PPOAdaptController`): the estimator's state is the policy
+state's ``estimator``, stepped by the estimator's one-vehicle kernel for one vehicle (as
+``geo_rls``) and by its batch form for N envs. :class:`AdaptEstimator` is training's: the same
+estimator over the state of the vector env's envs, run every control period.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.base import ControlContext, InformationUse
-from residual_quad.controllers.batch import NEUTRAL_OBS, check_n_envs, check_obs_batch
+from residual_quad.controllers.driver import NEUTRAL_OBS, check_n_envs
+from residual_quad.controllers.law import put_rows, replace, take_rows, tree_map
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     PolicyFileError,
@@ -43,18 +45,19 @@ from residual_quad.controllers.policy_file import (
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.controllers.ppo import (
     POLICY_OPTIONS,
-    BatchedPPOController,
+    PolicyState,
     PPOController,
+    due_rows,
 )
 from residual_quad.controllers.residual.config import ResidualConfig
-from residual_quad.controllers.residual.estimator import (
-    BatchedResidualEstimator,
-    ResidualEstimator,
-)
+from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.network import ResidualMLP
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.envs.airframe import Airframe
+from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
+
+_ZERO3 = np.zeros(3)
 
 
 def commanded_acceleration(actions: np.ndarray, R: np.ndarray, airframe: Airframe) -> np.ndarray:
@@ -75,9 +78,10 @@ def estimator_settings(config: str | Path | ResidualConfig | None = None) -> Res
 
 
 class AdaptEstimator:
-    """``ppo_adapt``'s estimator for N envs: a :class:`BatchedResidualEstimator` with ``geo_rls``'s
-    settings, asked for Δâ once per control period (:meth:`observe`) and told the command applied
-    (:meth:`command`); see the module docstring.
+    """``ppo_adapt``'s estimator for training's N envs: a :class:`ResidualEstimator` with
+    ``geo_rls``'s settings over the state of the N envs (held here), asked for Δâ once per
+    control period (:meth:`observe`) and told the command applied (:meth:`command`); see the
+    module docstring.
 
     Args:
         n_envs: number of envs.
@@ -95,32 +99,41 @@ class AdaptEstimator:
     ):
         self.context = context or ControlContext()
         self.n_envs = check_n_envs(n_envs)
-        self.estimator = BatchedResidualEstimator(
-            self.context, estimator_settings(config), self.n_envs, network, learn=True
+        self.estimator = ResidualEstimator(
+            self.context, estimator_settings(config), network, learn=True
         )
+        self.state = self.estimator.init_state(self.n_envs)
         self._zeros = np.zeros((self.n_envs, 3))
 
     def reset(self, index: Any = slice(None)) -> None:
         """A new episode for the envs ``index``."""
-        self.estimator.reset(index)
+        if isinstance(index, slice) and index == slice(None):
+            self.state = self.estimator.init_state(self.n_envs)
+            return
+        put_rows(self.state, index, tree_map(lambda x: x[0], self.estimator.init_state(1)))
+
+    @property
+    def last_estimate(self) -> np.ndarray:
+        """Δâ (N, 3) of the last control period (world, m/s²)."""
+        return self.state.last_estimate
 
     def observe(self, obs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Δâ (N, 3), world, m/s², of the new observations ``obs`` (N, ≥ 36); only the envs
         ``rows`` (N,) bool (default: all) advance — the others keep their state and estimate
         (their observation is replaced by a finite stand-in for the batch)."""
-        o = np.asarray(obs, dtype=np.float64)[:, : NEUTRAL_OBS.size]
+        o = np.asarray(obs, dtype=np.float64)[:, :OBS_DIM]
         if rows is None or rows.all():
             R = o[:, L.rot].reshape(-1, 3, 3)
-            return self.estimator.estimate(o, R, self._zeros).copy()
+            self.state, est = self.estimator.estimate(self.state, o, R, self._zeros)
+            return est.copy()
         still = ~rows
-        saved = [
-            (h, a, np.array(getattr(h, a))[still].copy()) for h, a in self.estimator.row_state()
-        ]
+        saved = take_rows(self.state, still)
         o = np.where(still[:, None], NEUTRAL_OBS, o)
-        self.estimator.estimate(o, o[:, L.rot].reshape(-1, 3, 3), self._zeros)
-        for h, a, values in saved:
-            getattr(h, a)[still] = values
-        return self.estimator.last_estimate.copy()
+        self.state, _ = self.estimator.estimate(
+            self.state, o, o[:, L.rot].reshape(-1, 3, 3), self._zeros
+        )
+        put_rows(self.state, still, saved)
+        return self.state.last_estimate.copy()
 
     def command(self, obs: np.ndarray, actions: np.ndarray, rows: np.ndarray | None = None) -> None:
         """Record the rotor ``actions`` (N, 4) commanded at observations ``obs`` for the envs
@@ -136,8 +149,8 @@ class AdaptEstimator:
         regressor's command at the next :meth:`observe`."""
         a = np.asarray(a_eff, dtype=np.float64)
         if rows is not None:
-            a = np.where(rows[:, None], a, self.estimator.last_a_eff)
-        self.estimator.set_command(a)
+            a = np.where(rows[:, None], a, self.state.last_a_eff)
+        self.state = self.estimator.set_command(self.state, a)
 
 
 class PPOAdaptController(PPOController):
@@ -147,8 +160,8 @@ class PPOAdaptController(PPOController):
     ``training_seed`` (0, 1, 2: ``configs/ppo_adapt.yaml``) or a ``ppo_adapt`` policy file
     (``rquad train ppo_adapt``). The shipped policies see a 0.6 s reference preview, which
     :func:`~residual_quad.episode.run_episode` and the sweeps give them by themselves. The
-    estimator's state is :attr:`estimator` (:attr:`last_estimate`: Δâ of the last call, world,
-    m/s²).
+    estimator's state is the state's ``estimator`` (its ``last_estimate``: Δâ of the last
+    call, world, m/s²); one vehicle steps it with the estimator's float kernel.
     """
 
     INFORMATION = InformationUse(
@@ -162,6 +175,7 @@ class PPOAdaptController(PPOController):
     )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"
+    name = "ppo_adapt"
 
     def __init__(
         self,
@@ -176,7 +190,7 @@ class PPOAdaptController(PPOController):
         self._start_estimator()
 
     @classmethod
-    def from_model(
+    def in_memory(
         cls,
         model: Any,
         action_mode: str,
@@ -184,8 +198,8 @@ class PPOAdaptController(PPOController):
         action_repeat: int = 1,
         spec: FeatureSpec | None = None,
     ) -> PPOAdaptController:
-        """Wrap an in-memory SB3 model (the training's evaluation callback)."""
-        self = super().from_model(model, action_mode, normalizer, action_repeat, spec)
+        """The law of an in-memory SB3 model (the training's evaluation callback)."""
+        self = super().in_memory(model, action_mode, normalizer, action_repeat, spec)
         self._start_estimator()
         return self
 
@@ -194,63 +208,42 @@ class PPOAdaptController(PPOController):
             raise PolicyFileError(f"{self.path}: a ppo_adapt policy acts in action_mode 'rotor'")
         self.estimator = ResidualEstimator(self.context, estimator_settings(), learn=True)
 
-    @property
-    def last_estimate(self) -> np.ndarray:
-        """Δâ of the last control period (world, m/s²)."""
-        return self.estimator.last_estimate
+    def init_state(self, n: int) -> PolicyState:
+        return replace(super().init_state(n), estimator=self.estimator.init_state(n))
 
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self.estimator.reset(seed)
+    def init_one(self) -> PolicyState:
+        # the policy part as a batch of one, the estimator's one-vehicle layout (its kernel's)
+        return replace(super().init_one(), estimator=self.estimator.init_one())
 
-    def forget_previous_sample(self) -> None:
-        self.estimator.forget_previous_sample()
+    def forget(self, state: PolicyState, rows: np.ndarray) -> PolicyState:
+        return replace(state, estimator=self.estimator.forget(state.estimator, rows))
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Δâ of ``obs``, the policy's action (new every ``action_repeat`` calls, else held),
-        then the commanded acceleration of that action recorded for the estimator."""
+    def forget_one(self, state: PolicyState) -> PolicyState:
+        return replace(state, estimator=self.estimator.forget_one(state.estimator))
+
+    def act(self, state: PolicyState, obs: np.ndarray) -> tuple[PolicyState, np.ndarray]:
+        """Δâ of ``obs``, the policies' actions (new for the envs due, else held), then the
+        commanded acceleration of those actions recorded for the estimator."""
+        base = obs[:, :OBS_DIM]  # the base fields (a preview follows)
+        R = base[:, L.rot].reshape(-1, 3, 3)
+        est_state, est = self.estimator.estimate(state.estimator, base, R, np.zeros((len(obs), 3)))
+        state = state._replace(estimator=est_state)
+        est = est.copy()
+        rows = due_rows(state.k, self.action_repeat)
+        if rows is not None:
+            state.held[rows] = self.decide(state, obs[rows], est[rows], rows)
+        state.k[...] += 1
+        a = commanded_acceleration(state.held, R, self.context.airframe)
+        state = state._replace(estimator=self.estimator.set_command(state.estimator, a))
+        return state, state.held.copy()
+
+    def act_one(self, state: PolicyState, obs: np.ndarray) -> tuple[PolicyState, np.ndarray]:
+        """:meth:`act` of one vehicle: the estimator's float kernel, the policy's batch of one."""
         R = L.rotation(obs)
-        est = self.estimator.estimate(obs, R, np.zeros(3))
-        if self._k % self.action_repeat == 0:
-            self._held = self.decide(obs[None, :], est[None, :])[0]
-        self._k += 1
-        a = commanded_acceleration(self._held[None, :], R[None, :, :], self.context.airframe)
-        self.estimator.set_command(a[0])
-        return self._held.copy()
-
-
-class BatchedPPOAdaptController(BatchedPPOController):
-    """``ppo_adapt`` for N envs around a loaded :class:`PPOAdaptController`: one
-    :class:`AdaptEstimator`, per-env features and hold, one forward for the envs due. Rows equal
-    the single controller's (the estimator twins agree to rounding; the policy path is the
-    same)."""
-
-    def __init__(self, controller: PPOAdaptController, n_envs: int):
-        super().__init__(controller, n_envs)
-        self.adapt = AdaptEstimator(self.n_envs, controller.context)
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self.adapt.reset(index)
-
-    @property
-    def last_estimate(self) -> np.ndarray:
-        """Δâ (N, 3) of the last control period (world, m/s²)."""
-        return self.adapt.estimator.last_estimate
-
-    def policy_batch(self, obs: np.ndarray) -> np.ndarray:
-        obs, bad = check_obs_batch(obs, self.n_envs)
-        good = ~bad
-        est = self.adapt.observe(obs, good)
-        if bad.any():  # as the single controller's guard: the next sample follows no period
-            self.adapt.estimator.forget_previous_sample(bad)
-        due = (self._k % self.action_repeat == 0) & good  # a bad sample is no call
-        if due.any():
-            self._held[due] = self.decide(obs[due], est[due], np.flatnonzero(due))
-        self._k += good
-        base = obs[:, : NEUTRAL_OBS.size]  # the base fields (a preview follows)
-        self.adapt.command(np.where(bad[:, None], NEUTRAL_OBS, base), self._held, good)
-        return self.guard.finish(self._held.copy(), bad)
-
-
-PPOAdaptController.batched = BatchedPPOAdaptController
+        est_state, est = self.estimator.estimate_one(state.estimator, obs, R, _ZERO3)
+        if state.k[0] % self.action_repeat == 0:
+            state.held[0] = self.decide(state, obs[None, :], est[None, :])[0]
+        state.k[0] += 1
+        a = commanded_acceleration(state.held, R[None, :, :], self.context.airframe)
+        est_state = self.estimator.set_command_one(est_state, a[0])
+        return state._replace(estimator=est_state), state.held[0].copy()

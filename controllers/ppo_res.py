@@ -23,16 +23,17 @@ held correction. What the policy's action ``u ∈ [-1, 1]³`` sets is the file's
   without one it sees only the tracking errors, so ``c`` can rest only where the policy's
   action is zero — a learned integral action.
 
-In both modes :attr:`ResidualPPOController.held_action` is ``c`` and the action history holds
-``c`` (:func:`advance_correction`), so an absolute file flies exactly as before the rate mode
-existed. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
+In both modes the state's ``policy.u`` (:class:`CorrectionState`) is ``c`` and the action
+history holds ``c`` (:func:`advance_correction`), so an absolute file flies exactly as before the
+rate mode existed. ``last_residual`` is ``−R_z(ψ)·δa_h`` — the residual the policy cancels — so
 the sweep's residual-bias metric reads it like ``geo_res``'s estimate.
 
 **The residual estimate.** A file whose features have ``estimate`` also shows the policy
 ``geo_rls``'s residual estimate Δâ [DATT] (``ppo_adapt``'s input; heading frame, scaled:
 :mod:`~residual_quad.controllers.policy_inputs`), from the controller's own
 :class:`~residual_quad.controllers.residual.estimator.ResidualEstimator` with ``geo_rls``'s
-network and RLS settings, run every control period exactly as ``geo_rls`` runs it: asked for Δâ
+network and RLS settings (its state the tracker state's ``estimator``), run every control period
+exactly as ``geo_rls`` runs it: asked for Δâ
 of each new observation with the tracker's ``a_cmd``, then told the acceleration the inner loop
 was actually given, ``a_cmd + R_z(ψ)·δa_h`` — what ``a_cmd − Δâ`` is for ``geo_rls``. The policy
 decides after seeing Δâ, so in calm air, where Δâ stays near zero, it can tell that there is
@@ -45,42 +46,42 @@ on a plant with lagging rotors — their ``attitude``);
 :func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
 one with ``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
 
-:class:`ResidualPilot` is what the policy acts through in training (batched ``geo`` on the
-vector env), :class:`BatchedResidualPPOController` the sweep's batched controller; both give the
-single controller's rotor actions for the same correction (tests).
+:class:`ResidualPPOController` is one law: one vehicle and a batch are the driver's
+(:mod:`residual_quad.controllers.driver`), and :class:`ResidualPilot`, what the policy acts
+through in training, drives the same law without a policy, the correction passed in by
+:meth:`ResidualPilot.decide`.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.base import ControlContext, InformationUse
+from residual_quad.controllers.driver import LawBatch, LawController
+from residual_quad.controllers.law import as_batch_of_one, replace
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     load_policy,
-    policy_actions,
     policy_env_kwargs,
     policy_path,
     policy_spec,
 )
-from residual_quad.controllers.policy_inputs import FeatureSpec
+from residual_quad.controllers.policy_inputs import FeatureSpec, InputsState
 from residual_quad.controllers.ppo import (
     POLICY_OPTIONS,
+    due_rows,
     in_memory,
     observation_actions,
     policy_inputs,
+    rowwise_actions,
 )
-from residual_quad.controllers.residual.estimator import (
-    BatchedResidualEstimator,
-    ResidualEstimator,
-)
-from residual_quad.controllers.trackers import DEFAULT_KI, BatchedPIDTracker, PIDTracker
-from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.controllers.residual.estimator import ResidualEstimator
+from residual_quad.controllers.trackers import DEFAULT_KI, PIDTracker, TrackerState
 
 
 def tracker_ki(tracker: str) -> float:
@@ -103,26 +104,21 @@ def correction_step(
 def advance_correction(held: np.ndarray, u: np.ndarray, step: float | None) -> np.ndarray:
     """The normalized correction after a decision ``u`` (n, 3) in [-1, 1] given the held one
     ``held`` (n, 3): ``u`` itself in absolute mode (``step`` ``None``), else
-    ``clip(held + step·u, −1, 1)`` — the one rule of the single, batched and training paths."""
+    ``clip(held + step·u, −1, 1)`` — the one rule of the deployed and the training paths."""
     u = np.asarray(u, dtype=np.float64)
     if step is None:
         return u.copy()
     return np.clip(held + step * u, -1.0, 1.0)
 
 
-def residual_estimator(
-    spec: FeatureSpec, context: ControlContext, n_envs: int | None = None
-) -> ResidualEstimator | BatchedResidualEstimator | None:
+def residual_estimator(spec: FeatureSpec, context: ControlContext) -> ResidualEstimator | None:
     """``geo_rls``'s estimator (its network and RLS settings, learning online) for a policy whose
-    features have ``estimate``: single (``n_envs`` ``None``) or for ``n_envs`` envs; ``None`` for
-    a policy without the estimate."""
+    features have ``estimate``; ``None`` for a policy without the estimate."""
     if not spec.estimate:
         return None
     from residual_quad.controllers.ppo_adapt import estimator_settings
 
-    if n_envs is None:
-        return ResidualEstimator(context, estimator_settings(), learn=True)
-    return BatchedResidualEstimator(context, estimator_settings(), n_envs, learn=True)
+    return ResidualEstimator(context, estimator_settings(), learn=True)
 
 
 def heading_to_world(R: np.ndarray, v_h: np.ndarray) -> np.ndarray:
@@ -140,22 +136,34 @@ def heading_to_world_batch(R: np.ndarray, v_h: np.ndarray) -> np.ndarray:
     return np.stack((c * v_h[:, 0] - s * v_h[:, 1], s * v_h[:, 0] + c * v_h[:, 1], v_h[:, 2]), 1)
 
 
+class CorrectionState(NamedTuple):
+    """``ppo_res``'s part of the tracker state (``policy``), one row per env."""
+
+    k: np.ndarray  # (n,) int: control periods since reset (a decision when k % repeat == 0)
+    u: np.ndarray  # (n, 3): the correction being held over its bound, in [-1, 1]
+    held: np.ndarray  # m/s², heading frame, (n, 3): the correction being held, accel_scale·u
+    inputs: InputsState | None  # the policy inputs' memory (``None``: the correction passed in)
+
+
 class ResidualPPOController(PIDTracker):
     """``geo`` (or ``pid``: the file's ``tracker``) plus a PPO policy's bounded correction of
-    the desired acceleration.
+    the desired acceleration: a tracker law whose residual is ``−R_z(ψ)·δa_h``.
 
     Args:
         context: nominal airframe and control period (``geo``'s).
         path: a ``ppo_res`` policy ``.zip`` (``rquad train ppo_res``); default: the shipped one.
         device: torch device for SB3's ``predict`` (used only for architectures the numpy
-            forward does not read).
+            forward does not read; then one row at a time, as ``ppo``).
         training_seed: fly the shipped policy of this training seed instead (0: the default,
             ``controllers/weights/ppo_res_default.zip``); not together with ``path``.
         plant: fly the shipped policy retrained for this plant (as ``ppo``'s ``plant``).
 
     The gains are the tracker's defaults, the ones the policy was trained with (``geo``: no
-    integral, ``ki`` 0). Call :meth:`reset` at the start of every episode (it restarts the
-    action-hold cycle).
+    integral, ``ki`` 0). The state is the tracker's with ``policy`` (:class:`CorrectionState`:
+    the action-hold cycle, the held correction, the inputs' memory) and, for a policy with the
+    estimate, ``estimator``. Without a policy (:meth:`corrected`: training's
+    :class:`ResidualPilot`) the law never decides: the correction is what
+    :meth:`set_correction` wrote into the state.
     """
 
     name = "ppo_res"
@@ -190,10 +198,7 @@ class ResidualPPOController(PIDTracker):
         self.tracker: str = self.meta.get("tracker", "geo")
         # the tracker's inner-loop gains the policy was trained with (None: the defaults)
         self.attitude: AttitudeGains | None = optional_attitude_gains(self.meta.get("attitude"))
-        context = context or ControlContext()
-        self.estimator = residual_estimator(self.spec, context)
-        super().__init__(context, ki=tracker_ki(self.tracker), attitude=self.attitude)
-        self.step = self._correction_step()
+        self._start(context or ControlContext(), decides=True)
 
     @classmethod
     def from_model(
@@ -206,180 +211,136 @@ class ResidualPPOController(PIDTracker):
         correction_rate: float | None = None,
         tracker: str = "geo",
         attitude: AttitudeGains | None = None,
-    ) -> ResidualPPOController:
-        """Wrap an in-memory SB3 model (the training's evaluation callback)."""
+    ) -> LawController:
+        """The controller of an in-memory SB3 model (the training's evaluation callback)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
         self.tracker = tracker
         self.attitude = attitude
-        context = ControlContext()
-        self.estimator = residual_estimator(self.spec, context)
-        PIDTracker.__init__(self, context, ki=tracker_ki(tracker), attitude=attitude)
-        self.step = self._correction_step()
+        self._start(ControlContext(), decides=True)
+        return LawController(self)
+
+    @classmethod
+    def corrected(
+        cls,
+        accel_scale: float,
+        context: ControlContext | None = None,
+        correction_rate: float | None = None,
+        action_repeat: int = 1,
+        tracker: str = "geo",
+        attitude: AttitudeGains | None = None,
+    ) -> ResidualPPOController:
+        """The law without a policy: the correction is passed in (:meth:`set_correction`)."""
+        self = in_memory(cls, None, None, action_repeat)
+        self.accel_scale = float(accel_scale)
+        self.correction_rate = correction_rate
+        self.tracker = tracker
+        self.attitude = attitude
+        self._start(context or ControlContext(), decides=False)
         return self
 
-    def _correction_step(self) -> float | None:
+    def _start(self, context: ControlContext, decides: bool) -> None:
+        self.decides = decides  # whether the policy decides the correction (else: passed in)
+        self.estimator = residual_estimator(self.spec, context) if decides else None
+        PIDTracker.__init__(self, context, ki=tracker_ki(self.tracker), attitude=self.attitude)
         period_s = self.context.control_dt * self.action_repeat  # s per decision
-        return correction_step(self.correction_rate, self.accel_scale, period_s)
+        self.step = correction_step(self.correction_rate, self.accel_scale, period_s)
+        self.inputs = policy_inputs(self) if decides else None
 
-    def reset(self, seed: int | None = None) -> None:
-        super().reset(seed)
-        self._k = 0
-        self._held = np.zeros(3)  # m/s², heading frame: the correction being held
-        self._u = np.zeros(3)  # the correction being held over its bound, [-1, 1]
-        if getattr(self, "inputs", None) is None:
-            self.inputs = policy_inputs(self, 1)
-        self.inputs.reset_rows()
-        if self.estimator is not None:
-            self.estimator.reset(seed)
+    # -- state ---------------------------------------------------------------------------------
+    def init_state(self, n: int) -> TrackerState:
+        policy = CorrectionState(
+            k=np.zeros(n, dtype=np.int64),
+            u=np.zeros((n, 3)),
+            held=np.zeros((n, 3)),
+            inputs=None if self.inputs is None else self.inputs.init_state(n),
+        )
+        estimator = None if self.estimator is None else self.estimator.init_state(n)
+        return replace(super().init_state(n), policy=policy, estimator=estimator)
 
-    def forget_previous_sample(self) -> None:
-        super().forget_previous_sample()
-        if self.estimator is not None:
-            self.estimator.forget_previous_sample()
+    def init_one(self) -> TrackerState:
+        state = super().init_one()
+        if self.estimator is None:
+            return state
+        return replace(state, estimator=self.estimator.init_one())
 
-    @property
-    def last_estimate(self) -> np.ndarray | None:
-        """Δâ the policy saw last (world, m/s²); ``None`` for a policy without the estimate."""
-        return None if self.estimator is None else self.estimator.last_estimate
+    def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
+        state = super().forget(state, rows)
+        if self.estimator is None:
+            return state
+        return replace(state, estimator=self.estimator.forget(state.estimator, rows))
 
-    @property
-    def held_action(self) -> np.ndarray:
-        """The correction being held over ``accel_scale``, in [-1, 1]³ (absolute mode: the
-        policy's last action)."""
-        return self._u.copy()
+    def forget_one(self, state: TrackerState) -> TrackerState:
+        state = super().forget_one(state)
+        if self.estimator is None:
+            return state
+        return replace(state, estimator=self.estimator.forget_one(state.estimator))
 
+    def set_correction(self, state: TrackerState, u: np.ndarray) -> TrackerState:
+        """The state after a decision ``u`` (n, 3) in [-1, 1] passed in for every env: the held
+        correction follows the file's mode (:func:`advance_correction`), in place."""
+        p = state.policy
+        p.u[...] = advance_correction(p.u, u, self.step)
+        p.held[...] = p.u * self.accel_scale
+        return state
+
+    # -- the residual: the policy's correction -------------------------------------------------
     def actions(self, x: np.ndarray) -> np.ndarray:
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
-        return policy_actions(self.network, self.model, x)
+        return rowwise_actions(self.network, self.model, x)
 
-    def correction(self, obs: np.ndarray, estimate: np.ndarray | None = None) -> np.ndarray:
-        """The policy's correction δa_h (m/s², heading frame) for one raw observation and, for a
-        policy with the estimate, Δâ (3,) (its inputs advance one decision: the held correction
-        enters the history)."""
-        est = None if estimate is None else estimate[None, :]
-        u = observation_actions(self, obs[None, :], self.inputs, self._u[None, :], est)
-        self._u = advance_correction(self._u[None, :], u, self.step)[0]
-        return self._u * self.accel_scale
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        est = None if self.estimator is None else self.estimator.estimate(obs, R, a_cmd)
-        if self._k % self.action_repeat == 0:
-            self._held = self.correction(obs, est)
-        self._k += 1
-        residual = -heading_to_world(R, self._held)
-        if self.estimator is not None:  # what the inner loop is given, as for geo_rls
-            self.estimator.set_command(a_cmd - residual)
-        return residual
-
-
-class BatchedResidualPPOController(BatchedPIDTracker):
-    """``ppo_res`` for N envs: batched ``geo`` (or ``pid``), one policy forward for the envs
-    due, per-env action hold. The corrections equal the single controller's bit for bit
-    (per-row features, the numpy forward's batch-invariant products, per-row heading
-    rotation); the rotor actions then equal it as batched ``geo`` equals ``geo`` (≤ 1e-12).
-
-    Args:
-        controller: a loaded :class:`ResidualPPOController` (its network, normalizer, bound and
-            action repeat are used).
-        n_envs: number of envs.
-    """
-
-    name = "ppo_res"
-    from_single = True
-
-    def __init__(self, controller: ResidualPPOController, n_envs: int):
-        self.single = controller
-        self.accel_scale = controller.accel_scale
-        self.action_repeat = controller.action_repeat
-        self.step = controller.step  # rate mode: largest change of c per decision
-        self._k = np.zeros(n_envs, dtype=np.int64)
-        self._held = np.zeros((n_envs, 3))
-        self._u = np.zeros((n_envs, 3))  # the corrections being held over their bound
-        self.inputs = policy_inputs(controller, n_envs)
-        self.estimator = residual_estimator(controller.spec, controller.context, n_envs)
-        super().__init__(
-            controller.context,
-            n_envs,
-            kp=controller.kp,
-            kd=controller.kd,
-            ki=controller.ki,
-            attitude=controller.attitude,
-        )
-
-    def _reset_rows(self, index: int | slice) -> None:
-        super()._reset_rows(index)
-        self._k[index] = 0
-        self._held[index] = 0.0
-        self._u[index] = 0.0
-        self.inputs.reset_rows(index)
+    def residual(
+        self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        est_state, est = state.estimator, None
         if self.estimator is not None:
-            self.estimator.reset(index)
-
-    def _row_state(self) -> list[tuple[Any, str]]:
-        state = [(self, "_k"), (self, "_held"), (self, "_u")]
-        state += [(self.inputs, "history"), (self.inputs, "integral")]
-        if self.estimator is not None:
-            state += self.estimator.row_state()
-        return [*super()._row_state(), *state]
-
-    def _forget_rows(self, rows: np.ndarray) -> None:
-        if self.estimator is not None:
-            self.estimator.forget_previous_sample(rows)
-
-    @property
-    def last_estimate(self) -> np.ndarray | None:
-        """Δâ (N, 3) the policies saw last (world, m/s²); ``None`` without the estimate."""
-        return None if self.estimator is None else self.estimator.last_estimate
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        est = None if self.estimator is None else self.estimator.estimate(obs, R, a_cmd)
-        due = np.flatnonzero(self._k % self.action_repeat == 0)
-        if len(due):
-            est_due = None if est is None else est[due]
-            u = observation_actions(self.single, obs[due], self.inputs, self._u[due], est_due, due)
-            self._u[due] = advance_correction(self._u[due], u, self.step)
-            self._held[due] = self._u[due] * self.accel_scale
-        self._k += 1
-        residual = -np.stack([heading_to_world(R[i], self._held[i]) for i in range(self.n_envs)])
+            est_state, est = self.estimator.estimate(est_state, obs, R, a_cmd)
+        p = state.policy
+        if self.decides:
+            rows = due_rows(p.k, self.action_repeat)
+            if rows is not None:
+                est_due = None if est is None else est[rows]
+                u = observation_actions(self, obs[rows], p.inputs, p.u[rows], est_due, rows)
+                p.u[rows] = advance_correction(p.u[rows], u, self.step)
+                p.held[rows] = p.u[rows] * self.accel_scale
+            p.k[...] += 1
+        residual = -heading_to_world_batch(R, p.held)
         if self.estimator is not None:  # what the inner loops are given, as for geo_rls
-            self.estimator.set_command(a_cmd - residual)
-        return residual
+            est_state = self.estimator.set_command(est_state, a_cmd - residual)
+        return replace(state, estimator=est_state), residual
 
-
-class _CorrectedTracker(BatchedPIDTracker):
-    """Batched ``geo`` (``ki`` 0) or ``pid`` whose desired acceleration gets
-    :attr:`correction` (N, 3) world m/s²."""
-
-    name = "ppo_res"
-
-    def __init__(
-        self,
-        context: ControlContext | None,
-        n_envs: int,
-        ki: float,
-        attitude: AttitudeGains | None = None,
-    ):
-        self.correction = np.zeros((n_envs, 3))
-        super().__init__(context, n_envs, ki=ki, attitude=attitude)
-
-    def residual_world(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
-        return -self.correction
-
-
-ResidualPPOController.batched = BatchedResidualPPOController
+    def residual_one(
+        self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
+    ) -> tuple[TrackerState, np.ndarray]:
+        est_state, est = state.estimator, None
+        if self.estimator is not None:
+            est_state, est = self.estimator.estimate_one(est_state, obs, R, a_cmd)
+        p = state.policy
+        if self.decides:
+            if p.k % self.action_repeat == 0:
+                e = None if est is None else est[None, :]
+                inputs = as_batch_of_one(p.inputs)  # views: the memory advances in place
+                u = observation_actions(self, obs[None, :], inputs, p.u[None, :], e)
+                u = advance_correction(p.u[None, :], u, self.step)[0]
+                p = p._replace(u=u, held=u * self.accel_scale)
+            p = p._replace(k=p.k + 1)
+        residual = -heading_to_world(R, p.held)
+        if self.estimator is not None:  # what the inner loop is given, as for geo_rls
+            est_state = self.estimator.set_command_one(est_state, a_cmd - residual)
+        return replace(state, policy=p, estimator=est_state), residual
 
 
 class ResidualPilot:
-    """What a ``ppo_res`` policy acts through in training: :meth:`decide` takes the policy's
-    actions ``u`` (N, 3) in [-1, 1] once per decision (the held correction follows the file's
-    mode, :func:`advance_correction`), and each control period :meth:`__call__` gives the
-    tracker's rotor actions (N, 4) with the correction ``R_z(ψ)·(accel_scale·c)`` for the raw
-    observations (N, OBS_DIM). ``geo`` is stateless between periods; ``pid``'s integral and the
-    rate mode's held correction are state, which :meth:`reset_rows` clears for the envs that
-    start an episode. :attr:`last_command` is what each tracker handed its inner loop in the
-    last period (the command a residual estimator is told).
+    """What a ``ppo_res`` policy acts through in training: the ``ppo_res`` law without a policy
+    (:meth:`ResidualPPOController.corrected`) on ``n_envs`` envs, driven by the batch driver.
+    :meth:`decide` takes the policy's actions ``u`` (N, 3) in [-1, 1] once per decision (the
+    held correction follows the file's mode, :func:`advance_correction`), and each control
+    period :meth:`__call__` gives the tracker's rotor actions (N, 4) with the correction
+    ``R_z(ψ)·(accel_scale·c)`` for the raw observations (N, OBS_DIM). ``pid``'s integral and
+    the held correction are state, which :meth:`reset_rows` resets for the envs that start an
+    episode. :attr:`last_command` is what each tracker handed its inner loop in the last period
+    (the command a residual estimator is told).
 
     Args:
         n_envs: number of envs.
@@ -403,31 +364,40 @@ class ResidualPilot:
         tracker: str = "geo",
         attitude: AttitudeGains | None = None,
     ):
-        self.accel_scale = float(accel_scale)
-        self.base = _CorrectedTracker(context, n_envs, tracker_ki(tracker), attitude)
-        period_s = self.base.context.control_dt * action_repeat  # s per decision
-        self.step = correction_step(correction_rate, self.accel_scale, period_s)
-        self.held = np.zeros((n_envs, 3))  # the corrections over their bound, [-1, 1]
+        law = ResidualPPOController.corrected(
+            accel_scale, context, correction_rate, action_repeat, tracker, attitude
+        )
+        self.batch = LawBatch(law, n_envs)
+        self.law = law
+        self.accel_scale = law.accel_scale
+        self.step = law.step
+
+    @property
+    def held(self) -> np.ndarray:
+        """(N, 3): the corrections over their bound, in [-1, 1]."""
+        return self.batch.state.policy.u
 
     def decide(self, u: np.ndarray) -> np.ndarray:
         """Take one decision's actions ``u`` (N, 3); return the held corrections ``c`` (N, 3)
         (what the action history remembers)."""
-        self.held = advance_correction(self.held, u, self.step)
-        return self.held
+        self.batch.state = self.law.set_correction(self.batch.state, u)
+        return self.held.copy()
 
     def reset_rows(self, index: Any = slice(None)) -> None:
-        """Zero the held corrections and the tracker's state (``pid``'s integrals) of the envs
-        ``index`` (a new episode)."""
-        self.held[index] = 0.0
-        self.base._reset_rows(index)
+        """The initial state (no correction, ``pid``'s integrals zero) of the envs ``index``
+        (a new episode)."""
+        if isinstance(index, slice) and index == slice(None):
+            self.batch.reset_batch()
+            return
+        for i in np.arange(self.batch.n_envs)[index].tolist():
+            self.batch.reset_env(i)
 
     @property
     def last_command(self) -> np.ndarray:
         """The desired accelerations (N, 3) (world, m/s²) the inner loops were given in the last
         period: the tracker's ``a_cmd`` plus the correction."""
-        return self.base.last_a_cmd - self.base.last_residual
+        state = self.batch.state
+        return state.last_a_cmd - state.last_residual
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        R = obs[:, L.rot].reshape(-1, 3, 3)
-        self.base.correction = heading_to_world_batch(R, self.accel_scale * self.held)
-        return self.base.policy_batch(obs)
+        return self.batch.policy_batch(obs)

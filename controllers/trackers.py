@@ -109,6 +109,7 @@ class TrackerState(NamedTuple):
     excitation: np.ndarray | None = None
     indi: Any = None  # the INDI attitude loop's filter and previous sample (``attitude_loop``)
     prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
+    policy: Any = None  # ``ppo_res``'s correction: its hold and the policy inputs' memory
 
 
 class Tracker(Law):

@@ -63,7 +63,7 @@ def correction_stats(u: np.ndarray, decision_dt: float) -> CorrectionStats:
 
 class CorrectionRecorder:
     """A ``run_episode`` callback that keeps the correction a controller holds after each step
-    (its ``held_action`` in [-1, 1]ᵏ, renewed every ``action_repeat`` control periods of
+    (its state's ``policy.u`` in [-1, 1]ᵏ, renewed every ``action_repeat`` control periods of
     ``context.control_dt``: ``ppo_res``), then :meth:`stats` from ``skip_s`` on."""
 
     def __init__(self, controller: Any):
@@ -75,10 +75,11 @@ class CorrectionRecorder:
     @staticmethod
     def applies(controller: Any) -> bool:
         """Whether ``controller`` holds a bounded correction to record."""
-        return hasattr(controller, "held_action") and hasattr(controller, "action_repeat")
+        policy = getattr(getattr(controller, "state", None), "policy", None)
+        return hasattr(policy, "u") and hasattr(controller, "action_repeat")
 
     def __call__(self, step: int, obs: Any, action: Any, info: Any) -> None:
-        self.held.append(np.array(self.controller.held_action, dtype=float))
+        self.held.append(np.array(self.controller.state.policy.u, dtype=float))
 
     def stats(self, skip_s: float) -> CorrectionStats:
         """The decisions from ``skip_s`` on (one per ``action_repeat`` control periods)."""

@@ -98,12 +98,27 @@ def test_ppo_adapt_batched_equals_single(tmp_path):
         assert np.allclose(a, b, rtol=0.0, atol=1e-9)
 
 
+class _Reference:
+    """A standalone estimator flying one vehicle over its own state (its float kernel)."""
+
+    def __init__(self, estimator: ResidualEstimator):
+        self.estimator = estimator
+        self.state = estimator.init_one()
+
+    def estimate(self, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray) -> np.ndarray:
+        self.state, est = self.estimator.estimate_one(self.state, obs, R, a_cmd)
+        return est
+
+    def set_command(self, a_eff: np.ndarray) -> None:
+        self.state = self.estimator.set_command_one(self.state, a_eff)
+
+
 def _beside_a_geo_rls_estimator(kind: str, path: Path, make_env) -> tuple:
     """The controller of ``path``, ``geo_rls``, a fresh estimator with its settings, and a
     heavy windy helix env with its first observation (the controller reset)."""
     ctrl = make_controller(kind, path=path)
     geo_rls = make_controller("geo_rls")
-    ref = ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True)
+    ref = _Reference(ResidualEstimator(geo_rls.context, RLSGeoTracker.settings(), learn=True))
     env = make_env(payload="heavy", wind="windy", trajectory="helix")
     obs, _ = env.reset(seed=1)
     ctrl.reset()
@@ -119,7 +134,7 @@ def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, m
         action = ctrl.policy(obs)
         R = L.rotation(obs)
         est = ref.estimate(obs, R, np.zeros(3))
-        assert np.array_equal(ctrl.last_estimate, est)
+        assert np.array_equal(ctrl.state.estimator.last_estimate, est)
         estimates.append(est)
         # the command it records: the nominal acceleration of the rotor thrusts, by hand
         f0, f1, f2, f3 = (action + 1.0) * (0.5 * frame.max_rotor_thrust)  # N
@@ -181,7 +196,8 @@ def test_the_shipped_ppo_adapt_flies_with_its_preview_and_estimate():
     assert ctrl.env_kwargs == {"preview": [10, 0.06]} and ctrl.spec.estimate
     r = run_episode(ctrl, payload="heavy", wind="windy", trajectory="hover", seed=0, episode_s=8)
     assert not r.diverged and r.rmse < 0.3
-    assert np.isfinite(ctrl.last_estimate).all() and np.abs(ctrl.last_estimate).max() > 0.5
+    last = ctrl.state.estimator.last_estimate
+    assert np.isfinite(last).all() and np.abs(last).max() > 0.5
 
 
 def test_ppo_res_with_a_history_batched_equals_single(tmp_path):
@@ -214,10 +230,11 @@ def test_ppo_res_estimate_is_geo_rls_estimator_told_the_inner_loops_command(tmp_
     estimates = []
     for _ in range(120):
         action = ctrl.policy(obs)
-        est = ref.estimate(obs, L.rotation(obs), ctrl.last_a_cmd)
-        assert np.array_equal(ctrl.last_estimate, est)
-        ref.set_command(ctrl.last_a_cmd - ctrl.last_residual)
-        assert np.array_equal(ctrl.estimator.last_a_eff, ref.last_a_eff)
+        state = ctrl.state
+        est = ref.estimate(obs, L.rotation(obs), state.last_a_cmd)
+        assert np.array_equal(state.estimator.last_estimate, est)
+        ref.set_command(state.last_a_cmd - state.last_residual)
+        assert np.array_equal(state.estimator.last_a_eff, ref.state.last_a_eff)
         estimates.append(est)
         obs, _, term, trunc, _ = env.step(action)
         if term or trunc:
@@ -250,12 +267,14 @@ def test_a_bad_observation_leaves_ppo_res_with_the_estimate_as_it_was(tmp_path, 
     single.reset(), clean.reset()
     a0 = single.policy(o0)
     clean.policy(o0)
-    assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == 1
+    assert np.array_equal(single.policy(bad), a0) and single.state.estimator.steps == 1
     c1 = clean.policy(o1)
     assert np.array_equal(single.policy(o1), c1)
     batch, first, second = _batch_through_a_bad_sample(f"ppo_res:path={path}", o0, o1, bad)
-    assert np.array_equal(second[0], first[0]) and batch.estimator.steps.tolist() == [1, 2]
-    assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
+    estimator = batch.state.estimator
+    assert np.array_equal(second[0], first[0]) and estimator.steps.tolist() == [1, 2]
+    last = clean.state.estimator.last_estimate
+    assert np.allclose(estimator.last_estimate[1], last, rtol=0.0, atol=1e-12)
     assert np.allclose(second[1], c1, rtol=0.0, atol=1e-9)
 
 
@@ -266,13 +285,15 @@ def test_a_bad_observation_leaves_ppo_adapt_as_it_was(tmp_path, make_env):
     single.reset(), clean.reset()
     a0 = single.policy(o0)
     clean.policy(o0)
-    steps = single.estimator.steps
-    assert np.array_equal(single.policy(bad), a0) and single.estimator.steps == steps
+    steps = single.state.estimator.steps
+    assert np.array_equal(single.policy(bad), a0) and single.state.estimator.steps == steps
     single.policy(o1), clean.policy(o1)
     batch, first, second = _batch_through_a_bad_sample(f"ppo_adapt:path={path}", o0, o1, bad)
-    assert np.array_equal(second[0], first[0]) and batch.adapt.estimator.steps.tolist() == [1, 2]
-    assert np.allclose(batch.last_estimate[1], clean.last_estimate, rtol=0.0, atol=1e-12)
-    assert np.isfinite(batch.last_estimate).all()
+    estimator = batch.state.estimator
+    assert np.array_equal(second[0], first[0]) and estimator.steps.tolist() == [1, 2]
+    last = clean.state.estimator.last_estimate
+    assert np.allclose(estimator.last_estimate[1], last, rtol=0.0, atol=1e-12)
+    assert np.isfinite(estimator.last_estimate).all()
 
 
 PREVIEW = FeatureSpec(preview_k=2, action_history=2, estimate=True)

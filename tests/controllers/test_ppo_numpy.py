@@ -8,10 +8,11 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from residual_quad.controllers.batch import BatchedLoop, batch_from_spec  # noqa: E402
+from residual_quad.controllers.batch import batch_from_spec  # noqa: E402
+from residual_quad.controllers.driver import LawBatch, LawController  # noqa: E402
 from residual_quad.controllers.numpy_policy import NumpyPolicy  # noqa: E402
-from residual_quad.controllers.ppo import BatchedPPOController, PPOController  # noqa: E402
-from residual_quad.controllers.specs import parse_spec  # noqa: E402
+from residual_quad.controllers.ppo import PPOController  # noqa: E402
+from residual_quad.controllers.specs import make_controller, parse_spec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,8 @@ def test_batched_ppo_equals_single_controllers_bit_for_bit_in_closed_loop():
     )
     obs, _ = env.reset(seed=0)
     batch = batch_from_spec(parse_spec("ppo"), n)
-    assert isinstance(batch, BatchedPPOController)
-    singles = [PPOController() for _ in range(n)]
+    assert isinstance(batch, LawBatch) and isinstance(batch.law, PPOController)
+    singles = [LawController(PPOController()) for _ in range(n)]
     for _ in range(60):
         action = batch.policy_batch(obs)
         for i, c in enumerate(singles):
@@ -76,10 +77,37 @@ def test_architectures_it_cannot_read_keep_sb3_predict(tmp_path):
 
 
 def test_a_controller_without_the_numpy_forward_flies_per_env_in_a_batch(shipped, monkeypatch):
+    """Without the numpy forward SB3's ``predict`` runs one row at a time (its float32 batch
+    products round with the batch size): every row of the batch is the single flight, bit for
+    bit, also around a bad sample and a reset of one env."""
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
     monkeypatch.setattr(NumpyPolicy, "from_sb3", classmethod(lambda cls, policy: None))
-    batch = batch_from_spec(parse_spec("ppo"), 2)
-    assert isinstance(batch, BatchedLoop)
-    assert all(c.network is None for c in batch.controllers)
+    n = 3
+    batch = batch_from_spec(parse_spec("ppo"), n)
+    assert isinstance(batch, LawBatch) and batch.law.network is None
+    singles = [make_controller("ppo") for _ in range(n)]
+    assert all(c.network is None for c in singles)
+    x = np.random.default_rng(4).standard_normal((n, 35)).astype(np.float32)
+    alone = np.concatenate(
+        [shipped.model.predict(x[i : i + 1], deterministic=True)[0] for i in range(n)]
+    )
+    rows = batch.law.actions(x)
+    assert np.array_equal(rows, np.clip(alone, -1.0, 1.0))  # row by row, not the batch's
+    env = ResidualQuadVectorEnv(n, scenarios=[{"payload": p} for p in ("none", "heavy", "extra")])
+    obs, _ = env.reset(seed=0)
+    for k in range(12):
+        fed = obs.copy()
+        if k == 5:
+            fed[1, 3] = np.nan
+        if k == 8:
+            batch.reset_env(2)
+            singles[2].reset()
+        action = batch.policy_batch(fed)
+        for i, c in enumerate(singles):
+            assert np.array_equal(action[i], c.policy(fed[i]))
+        obs, *_ = env.step(action)
+    env.close()
 
 
 def test_gsde_actor_mean_is_read_too():

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from residual_quad import configs
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.controllers.driver import LawBatch
 from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_file import PolicyFileError, algo_module, read_meta
-from residual_quad.controllers.ppo import BatchedPPOController
+from residual_quad.controllers.ppo import PPOController
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.training.ppo_config import ALGOS, OffPolicyHyperparams, PPOTrainConfig
 
@@ -99,7 +100,7 @@ def test_batched_controller_equals_the_single_one(offpolicy_policy, algo):
     path = offpolicy_policy(algo)
     n = 3
     batch = make_batch_controller(algo, n, path=path)
-    assert isinstance(batch, BatchedPPOController)  # the vectorized twin, reused
+    assert isinstance(batch, LawBatch) and isinstance(batch.law, PPOController)  # ppo's law
     singles = [make_controller(algo, path=path) for _ in range(n)]
     rng = np.random.default_rng(1)
     batch.reset_batch()

@@ -19,9 +19,9 @@ from residual_quad.cli import main  # noqa: E402
 from residual_quad.controllers import make_controller  # noqa: E402
 from residual_quad.controllers.attitude import AttitudeGains  # noqa: E402
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
+from residual_quad.controllers.driver import LawBatch, LawController  # noqa: E402
 from residual_quad.controllers.policy_file import META_ENTRY, PolicyFileError  # noqa: E402
 from residual_quad.controllers.ppo_res import (  # noqa: E402
-    BatchedResidualPPOController,
     ResidualPilot,
     ResidualPPOController,
     advance_correction,
@@ -134,24 +134,32 @@ def test_heading_rotation_batch_equals_scalar_and_turns_with_yaw():
     )
 
 
+def _with_correction(law, correction: np.ndarray) -> LawController:
+    """One vehicle of the tracker ``law`` whose command gets ``correction`` (world, m/s²): the
+    state's ``excitation`` input, added to ``a_cmd`` as ``ppo_res``'s ``−Δâ`` is."""
+    ctrl = LawController(law)
+    ctrl.state = ctrl.state._replace(excitation=correction)
+    return ctrl
+
+
 def test_training_pilot_equals_geo_with_the_correction():
     """The pilot the policy acts through in training = the single geo with
-    ``a_eff = a_cmd + R_z(ψ)·(scale·u)`` (what the deployed controller applies)."""
+    ``a_eff = a_cmd + R_z(ψ)·(scale·u)`` (what the deployed controller applies): the pilot is
+    the ``ppo_res`` law without a policy, driven by the batch driver."""
     obs = _observations()
     u = np.random.default_rng(2).uniform(-1.0, 1.0, (len(obs), 3))
     pilot = ResidualPilot(len(obs), accel_scale=6.0)
+    assert isinstance(pilot.batch, LawBatch) and isinstance(pilot.law, ResidualPPOController)
     np.testing.assert_array_equal(pilot.decide(u), u)  # absolute mode: the correction is u
     actions = pilot(obs)
     for i, o in enumerate(obs):
-        geo = GeoTracker()
         R = o[L.rot].reshape(3, 3)
-        correction = heading_to_world(R, 6.0 * u[i])
-        geo.residual_world = lambda *a, c=correction: -c  # noqa: B023
+        geo = _with_correction(GeoTracker(), heading_to_world(R, 6.0 * u[i]))
         np.testing.assert_allclose(actions[i], geo.policy(o), rtol=0, atol=1e-12)
     # no correction: geo itself
     pilot.decide(np.zeros_like(u))
     np.testing.assert_allclose(
-        pilot(obs), np.stack([GeoTracker().policy(o) for o in obs]), atol=1e-12
+        pilot(obs), np.stack([LawController(GeoTracker()).policy(o) for o in obs]), atol=1e-12
     )
 
 
@@ -164,19 +172,30 @@ def test_training_pilot_on_pid_equals_pid_with_the_correction(attitude):
     u = np.random.default_rng(3).uniform(-1.0, 1.0, (len(obs), 3))
     pilot = ResidualPilot(len(obs), accel_scale=6.0, tracker="pid", attitude=attitude)
     pilot.decide(u)
-    pids = [PIDTracker(attitude=attitude) for _ in obs]
-    for i, (pid, o) in enumerate(zip(pids, obs, strict=True)):
-        correction = heading_to_world(o[L.rot].reshape(3, 3), 6.0 * u[i])
-        pid.residual_world = lambda *a, c=correction: -c  # noqa: B023
+    pids = [
+        _with_correction(
+            PIDTracker(attitude=attitude), heading_to_world(o[L.rot].reshape(3, 3), 6.0 * u[i])
+        )
+        for i, o in enumerate(obs)
+    ]
     for _ in range(5):  # the same observations: the integrals grow every period
         actions = pilot(obs)
         for i, o in enumerate(obs):
             np.testing.assert_allclose(actions[i], pids[i].policy(o), rtol=0, atol=1e-12)
-    assert pilot.base.integral.any()
-    np.testing.assert_allclose(pilot.base.integral, [p.integral for p in pids], atol=1e-15)
+    integral = pilot.batch.state.integral
+    assert integral.any()
+    np.testing.assert_allclose(integral, [p.state.integral for p in pids], atol=1e-15)
     pilot.reset_rows(np.array([2, 5]))
-    assert not pilot.base.integral[[2, 5]].any() and pilot.base.integral[0].any()
-    assert not pilot.held[[2, 5]].any()
+    integral = pilot.batch.state.integral
+    assert not integral[[2, 5]].any() and integral[0].any()
+    assert not pilot.held[[2, 5]].any() and pilot.held[0].any()
+
+
+class _ZeroPolicy:
+    """A forward whose actions are zero (a rate-mode correction then stays at zero)."""
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.zeros((len(x), 3))
 
 
 def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
@@ -192,12 +211,13 @@ def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
     assert ctrl.attitude == AttitudeGains(**LAG)
     geo_file = make_controller("ppo_res", path=res_run[0] / "final.zip")
     assert geo_file.tracker == "geo" and geo_file.ki == 0.0 and geo_file.attitude is None
-    ctrl.correction = lambda obs, estimate=None: np.zeros(3)
+    ctrl.law.network = _ZeroPolicy()  # the correction held at zero
     spec = RunSpec("ppo_res", "heavy", "breezy", "helix", 0, episode_s=3.0)
     flown = fly(spec, {}, controller=ctrl)
-    reference = fly(spec, {}, controller=PIDTracker(attitude=AttitudeGains(**LAG)))
+    pid = LawController(PIDTracker(attitude=AttitudeGains(**LAG)))
+    reference = fly(spec, {}, controller=pid)
     np.testing.assert_array_equal(flown.thrusts, reference.thrusts)
-    default_gains = fly(spec, {}, controller=PIDTracker())
+    default_gains = fly(spec, {}, controller=LawController(PIDTracker()))
     assert not np.array_equal(flown.thrusts, default_gains.thrusts)
 
 
@@ -208,7 +228,7 @@ def test_smoke_training_writes_a_ppo_res_policy(res_run):
     assert {"train/value_loss", "rollout/pos_err_m", "eval/rmse_mean_m"} <= set(scalars)
     for name in ("final.zip", "best.zip", "checkpoints/ppo_1024.zip"):
         ctrl = make_controller("ppo_res", path=out / name)
-        assert isinstance(ctrl, ResidualPPOController)
+        assert isinstance(ctrl.law, ResidualPPOController)
         assert ctrl.accel_scale == 6.0 and ctrl.action_repeat == 2 and ctrl.network is not None
         assert ctrl.model.action_space.shape == (3,)
         assert type(ctrl.model.policy.action_dist).__name__ == "StateDependentNoiseDistribution"
@@ -240,8 +260,9 @@ def test_deployed_correction_is_bounded_and_held(res_run):
     for _ in range(6):
         action = ctrl.policy(obs)
         assert np.all(np.isfinite(action)) and np.all(np.abs(action) <= 1.0)
-        assert np.all(np.abs(ctrl._held) <= 6.0)  # m/s², heading frame: the bound
-        held.append(ctrl._held.copy())
+        correction = ctrl.state.policy.held
+        assert np.all(np.abs(correction) <= 6.0)  # m/s², heading frame: the bound
+        held.append(correction.copy())
         obs, *_ = env.step(action)
     assert all(np.array_equal(held[k], held[k + 1]) for k in (0, 2, 4))  # held 2 periods
     assert not np.array_equal(held[0], held[2])
@@ -255,7 +276,7 @@ def test_batched_controller_equals_the_single_one(run, request):
     path = request.getfixturevalue(run)[0] / "final.zip"
     single = make_controller("ppo_res", path=path)
     batch = make_batch_controller("ppo_res", 3, path=path)
-    assert isinstance(batch, BatchedResidualPPOController)
+    assert isinstance(batch, LawBatch) and isinstance(batch.law, ResidualPPOController)
     envs = [
         ResidualQuadEnv(payload=p, wind="windy", trajectory=t)
         for p, t in (("none", "helix"), ("heavy", "figure8"), ("light", "hover"))
@@ -266,12 +287,14 @@ def test_batched_controller_equals_the_single_one(run, request):
         actions = batch.policy_batch(obs)
         for i, env in enumerate(envs):
             a = singles[i].policy(obs[i])
-            assert np.array_equal(batch._held[i], singles[i]._held)
+            assert np.array_equal(batch.state.policy.held[i], singles[i].state.policy.held)
             np.testing.assert_allclose(actions[i], a, rtol=0, atol=1e-12)
             obs[i] = env.step(a)[0]
     batch.reset_env(1)
-    assert batch._k[1] == 0 and not batch._held[1].any() and batch._k[0] == 30
-    assert not batch._u[1].any() and not batch.inputs.history[1].any()
+    policy = batch.state.policy
+    assert policy.k[1] == 0 and not policy.held[1].any() and policy.k[0] == 30
+    assert not policy.u[1].any() and not policy.inputs.history[1].any()
+    assert policy.u[0].any() and policy.held[2].any()
     assert single.kp == batch.kp and single.kd == batch.kd and single.ki == batch.ki
     assert batch.inner.gains == single.inner.gains
 
@@ -314,18 +337,20 @@ def test_rate_mode_policy_moves_its_correction_by_at_most_one_step(rate_run):
     env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
     obs, _ = env.reset(seed=0)
     ctrl.reset()
-    held = [ctrl.held_action]
+    held = [ctrl.state.policy.u.copy()]
     for k in range(40):
-        before = ctrl.held_action
+        before = ctrl.state.policy.u.copy()
         obs, *_ = env.step(ctrl.policy(obs))
         if k % 2 == 0:  # a decision: the history's newest entry is the correction held before
-            np.testing.assert_array_equal(ctrl.inputs.history[0, 0], before)
-        held.append(ctrl.held_action)
+            np.testing.assert_array_equal(ctrl.state.policy.inputs.history[0], before)
+        held.append(ctrl.state.policy.u.copy())
     held = np.array(held)
     assert np.all(np.abs(held) <= 1.0)
     assert np.max(np.abs(np.diff(held, axis=0))) <= step + 1e-12
     assert np.any(held != 0.0)
-    np.testing.assert_allclose(ctrl._held, ctrl.accel_scale * held[-1], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        ctrl.state.policy.held, ctrl.accel_scale * held[-1], rtol=0, atol=1e-12
+    )
 
 
 def test_rate_mode_training_env_shows_the_policy_its_held_correction():

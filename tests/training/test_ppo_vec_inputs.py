@@ -15,7 +15,7 @@ pytest.importorskip("stable_baselines3", reason="needs the rl extra (stable-base
 
 from residual_quad.controllers import make_controller  # noqa: E402
 from residual_quad.controllers.policy_file import read_meta  # noqa: E402
-from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs  # noqa: E402
+from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyFeatures  # noqa: E402
 from residual_quad.controllers.ppo_adapt import AdaptEstimator, PPOAdaptController  # noqa: E402
 from residual_quad.controllers.ppo_res import ResidualPilot, ResidualPPOController  # noqa: E402
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
@@ -72,7 +72,7 @@ def _controller_inputs(
     """The inputs the deployed ``ppo_adapt`` computes, env ``i`` alone, per decision."""
     model = _Model()
     ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, spec)
-    ctrl.inputs = PolicyInputs(spec, 1, 4, 0.02)  # training's batched base features
+    ctrl.law.inputs = PolicyFeatures(spec, 4, 0.02)  # training's batched base features
     return _deployed_inputs(ctrl, model, i, seed, decisions, env_kw)
 
 
@@ -164,7 +164,7 @@ def test_ppo_res_training_estimate_is_the_deployed_controllers():
     for i in range(len(SCENARIOS)):
         model = _Model(correction_policy)
         ctrl = ResidualPPOController.from_model(model, scale, None, 2, RES_SPEC, tracker="pid")
-        ctrl.inputs = PolicyInputs(RES_SPEC, 1, 3, 0.02)  # training's batched base features
+        ctrl.law.inputs = PolicyFeatures(RES_SPEC, 3, 0.02)  # training's batched base features
         _assert_same_inputs(feats, i, _deployed_inputs(ctrl, model, i, seed, steps, ENV_KW))
 
 
@@ -195,7 +195,7 @@ def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
     ctrl = make_controller("ppo_res", path=tmp_path / "run" / "final.zip")
     assert ctrl.estimator is not None
     r = run_episode(ctrl, payload="heavy", wind="windy", trajectory="hover", seed=0, episode_s=2)
-    assert not r.diverged and np.abs(ctrl.last_estimate).max() > 0.1
+    assert not r.diverged and np.abs(ctrl.state.estimator.last_estimate).max() > 0.1
 
 
 @pytest.mark.slow
