@@ -124,7 +124,8 @@ class PPOController(Law):
     The forward is :class:`NumpyPolicy` (one row and a batch bit for bit). Where only SB3's
     ``predict`` reads the architecture, :meth:`actions` runs it one row at a time — its float32
     batch products round with the batch size — so each env of a batch acts as it would alone.
-    One vehicle's state is the batch of one (:meth:`init_one`): the law is array code anyway.
+    One vehicle (:meth:`init_one`, :meth:`act_one`) keeps the cycle as a Python int and the
+    inputs' memory as a batch of one.
     """
 
     OPTIONS: dict[str, Domain] = POLICY_OPTIONS
@@ -194,7 +195,9 @@ class PPOController(Law):
         )
 
     def init_one(self) -> PolicyState:
-        return self.init_state(1)  # the batch of one
+        # the cycle as a Python int, the held action (4,), the inputs' memory as a batch of one
+        # (the feature builder is array code)
+        return PolicyState(k=0, held=np.zeros(4), inputs=self.inputs.init_state(1))
 
     def act(self, state: PolicyState, obs: np.ndarray) -> tuple[PolicyState, np.ndarray]:
         """Deterministic (mean) actions in [-1, 1]: new for the envs due, held by the others."""
@@ -205,11 +208,13 @@ class PPOController(Law):
         return state, state.held.copy()
 
     def act_one(self, state: PolicyState, obs: np.ndarray) -> tuple[PolicyState, np.ndarray]:
-        state, action = self.act(state, obs[None, :])
-        return state, action[0]
+        held = state.held
+        if state.k % self.action_repeat == 0:
+            held = observation_actions(self, obs[None, :], state.inputs, held[None, :])[0]
+        return state._replace(k=state.k + 1, held=held), held.copy()
 
     def forget_one(self, state: PolicyState) -> PolicyState:
-        return self.forget(state, np.ones(1, dtype=bool))
+        return state
 
     def decide(
         self,

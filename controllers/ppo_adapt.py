@@ -48,6 +48,7 @@ from residual_quad.controllers.ppo import (
     PolicyState,
     PPOController,
     due_rows,
+    observation_actions,
 )
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.estimator import ResidualEstimator
@@ -212,7 +213,7 @@ class PPOAdaptController(PPOController):
         return replace(super().init_state(n), estimator=self.estimator.init_state(n))
 
     def init_one(self) -> PolicyState:
-        # the policy part as a batch of one, the estimator's one-vehicle layout (its kernel's)
+        # ppo's one-vehicle state with the estimator's (its float kernel's layout)
         return replace(super().init_one(), estimator=self.estimator.init_one())
 
     def forget(self, state: PolicyState, rows: np.ndarray) -> PolicyState:
@@ -241,9 +242,12 @@ class PPOAdaptController(PPOController):
         """:meth:`act` of one vehicle: the estimator's float kernel, the policy's batch of one."""
         R = L.rotation(obs)
         est_state, est = self.estimator.estimate_one(state.estimator, obs, R, _ZERO3)
-        if state.k[0] % self.action_repeat == 0:
-            state.held[0] = self.decide(state, obs[None, :], est[None, :])[0]
-        state.k[0] += 1
-        a = commanded_acceleration(state.held, R[None, :, :], self.context.airframe)
+        held = state.held
+        if state.k % self.action_repeat == 0:
+            held = observation_actions(
+                self, obs[None, :], state.inputs, held[None, :], est[None, :]
+            )
+            held = held[0]
+        a = commanded_acceleration(held[None, :], R[None, :, :], self.context.airframe)
         est_state = self.estimator.set_command_one(est_state, a[0])
-        return state._replace(estimator=est_state), state.held[0].copy()
+        return PolicyState(state.k + 1, held, state.inputs, est_state), held.copy()

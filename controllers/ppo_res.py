@@ -63,7 +63,7 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.driver import LawBatch, LawController
-from residual_quad.controllers.law import as_batch_of_one, replace
+from residual_quad.controllers.law import replace
 from residual_quad.controllers.policy_file import (
     ObsNormalizer,
     load_policy,
@@ -260,10 +260,16 @@ class ResidualPPOController(PIDTracker):
         return replace(super().init_state(n), policy=policy, estimator=estimator)
 
     def init_one(self) -> TrackerState:
-        state = super().init_one()
-        if self.estimator is None:
-            return state
-        return replace(state, estimator=self.estimator.init_one())
+        # the tracker's float layout; the cycle as a Python int, the inputs' memory as a batch
+        # of one (the feature builder is array code), the estimator's one-vehicle layout
+        policy = CorrectionState(
+            k=0,
+            u=np.zeros(3),
+            held=np.zeros(3),
+            inputs=None if self.inputs is None else self.inputs.init_state(1),
+        )
+        estimator = None if self.estimator is None else self.estimator.init_one()
+        return replace(super().init_one(), policy=policy, estimator=estimator)
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
         state = super().forget(state, rows)
@@ -317,18 +323,19 @@ class ResidualPPOController(PIDTracker):
         if self.estimator is not None:
             est_state, est = self.estimator.estimate_one(est_state, obs, R, a_cmd)
         p = state.policy
+        k, u, held = p.k, p.u, p.held
         if self.decides:
-            if p.k % self.action_repeat == 0:
+            if k % self.action_repeat == 0:
                 e = None if est is None else est[None, :]
-                inputs = as_batch_of_one(p.inputs)  # views: the memory advances in place
-                u = observation_actions(self, obs[None, :], inputs, p.u[None, :], e)
-                u = advance_correction(p.u[None, :], u, self.step)[0]
-                p = p._replace(u=u, held=u * self.accel_scale)
-            p = p._replace(k=p.k + 1)
-        residual = -heading_to_world(R, p.held)
+                a = observation_actions(self, obs[None, :], p.inputs, u[None, :], e)
+                u = advance_correction(u[None, :], a, self.step)[0]
+                held = u * self.accel_scale
+            k += 1
+        residual = -heading_to_world(R, held)
         if self.estimator is not None:  # what the inner loop is given, as for geo_rls
             est_state = self.estimator.set_command_one(est_state, a_cmd - residual)
-        return replace(state, policy=p, estimator=est_state), residual
+        policy = CorrectionState(k, u, held, p.inputs)
+        return state._replace(policy=policy, estimator=est_state), residual
 
 
 class ResidualPilot:

@@ -68,3 +68,31 @@ def test_eval_prints_the_correction_of_ppo_res_and_not_of_geo(capsys):
     assert 0.0 <= c["at_bounds"] <= 1.0 and 0.0 <= c["high_freq_power"] <= 1.0
     assert main(argv[:-1]) == 0
     assert "ppo_res correction: at its bounds" in capsys.readouterr().out
+
+
+def test_the_recorder_keeps_ppo_res_held_correction_each_step():
+    """``rquad eval``'s recorder applies to ``ppo_res`` (the law's held correction ``policy.u``)
+    and to no controller without one; it keeps one copy per step, renewed once per decision."""
+    pytest.importorskip("stable_baselines3")
+    from residual_quad.controllers import make_controller
+    from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+    from residual_quad.evaluation.report.correction import CorrectionRecorder
+
+    ctrl = make_controller("ppo_res")
+    assert CorrectionRecorder.applies(ctrl)
+    assert not CorrectionRecorder.applies(make_controller("geo"))
+    assert not CorrectionRecorder.applies(make_controller("ppo"))
+    recorder = CorrectionRecorder(ctrl)
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
+    obs, _ = env.reset(seed=0)
+    ctrl.reset()
+    for step in range(8):
+        action = ctrl.policy(obs)
+        recorder(step, obs, action, {})
+        np.testing.assert_array_equal(recorder.held[-1], ctrl.state.policy.u)
+        obs, *_ = env.step(action)
+    held = np.array(recorder.held)
+    assert np.all(np.abs(held) <= 1.0) and held.any()
+    repeat = ctrl.action_repeat
+    assert repeat == 2 and all(np.array_equal(held[k], held[k + 1]) for k in range(0, 8, repeat))
+    assert recorder.stats(0.0).decisions == 8 // repeat

@@ -342,7 +342,7 @@ def test_rate_mode_policy_moves_its_correction_by_at_most_one_step(rate_run):
         before = ctrl.state.policy.u.copy()
         obs, *_ = env.step(ctrl.policy(obs))
         if k % 2 == 0:  # a decision: the history's newest entry is the correction held before
-            np.testing.assert_array_equal(ctrl.state.policy.inputs.history[0], before)
+            np.testing.assert_array_equal(ctrl.state.policy.inputs.history[0, 0], before)
         held.append(ctrl.state.policy.u.copy())
     held = np.array(held)
     assert np.all(np.abs(held) <= 1.0)
