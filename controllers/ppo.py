@@ -158,6 +158,7 @@ class PPOController(Law):
         self.context = context or ControlContext()
         self.spec = policy_spec(self.meta)
         self.inputs = policy_inputs(self)
+        self.loaded()
 
     @classmethod
     def from_model(
@@ -168,24 +169,17 @@ class PPOController(Law):
         action_repeat: int = 1,
         spec: FeatureSpec | None = None,
     ) -> LawController:
-        """The controller of an in-memory SB3 model (the training's evaluation callback)."""
-        return LawController(cls.in_memory(model, action_mode, normalizer, action_repeat, spec))
-
-    @classmethod
-    def in_memory(
-        cls,
-        model: Any,
-        action_mode: str,
-        normalizer: ObsNormalizer | None = None,
-        action_repeat: int = 1,
-        spec: FeatureSpec | None = None,
-    ) -> PPOController:
-        """The law of an in-memory SB3 model: no file, its own ``predict``."""
+        """The controller of an in-memory SB3 model (the training's evaluation callback): no
+        file, the model's own ``predict``."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.action_mode = action_mode
         self.context = ControlContext()
         self.inputs = policy_inputs(self)
-        return self
+        self.loaded()
+        return LawController(self)
+
+    def loaded(self) -> None:
+        """What a kind sets up once its policy is loaded (from a file or a model): nothing."""
 
     def init_state(self, n: int) -> PolicyState:
         return PolicyState(

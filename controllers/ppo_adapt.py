@@ -37,12 +37,10 @@ from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.driver import NEUTRAL_OBS, check_n_envs
 from residual_quad.controllers.law import put_rows, replace, take_rows, tree_map
 from residual_quad.controllers.policy_file import (
-    ObsNormalizer,
     PolicyFileError,
     import_sb3,
     rl_purpose,
 )
-from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.controllers.ppo import (
     POLICY_OPTIONS,
     PolicyState,
@@ -188,23 +186,9 @@ class PPOAdaptController(PPOController):
     ):
         import_sb3(rl_purpose(self.kind))  # first: without SB3 the install hint is the answer
         super().__init__(context, path, device, training_seed, plant)
-        self._start_estimator()
 
-    @classmethod
-    def in_memory(
-        cls,
-        model: Any,
-        action_mode: str,
-        normalizer: ObsNormalizer | None = None,
-        action_repeat: int = 1,
-        spec: FeatureSpec | None = None,
-    ) -> PPOAdaptController:
-        """The law of an in-memory SB3 model (the training's evaluation callback)."""
-        self = super().in_memory(model, action_mode, normalizer, action_repeat, spec)
-        self._start_estimator()
-        return self
-
-    def _start_estimator(self) -> None:
+    def loaded(self) -> None:
+        """The estimator, for a policy on rotor actions."""
         if self.action_mode != "rotor":
             raise PolicyFileError(f"{self.path}: a ppo_adapt policy acts in action_mode 'rotor'")
         self.estimator = ResidualEstimator(self.context, estimator_settings(), learn=True)
