@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -282,15 +282,13 @@ class ObservationGuard:
     the held action too. On clean observations the action is ``act(obs)`` itself, bit for bit.
 
     Subclasses implement :meth:`act`, call :meth:`reset_guard` from ``reset`` and have a
-    ``context`` (:class:`ControlContext`) and an ``action_mode``. A class with a vectorized twin
-    for N envs names it in its own ``batched`` attribute
-    (:func:`~residual_quad.controllers.batch.batched_twin`; not inherited).
+    ``context`` (:class:`ControlContext`) and an ``action_mode``. Every built-in controller is a
+    law flown by :class:`~residual_quad.controllers.driver.LawController`, this guard's one
+    subclass in the package; a user controller may use it too.
     """
 
     context: ControlContext
     action_mode: str
-    #: the batched twin of this very class (read from the class's own namespace, not inherited)
-    batched: ClassVar[type]
     #: non-finite observations (and numerical failures) answered with the held action since reset
     nonfinite_observations: int = 0
     _guard_action: np.ndarray | None = None

@@ -1,31 +1,16 @@
 """Batched controllers: one ``policy_batch(obs (N, 36)) -> (N, 4)`` call for N independent envs.
 
 A vector env steps N vehicles at once; its controller should too. :class:`BatchedController` is
-the interface, :func:`make_batch_controller` the one entry point. This module holds what every
-batch shares; each batched controller lives beside its single twin, which names it in its own
-``batched`` attribute (not inherited: a subclass that changes the law flies in a loop unless it
-names its own twin):
+the interface, :func:`make_batch_controller` and :func:`batch_from_spec` (a sweep's entry) the
+entry points:
 
-* ``pid``, ``geo`` (:class:`~residual_quad.controllers.trackers.BatchedPIDTracker`,
-  :class:`~residual_quad.controllers.trackers.BatchedGeoTracker`, on
-  :class:`~residual_quad.controllers.attitude.BatchedInnerLoop`), ``geo_res``, ``geo_rls``
-  (:mod:`residual_quad.controllers.residual.trackers`) are vectorized (numpy over the batch, no
-  per-env Python loop): per-env integrators, estimator and RLS states, the same formula
-  functions as the single controllers where the arithmetic allows it (the geometric attitude
-  torque, the tilt limit, the outer loop, the PID integrator, the env's period residual), and
-  results equal to N single controllers fed the same observations to ≤ 1e-9
-  (``tests/controllers/test_batch_*``);
-* ``ppo`` batches the numpy forward of its network
-  (:class:`~residual_quad.controllers.ppo.BatchedPPOController`, bit for bit one env's);
-* ``ppo_res`` is batched ``geo`` around that forward
-  (:class:`~residual_quad.controllers.ppo_res.BatchedResidualPPOController`: corrections bit
-  for bit, actions to ≤ 1e-12);
-* ``hnewton``, ``hnewton_rls`` (:mod:`residual_quad.controllers.prioritized.quad`) solve every
-  env's small HLSPs as one array computation where the single solver stops at its first
-  candidate and run the single cycle on the other rows: actions bit for bit (``hnewton``) or to
-  ≤ 1e-9 (``hnewton_rls``, its batched RLS) the single controller's;
-* any other controller (user controllers, ``hnewton`` with ``switch="always"``) is wrapped by
-  :class:`BatchedLoop`, N per-env instances behind the same interface.
+* every built-in controller is a law (:mod:`residual_quad.controllers.law`) and flies as the one
+  driver's vectorized batch (:class:`~residual_quad.controllers.driver.LawBatch`: numpy over the
+  envs, one row of state per env; ``hnewton``'s small HLSPs on the solvers' batch algorithm);
+  so does a plugin's or an import path's factory that returns a law;
+* any other controller (a user controller) is wrapped by :class:`BatchedLoop`, N per-env
+  instances behind the same interface; :class:`BatchedGroups` flies several batches side by
+  side in one vector env.
 
 ``reset_batch(seeds)`` resets every env, ``reset_env(i, seed)`` one env (a vector env's
 autoreset). A batch of the wrong shape is a ``ValueError``. A row with a non-finite entry (a bad
@@ -63,7 +48,6 @@ from residual_quad.controllers.driver import (  # noqa: F401  (re-exported: the 
     check_seeds,
 )
 from residual_quad.controllers.law import Law
-from residual_quad.controllers.specs import check_spec_options
 
 
 @runtime_checkable
@@ -207,18 +191,9 @@ def _law_class(target: str) -> bool:
     return isinstance(factory, type) and issubclass(factory, Law)
 
 
-def batched_twin(name: str) -> Any:
-    """The batched class that the class registered as ``name`` names in its own ``batched``
-    attribute, or ``None`` (laws, plugins, import paths, factories and classes without one)."""
-    if not is_registered(name):
-        return None
-    factory = resolve_factory(name)
-    return vars(factory).get("batched") if isinstance(factory, type) else None
-
-
 def vectorized_controllers() -> list[str]:
     """Registered names with a vectorized batch path (the others run in :class:`BatchedLoop`)."""
-    return [n for n in available_controllers() if _law_class(n) or batched_twin(n) is not None]
+    return [n for n in available_controllers() if _law_class(n)]
 
 
 def make_batch_controller(
@@ -252,19 +227,7 @@ def has_batch_path(spec: Any, **overrides: Any) -> bool:
         factory = resolve_factory(spec.target)
     except ValueError:
         return False  # building it names the problem
-    if isinstance(factory, type) and issubclass(factory, Law):
-        return True
-    if spec.is_import_path:
-        return False
-    twin = batched_twin(spec.target)
-    if twin is None:
-        return False
-    if twin.from_single:
-        return True  # a numpy forward (exact) for plain MLP actors; batch_from_spec checks it
-    try:
-        return bool(twin.vectorizes({**spec.options, **overrides}))
-    except (TypeError, ValueError):
-        return False  # bad settings: building the controller names the problem
+    return isinstance(factory, type) and issubclass(factory, Law)
 
 
 def batch_from_spec(
@@ -276,22 +239,6 @@ def batch_from_spec(
     ``spec.build`` instances (import paths, user controllers). ``overrides`` win over the
     spec's options."""
     n_envs = check_n_envs(n_envs)
-    options = {**spec.options, **overrides}
-    twin = None if spec.is_import_path else batched_twin(spec.target)
-    if twin is not None and twin.from_single:
-        single = spec.build(context, **overrides)
-        if getattr(single, "network", None) is not None:
-            return twin(single, n_envs)
-        loop = BatchedLoop([single, *(spec.build(context, **overrides) for _ in range(n_envs - 1))])
-        loop.reset_batch()
-        return loop
-    if twin is not None:
-        options = check_spec_options(spec.target, options, spec.label)
-        try:
-            if twin.vectorizes(options):
-                return twin(controller_context(context), n_envs, **options)
-        except TypeError as exc:
-            raise ValueError(f"controller {spec.label or spec.target!r}: {exc}") from None
     first = spec.make(context, **overrides)
     if isinstance(first, Law):
         return LawBatch(first, n_envs)
