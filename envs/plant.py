@@ -144,6 +144,20 @@ class QuadrotorPlant:
         self.drag_force = np.zeros(3)  # N, world, last substep
         self._params = params(self.drag, self.ground_effect)  # the substep wrench's constants
         self._unit_eff = np.ones(4)  # rotor efficiencies without events
+        self._load_kernel()
+
+    def _load_kernel(self) -> None:
+        """Compile (or load from numba's cache) the substep kernel for this plant's arrays now,
+        not inside the first control period: a ``--realtime`` server's clock runs from the first
+        step, and a first period 0.3–1.2 s long overran it into a crash. The call is made on the
+        plant's own arrays (the kernel is specialised on their layout) and undone."""
+        gain = self._gain.copy()
+        plant_wrench(
+            self.data.qpos, self.data.qvel, np.zeros(3), self._params, self._unit_eff,
+            self._xfrc, self._gain,
+        )  # fmt: skip
+        self._gain[:] = gain
+        self._xfrc[:] = 0.0
 
     # ------------------------------------------------------------------ state
     def reset(

@@ -15,12 +15,7 @@ import pytest
 
 from residual_quad import configs
 from residual_quad.cli import main
-from residual_quad.controllers.trackers import (
-    BatchedGeoTracker,
-    BatchedTracker,
-    GeoTracker,
-    Tracker,
-)
+from residual_quad.controllers.driver import LawBatch, LawController
 from residual_quad.evaluation.report.document import write_report
 from residual_quad.evaluation.report.figures import make_figures
 from residual_quad.evaluation.report.tables import focus_tables, make_tables
@@ -149,34 +144,37 @@ def test_a_raising_controller_names_the_exception_and_where(flaky, tmp_path):
 
 
 def _fail_geo_seed_1(monkeypatch):
-    """``geo`` (single and batched) acts NaN in the run of seed 1 at step ``FAIL_STEP``."""
+    """``geo`` (one vehicle and a batch) acts NaN in the run of seed 1 at step ``FAIL_STEP``;
+    every other law flies as it does."""
+    batch_reset, batch_policy = LawBatch.reset_batch, LawBatch.policy_batch
+    one_reset, one_policy = LawController.reset, LawController.policy
 
-    def batch_reset(self, seeds=None):
-        BatchedTracker.reset_batch(self, seeds)
+    def failing_batch_reset(self, seeds=None):
+        batch_reset(self, seeds)
         self._seeds, self._k = list(seeds) if seeds is not None else [], 0
 
-    def batch_policy(self, obs):
-        action = BatchedTracker.policy_batch(self, obs)
-        if self._k == FAIL_STEP and 1 in self._seeds:
+    def failing_batch_policy(self, obs):
+        action = batch_policy(self, obs)
+        if self.law.name == "geo" and self._k == FAIL_STEP and 1 in self._seeds:
             action[self._seeds.index(1)] = np.nan
         self._k += 1
         return action
 
-    def reset(self, seed=None):
-        Tracker.reset(self, seed)
+    def failing_reset(self, seed=None):
+        one_reset(self, seed)
         self._seed, self._k = seed, 0
 
-    def policy(self, obs):
-        action = Tracker.policy(self, obs)
-        if self._k == FAIL_STEP and self._seed == 1:
+    def failing_policy(self, obs):
+        action = one_policy(self, obs)
+        if self.law.name == "geo" and self._k == FAIL_STEP and self._seed == 1:
             action = np.full(4, np.nan)
         self._k += 1
         return action
 
-    monkeypatch.setattr(BatchedGeoTracker, "reset_batch", batch_reset)
-    monkeypatch.setattr(BatchedGeoTracker, "policy_batch", batch_policy)
-    monkeypatch.setattr(GeoTracker, "reset", reset)
-    monkeypatch.setattr(GeoTracker, "policy", policy)
+    monkeypatch.setattr(LawBatch, "reset_batch", failing_batch_reset)
+    monkeypatch.setattr(LawBatch, "policy_batch", failing_batch_policy)
+    monkeypatch.setattr(LawController, "reset", failing_reset)
+    monkeypatch.setattr(LawController, "policy", failing_policy)
 
 
 def test_a_failure_inside_a_vector_batch_keeps_the_batch_s_other_runs(tmp_path, monkeypatch):

@@ -180,12 +180,14 @@ def test_geo_rls_dob_is_batched_and_its_rows_equal_the_local_backend(tmp_path):
     """``geo_rls_dob`` (guard, EFRA, observer) flies vectorized on the vector backend, rows with
     different payloads in one batch (the guard acting in the extra/windy helix), and its rows
     equal the local backend's to 1e-9."""
-    from residual_quad.controllers.adaptive import BatchedDOBRLSGeoTracker
+    from residual_quad.controllers.adaptive import DOBRLSGeoTracker
     from residual_quad.controllers.batch import has_batch_path
+    from residual_quad.controllers.driver import LawBatch
     from residual_quad.controllers.specs import parse_spec
 
     assert has_batch_path(parse_spec("geo_rls_dob"))
-    assert type(make_batch_controller("geo_rls_dob", 3)) is BatchedDOBRLSGeoTracker
+    batch = make_batch_controller("geo_rls_dob", 3)
+    assert isinstance(batch, LawBatch) and type(batch.law) is DOBRLSGeoTracker
     cfg = SweepConfig(
         controllers=["geo_rls_dob", "geo_rls:enabled=true,covariance=efra"],
         payloads=["none", "extra"],
