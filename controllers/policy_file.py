@@ -330,8 +330,11 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     unknown = sorted(set(env_kwargs) - valid)
     if unknown:
         raise fail(f"env_kwargs keys {unknown} are not allowed; valid: {sorted(valid)}")
+    preview = preview_points(env_kwargs)
+    if preview < 0:
+        raise fail(f"env_kwargs.preview {env_kwargs.get('preview')!r} must be [K, dt]")
     try:
-        spec = FeatureSpec.from_record(meta.get("features"))
+        spec = FeatureSpec.from_record(meta.get("features"), preview)
     except ValueError as exc:
         raise fail(str(exc)) from None
     if kind == "ppo_adapt":
@@ -343,12 +346,6 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     recorded = meta.get("observation_layout", layout)
     if recorded != layout:
         raise fail(f"observation_layout {recorded!r} disagrees with its features: {layout}")
-    preview = preview_points(env_kwargs)
-    if preview != spec.preview_k:
-        raise fail(
-            f"trained on {layout} but its env_kwargs give a preview of {preview} points: "
-            "env_kwargs.preview must agree with features.preview_k"
-        )
     try:
         record_preview(meta)
     except ValueError as exc:
@@ -435,8 +432,9 @@ def check_flown_preview(trained: Any, flown: PreviewSpec | None, who: str) -> No
 
 
 def policy_spec(meta: dict[str, Any]) -> FeatureSpec:
-    """The :class:`FeatureSpec` of a checked policy record (the empty spec without one)."""
-    return FeatureSpec.from_record(meta.get("features"))
+    """The :class:`FeatureSpec` of a checked policy record (the empty spec without one), its
+    preview width read from ``env_kwargs.preview``, where the file records it once."""
+    return FeatureSpec.from_record(meta.get("features"), preview_points(meta.get("env_kwargs", {})))
 
 
 def policy_layout(meta: dict[str, Any]) -> str:

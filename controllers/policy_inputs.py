@@ -111,21 +111,31 @@ class FeatureSpec:
         return f"{' + '.join(parts)} ({self.dim(action_dim)})"
 
     def to_record(self) -> dict[str, Any]:
-        """The policy file's ``features`` record (JSON object)."""
-        return {key: getattr(self, key) for key in RECORD_KEYS}
+        """The policy file's ``features`` record (JSON object), without the preview width: the
+        file records the preview once, as the ``[K, dt]`` of its ``env_kwargs.preview``."""
+        return {key: getattr(self, key) for key in RECORD_KEYS if key != "preview_k"}
 
     @classmethod
-    def from_record(cls, record: Any) -> FeatureSpec:
-        """The spec of a ``features`` record; ``None`` (a file without one) is the empty spec.
-        ``ValueError`` for anything but an object of :data:`RECORD_KEYS` with valid values."""
+    def from_record(cls, record: Any, preview_k: int = 0) -> FeatureSpec:
+        """The spec of a ``features`` record with ``preview_k`` preview points (the file's
+        ``env_kwargs.preview``); ``None`` (a file without one) is the empty spec with them.
+        A record may still carry ``preview_k`` (files written before it was stored once): it
+        must then equal ``preview_k``. ``ValueError`` for anything but an object of
+        :data:`RECORD_KEYS` with valid values."""
         if record is None:
-            return cls()
+            return cls(preview_k=preview_k)
         if not isinstance(record, dict):
             raise ValueError(f"features must be an object, got {type(record).__name__}")
         unknown = sorted(set(record) - set(RECORD_KEYS))
         if unknown:
             raise ValueError(f"features keys {unknown} unknown; valid: {list(RECORD_KEYS)}")
-        return cls(**record)
+        recorded = cls(**record)  # the values checked as written
+        if "preview_k" in record and recorded.preview_k != preview_k:
+            raise ValueError(
+                f"features.preview_k {recorded.preview_k} disagrees with the preview of "
+                f"{preview_k} points its env_kwargs.preview records"
+            )
+        return cls(**{**record, "preview_k": preview_k})
 
 
 def heading_frame(R: np.ndarray, v_w: np.ndarray) -> np.ndarray:

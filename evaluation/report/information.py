@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad.controllers.base import InformationUse
+from residual_quad.controllers.policy_file import preview_points
 from residual_quad.evaluation.report.tables import Table
 
 #: the fields that decide "equal information" (memory and Δâ compared as present / absent)
@@ -149,6 +150,15 @@ def objective_of(config: dict[str, Any]) -> str:
     )
 
 
+def recorded_preview_k(record: dict[str, Any]) -> int:
+    """The preview points a policy record was trained with: its ``env_kwargs.preview`` (where
+    a file records the width once), or a ``features.preview_k`` of a file written before."""
+    env_kwargs = record.get("env_kwargs") or {}
+    from_env = preview_points(env_kwargs) if isinstance(env_kwargs, dict) else 0
+    features = record.get("features") or {}
+    return max(from_env, int(features.get("preview_k", 0) or 0), 0)
+
+
 def with_policy_record(info: InformationUse, record: dict[str, Any]) -> InformationUse:
     """``info`` completed by a policy record's ``features``, privileged critic, decision rate,
     reward and training scenarios."""
@@ -168,7 +178,7 @@ def with_policy_record(info: InformationUse, record: dict[str, Any]) -> Informat
         estimate = "; ".join(filter(None, (estimate, "a disturbance estimate input")))
     return replace(
         info,
-        preview_k=max(info.preview_k, int(features.get("preview_k", 0) or 0)),
+        preview_k=max(info.preview_k, recorded_preview_k(record)),
         memory="; ".join(memory),
         residual_estimate=estimate,
         privileged_training=info.privileged_training

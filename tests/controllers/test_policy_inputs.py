@@ -73,8 +73,22 @@ def test_names_and_layout_name_follow_the_spec():
     assert names[-6:] == ("int_e_p_x", "int_e_p_y", "int_e_p_z", "est_a_x", "est_a_y", "est_a_z")
     assert spec.layout_name(3) == f"base + history 2 + integral + estimate ({FEATURE_DIM + 12})"
     assert FeatureSpec(preview_k=3).dim() == FEATURE_DIM + 18
-    assert FeatureSpec.from_record(spec.to_record()) == spec
+    assert FeatureSpec.from_record(spec.to_record(), spec.preview_k) == spec
     assert FeatureSpec.from_record(None) == FeatureSpec()
+
+
+def test_a_record_holds_the_preview_width_once():
+    """The ``features`` record leaves the preview width to ``env_kwargs.preview`` (the file
+    stores it once); a record written before (with ``preview_k``) loads when it agrees and is
+    refused, naming both, when it does not."""
+    spec = FeatureSpec(preview_k=4, action_history=2)
+    record = spec.to_record()
+    assert "preview_k" not in record
+    assert FeatureSpec.from_record(record, 4) == spec
+    assert FeatureSpec.from_record({**record, "preview_k": 4}, 4) == spec
+    with pytest.raises(ValueError, match="preview_k 4 disagrees with the preview of 3 points"):
+        FeatureSpec.from_record({**record, "preview_k": 4}, 3)
+    assert FeatureSpec.from_record(None, 2) == FeatureSpec(preview_k=2)
 
 
 def test_the_history_holds_the_last_actions_newest_first():
