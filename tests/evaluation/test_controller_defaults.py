@@ -44,7 +44,7 @@ def test_an_entrys_own_options_win_over_the_defaults():
 
 
 def test_a_default_no_controller_takes_is_named():
-    with pytest.raises(ValueError, match="controller_defaults: no controller of the matrix takes"):
+    with pytest.raises(ValueError, match="controller_defaults: no controller takes rotor_tau"):
         SweepConfig(
             controllers=["geo"],
             payloads=["none"],
@@ -55,3 +55,14 @@ def test_a_default_no_controller_takes_is_named():
             controller_defaults={"rotor_tau": 0.06},
             series=[],
         )
+
+
+def test_a_narrowed_matrix_keeps_a_default_only_left_out_controllers_take():
+    """``sweep_realistic`` narrowed to ``pid`` (``--controllers``): hnewton's ``max_tilt``
+    default reaches nobody and is no error; ``pid`` gets the rest."""
+    from residual_quad.controllers.specs import parse_spec
+    from residual_quad.evaluation.sweep.config import with_defaults
+
+    defaults = {**LAG_TUNED, "max_tilt": 0.44}
+    out = with_defaults(defaults, {}, {"pid": parse_spec("pid")})
+    assert out == {"pid": LAG_TUNED}
