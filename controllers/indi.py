@@ -13,16 +13,19 @@ it with a second-order low-pass and adds the estimate to the commanded torque. `
 the torque of the thrusts the rotors *produced* over the period: behind lagged rotors the
 tracker's rotor model (``rotor_tau_s``) estimates them at each period's end, and the period's
 torque is the mean of its start and end (trapezoid); on ideal rotors it is the commanded one.
-Filtering the residual once is filtering the gyro derivative and the torque through the same
-filter (the "synchronised filters" of [INDI16], [INDI21]): the filter is linear and the
-gyroscopic term is evaluated at mid-period.
+The torque and the gyro derivative go through the same filter (the "synchronised filters" of
+[INDI16], [INDI21]) and the estimate is ``a_f − J·ω̇_f`` of the filtered signals, so the
+inertia ``J`` can be corrected online: with ``adapt`` the filtered increments between periods
+identify it per axis (normalized LMS, the adaptive INDI of [INDI16]) — measured necessary behind
+the realistic plant, where the nominal inertia of an extra-payload vehicle crashed (the inertia
+error's term fed back through the lags).
 
 The filter is a Butterworth low-pass (ζ = 1/√2) of natural frequency ``indi_hz``, discretized by
 the bilinear transform at the control period and run in direct form II transposed — the same
 arithmetic as :func:`scipy.signal.lfilter` with :func:`scipy.signal.butter`'s coefficients, so a
 step disturbance is followed as the filter's step response (the known answer of its test). A
 period whose residual is not finite or implausible (``max_accel``, a crash or a reset) leaves
-the filter as it was.
+the filters as they were.
 """
 
 from __future__ import annotations
@@ -37,13 +40,22 @@ from residual_quad.envs.observation import ObsLayout as L
 
 DEFAULT_INDI_HZ = 8.0  # Hz, the filter's natural frequency (measured: docs/controllers.md)
 MAX_ACCEL = 200.0  # rad/s², a residual beyond this is a crash or a reset, not a disturbance
+INERTIA_RANGE = (0.5, 5.0)  # × nominal, the bounds of the identified inertia
+ADAPT_EPS = 1e-2  # (rad/s²)², the normalization's floor (no correction from a still period)
+#: the fields one filtered period updates, in :meth:`IndiLoop._filtered`'s order
+FILTERED = ("za1", "za2", "zw1", "zw2", "a_f", "w_f", "inertia", "estimate")
 
 
 class IndiState(NamedTuple):
-    """The INDI loop's state, one row per env."""
+    """The INDI loop's state, one row per env (filters in direct form II transposed)."""
 
-    z1: np.ndarray  # N·m, (n, 3): the filter's first state (direct form II transposed)
-    z2: np.ndarray  # N·m, (n, 3): its second state
+    za1: np.ndarray  # N·m, (n, 3): the first state of the torque's filter
+    za2: np.ndarray  # N·m, (n, 3): its second state
+    zw1: np.ndarray  # rad/s², (n, 3): the first state of the angular acceleration's filter
+    zw2: np.ndarray  # rad/s², (n, 3): its second state
+    a_f: np.ndarray  # N·m, body, (n, 3): the filtered ``τ − ω × Jω``
+    w_f: np.ndarray  # rad/s², body, (n, 3): the filtered ``ω̇``
+    inertia: np.ndarray  # kg·m², (n, 3): the inertia the loop uses (adapted with indi_adapt)
     estimate: np.ndarray  # N·m, body, (n, 3): the filtered torque the model misses
     prev_omega: np.ndarray  # rad/s, body, (n, 3): the rate at the previous period's end
     prev_thrusts: np.ndarray  # N, (n, 4): the rotors' thrusts then (the model's estimate)
@@ -71,6 +83,11 @@ class IndiLoop:
         indi_hz: natural frequency of the residual's filter, Hz (below the Nyquist frequency).
         lagged: whether the thrusts handed in are a rotor model's end-of-period estimates (the
             period's torque is then the trapezoid of its start and end) rather than commands.
+        adapt: step of the inertia's online identification (0: the nominal inertia). As in the
+            adaptive INDI of [INDI16], the filtered increments of torque and angular
+            acceleration between periods, ``Δa = J·Δω̇`` (a slowly varying disturbance drops
+            out), correct each axis's inertia by normalized LMS, bounded to
+            [:data:`INERTIA_RANGE`] × nominal.
         max_accel: rad/s², a period whose residual exceeds ``J·max_accel`` is left out.
     """
 
@@ -81,6 +98,7 @@ class IndiLoop:
         indi_hz: float = DEFAULT_INDI_HZ,
         *,
         lagged: bool = False,
+        adapt: float = 0.0,
         max_accel: float = MAX_ACCEL,
     ):
         nyquist = 0.5 / control_dt
@@ -89,27 +107,29 @@ class IndiLoop:
                 f"indi_hz must be in (0, {nyquist:g}) Hz (the Nyquist frequency of the control "
                 f"rate), got {indi_hz!r}"
             )
+        if not (0.0 <= adapt <= 1.0):
+            raise ValueError(f"indi_adapt must be a step in [0, 1], got {adapt!r}")
         self.J = np.asarray(airframe.inertia, dtype=float)  # kg·m², nominal, principal axes
         self.allocation = airframe.allocation[1:]  # rotor thrusts (N) → body torque (N·m)
         self.dt = float(control_dt)
         self.indi_hz = float(indi_hz)
         self.lagged = bool(lagged)
+        self.adapt = float(adapt)
         self.b, self.a = butterworth(self.indi_hz, self.dt)
         self._b0, self._b1, self._b2 = self.b.tolist()
         self._a1, self._a2 = self.a[1:].tolist()
-        self.max_residual_sq = float(np.sum((self.J * max_accel) ** 2))  # (N·m)²
+        self.max_accel_sq = float(max_accel) ** 2  # (rad/s²)²
+        self.j_min, self.j_max = INERTIA_RANGE[0] * self.J, INERTIA_RANGE[1] * self.J
 
     def init_state(self, n: int) -> IndiState:
-        """No estimate, no previous rate."""
+        """No estimate, no previous rate, the nominal inertia."""
+        z = [np.zeros((n, 3)) for _ in range(7)]
+        inertia = np.empty((n, 3))
+        inertia[...] = self.J
         return IndiState(
-            z1=np.zeros((n, 3)),
-            z2=np.zeros((n, 3)),
-            estimate=np.zeros((n, 3)),
-            prev_omega=np.zeros((n, 3)),
-            prev_thrusts=np.zeros((n, 4)),
-            have_prev=np.zeros(n, dtype=bool),
-            rejected=np.zeros(n, dtype=np.int64),
-        )
+            *z[:6], inertia, z[6], np.zeros((n, 3)), np.zeros((n, 4)),
+            np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
+        )  # fmt: skip
 
     def forget(self, state: IndiState, rows: np.ndarray) -> IndiState:
         """The next observation of the envs ``rows`` does not follow their last one: no rate
@@ -121,47 +141,62 @@ class IndiLoop:
         """:meth:`forget` of one vehicle."""
         return state._replace(have_prev=False)
 
-    def residual(
+    def torque_and_accel(
         self, omega: np.ndarray, prev_omega: np.ndarray, thrusts: np.ndarray, prev: np.ndarray
-    ) -> np.ndarray:
-        """The period's torque the model misses, ``τ − ω × Jω − J·ω̇`` (N·m, body), for the
-        rates at its end and start and the thrusts reported at its end and start (N; (4,) or
-        (n, 4)): one formula for one vehicle and a batch."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The period's ``τ − ω × Jω`` (N·m, body; ``J`` nominal, ω at mid-period) and ``ω̇``
+        (rad/s², body) for the rates at its end and start and the thrusts reported at its end
+        and start (N; (4,) or (n, 4)): one formula for one vehicle and a batch."""
         applied = 0.5 * (thrusts + prev) if self.lagged else thrusts
         tau = applied @ self.allocation.T  # N·m, body
         w = 0.5 * (omega + prev_omega)  # rad/s, mid-period rate
-        return tau - np.cross(w, self.J * w) - self.J * (omega - prev_omega) / self.dt
+        return tau - np.cross(w, self.J * w), (omega - prev_omega) / self.dt
+
+    def _filtered(self, s: IndiState, a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Both filters one step on ``a`` and ``w``, then the inertia's correction and the
+        estimate: ``(za1, za2, zw1, zw2, a_f, w_f, inertia, estimate)``."""
+        b0, b1, b2, a1, a2 = self._b0, self._b1, self._b2, self._a1, self._a2
+        a_f = b0 * a + s.za1
+        za1, za2 = b1 * a - a1 * a_f + s.za2, b2 * a - a2 * a_f
+        w_f = b0 * w + s.zw1
+        zw1, zw2 = b1 * w - a1 * w_f + s.zw2, b2 * w - a2 * w_f
+        inertia = s.inertia
+        if self.adapt:
+            dw, da = w_f - s.w_f, a_f - s.a_f
+            step = self.adapt * (da - inertia * dw) * dw / (ADAPT_EPS + dw * dw)
+            inertia = np.clip(inertia + step, self.j_min, self.j_max)
+        return za1, za2, zw1, zw2, a_f, w_f, inertia, a_f - inertia * w_f
 
     def update_one(self, state: IndiState, obs: np.ndarray) -> IndiState:
         """Fold in the period that ended with ``obs`` (one vehicle)."""
         omega = np.array(obs[L.omega_b], dtype=float)
         thrusts = np.array(obs[L.thrusts], dtype=float)
-        z1, z2, estimate, rejected = state.z1, state.z2, state.estimate, state.rejected
+        s, rejected = state, state.rejected
         if state.have_prev:
-            d = self.residual(omega, state.prev_omega, thrusts, state.prev_thrusts)
-            if float(d @ d) <= self.max_residual_sq:  # NaN fails
-                estimate = self._b0 * d + z1
-                z1 = self._b1 * d - self._a1 * estimate + z2
-                z2 = self._b2 * d - self._a2 * estimate
+            a, w = self.torque_and_accel(omega, s.prev_omega, thrusts, s.prev_thrusts)
+            d = a / s.inertia - w  # rad/s², the residual in angular acceleration
+            if float(d @ d) <= self.max_accel_sq:  # NaN fails
+                s = s._replace(**dict(zip(FILTERED, self._filtered(s, a, w), strict=True)))
             else:
                 rejected += 1
         ok = bool(np.all(np.isfinite(omega)) and np.all(np.isfinite(thrusts)))
-        return IndiState(z1, z2, estimate, omega, thrusts, ok, rejected)
+        return s._replace(prev_omega=omega, prev_thrusts=thrusts, have_prev=ok, rejected=rejected)
 
     def update(self, state: IndiState, obs: np.ndarray) -> IndiState:
         """:meth:`update_one` of each env: ``obs`` (n, D)."""
         omega = np.array(obs[:, L.omega_b], dtype=float)
         thrusts = np.array(obs[:, L.thrusts], dtype=float)
         have = state.have_prev
-        z1, z2, estimate, rejected = state.z1, state.z2, state.estimate, state.rejected
+        s, rejected = state, state.rejected
         if have.any():
-            d = self.residual(omega, state.prev_omega, thrusts, state.prev_thrusts)
-            ok = (have & (np.einsum("ni,ni->n", d, d) <= self.max_residual_sq))[:, None]
-            y = self._b0 * d + z1
-            estimate = np.where(ok, y, estimate)
-            z1_new = self._b1 * d - self._a1 * y + z2
-            z2 = np.where(ok, self._b2 * d - self._a2 * y, z2)
-            z1 = np.where(ok, z1_new, z1)
-            rejected = rejected + (have & ~ok[:, 0])
+            a, w = self.torque_and_accel(omega, s.prev_omega, thrusts, s.prev_thrusts)
+            d = a / s.inertia - w
+            ok = have & (np.einsum("ni,ni->n", d, d) <= self.max_accel_sq)
+            okc = ok[:, None]
+            new = self._filtered(s, np.where(okc, a, 0.0), np.where(okc, w, 0.0))
+            s = s._replace(
+                **{f: np.where(okc, v, getattr(s, f)) for f, v in zip(FILTERED, new, strict=True)}
+            )
+            rejected = rejected + (have & ~ok)
         ok = np.all(np.isfinite(omega), axis=1) & np.all(np.isfinite(thrusts), axis=1)
-        return IndiState(z1, z2, estimate, omega, thrusts, ok, rejected)
+        return s._replace(prev_omega=omega, prev_thrusts=thrusts, have_prev=ok, rejected=rejected)

@@ -28,6 +28,7 @@ from residual_quad.controllers.options import (
     Choice,
     Domain,
     Instance,
+    Number,
     Range,
 )
 from residual_quad.controllers.rotor_model import RotorModel, RotorState
@@ -56,6 +57,7 @@ ATTITUDE_LOOPS = ("pd", "indi")
 LOOP_OPTIONS: dict[str, Domain] = {
     "attitude_loop": Choice(ATTITUDE_LOOPS),
     "indi_hz": POSITIVE,  # Hz, the INDI filter's natural frequency
+    "indi_adapt": Number(ge=0.0, le=1.0),  # the INDI inertia identification's step (0: off)
 }
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
@@ -127,6 +129,7 @@ class Tracker(Law):
         attitude_loop: ``"pd"`` (the geometric PD) or ``"indi"``: the PD plus the filtered torque
             the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`).
         indi_hz: natural frequency of the INDI filter, Hz.
+        indi_adapt: step of INDI's online inertia identification (0: the nominal inertia).
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
@@ -158,6 +161,7 @@ class Tracker(Law):
         rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
+        indi_adapt: float = 0.0,
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -171,7 +175,13 @@ class Tracker(Law):
             )
         self.attitude_loop = attitude_loop
         self.indi = (
-            IndiLoop(self.airframe, self.dt, float(indi_hz), lagged=self.rotor_model is not None)
+            IndiLoop(
+                self.airframe,
+                self.dt,
+                float(indi_hz),
+                lagged=self.rotor_model is not None,
+                adapt=float(indi_adapt),
+            )
             if attitude_loop == "indi"
             else None
         )

@@ -138,7 +138,8 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         attitude: inner-loop gains.
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
-        attitude_loop, indi_hz: the attitude loop (``"pd"`` or ``"indi"``), as every tracker's.
+        attitude_loop, indi_hz, indi_adapt: the attitude loop (``"pd"`` or ``"indi"``), as every
+            tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
     The estimator's state is ``state.estimator`` of the driver (:class:`~residual_quad.
@@ -178,6 +179,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
+        indi_adapt: float = 0.0,
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -191,6 +193,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
             rotor_tau_s=rotor_tau_s,
             attitude_loop=attitude_loop,
             indi_hz=indi_hz,
+            indi_adapt=indi_adapt,
         )
 
     @classmethod
