@@ -259,18 +259,9 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         if not self.use_observer:
             if self.indi is not None:
                 return super().torque_feedforward(state, obs)
-            return state, np.zeros((len(obs), 3))
-        observer = self.observer.update(state.observer, obs)
-        return replace(state, observer=observer), -self.observer.J * observer.estimate
-
-    def torque_feedforward_one(
-        self, state: TrackerState, obs: np.ndarray
-    ) -> tuple[TrackerState, np.ndarray]:
-        if not self.use_observer:
-            if self.indi is not None:
-                return super().torque_feedforward_one(state, obs)
-            return state, np.zeros(3)
-        observer = self.observer.update_one(state.observer, obs)
+            return state, np.zeros(obs.shape[:-1] + (3,))
+        update = self.observer.update_one if obs.ndim == 1 else self.observer.update
+        observer = update(state.observer, obs)
         return replace(state, observer=observer), -self.observer.J * observer.estimate
 
     def disturbance_torque(self, state: TrackerState) -> np.ndarray:

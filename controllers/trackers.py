@@ -133,7 +133,7 @@ class Tracker(Law):
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
-    (Δâ), :meth:`torque_feedforward`/:meth:`torque_feedforward_one` and
+    (Δâ), :meth:`torque_feedforward` (one method for both forms) and
     :meth:`inner_command`/:meth:`inner_command_one` (``a_eff`` → rotor thrusts), and extend
     :meth:`init_state` with their parts of :class:`TrackerState`.
     """
@@ -223,11 +223,13 @@ class Tracker(Law):
     def torque_feedforward(
         self, state: TrackerState, obs: np.ndarray
     ) -> tuple[TrackerState, np.ndarray | None]:
-        """A torque (n, 3) (N·m, body) the attitude loop adds (``None``: none; INDI's increment
-        with ``attitude_loop="indi"``); first hook of the step."""
+        """A torque (N·m, body; (3,) for one vehicle's ``obs`` (D,), (n, 3) for a batch) the
+        attitude loop adds (``None``: none; INDI's increment with ``attitude_loop="indi"``);
+        the first hook of the step, one method for both forms."""
         if self.indi is None:
             return state, None
-        indi = self.indi.update(state.indi, obs)
+        update = self.indi.update_one if obs.ndim == 1 else self.indi.update
+        indi = update(state.indi, obs)
         return state._replace(indi=indi), indi.estimate
 
     def inner_command(
@@ -260,15 +262,6 @@ class Tracker(Law):
         """:meth:`residual` of one vehicle."""
         return state, _ZERO3
 
-    def torque_feedforward_one(
-        self, state: TrackerState, obs: np.ndarray
-    ) -> tuple[TrackerState, np.ndarray | None]:
-        """:meth:`torque_feedforward` of one vehicle."""
-        if self.indi is None:
-            return state, None
-        indi = self.indi.update_one(state.indi, obs)
-        return state._replace(indi=indi), indi.estimate
-
     def inner_command_one(
         self,
         state: TrackerState,
@@ -299,8 +292,7 @@ class Tracker(Law):
             observe = self.rotor_model.observe_one if one else self.rotor_model.observe
             rotors, obs = observe(state.rotors, obs)
             state = replace(state, rotors=rotors)
-        feedforward = self.torque_feedforward_one if one else self.torque_feedforward
-        state, torque_ff = feedforward(state, obs)
+        state, torque_ff = self.torque_feedforward(state, obs)
         R = obs[..., L.rot].reshape(obs.shape[:-1] + (3, 3))
         e_p = obs[..., L.ref_pos] - obs[..., L.pos]
         e_v = obs[..., L.ref_vel] - obs[..., L.vel]
