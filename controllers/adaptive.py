@@ -48,6 +48,7 @@ from residual_quad.controllers.residual.trackers import (
 from residual_quad.controllers.trackers import TrackerState
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.rotations import cross
 
 DEFAULT_OBSERVER_TAU = 0.02  # s, low-pass of the angular disturbance estimate (measured)
 
@@ -64,7 +65,7 @@ def angular_residual(
     (rad/s, body; (3,) or (N, 3)) at its end and start, applied torque ``torque`` (N·m, body),
     nominal principal inertia ``J`` (kg·m²), period ``dt`` (s); ω at mid-period."""
     w = 0.5 * (omega + prev_omega)  # rad/s, mid-period rate
-    alpha_nominal = (torque - np.cross(w, J * w)) / J
+    alpha_nominal = (torque - cross(w, J * w)) / J
     return (omega - prev_omega) / dt - alpha_nominal
 
 

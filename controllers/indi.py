@@ -37,6 +37,7 @@ import numpy as np
 
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.rotations import cross
 
 DEFAULT_INDI_HZ = 8.0  # Hz, the filter's natural frequency (measured: docs/controllers.md)
 MAX_ACCEL = 200.0  # rad/s², a residual beyond this is a crash or a reset, not a disturbance
@@ -150,7 +151,7 @@ class IndiLoop:
         applied = 0.5 * (thrusts + prev) if self.lagged else thrusts
         tau = applied @ self.allocation.T  # N·m, body
         w = 0.5 * (omega + prev_omega)  # rad/s, mid-period rate
-        return tau - np.cross(w, self.J * w), (omega - prev_omega) / self.dt
+        return tau - cross(w, self.J * w), (omega - prev_omega) / self.dt
 
     def _filtered(self, s: IndiState, a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         """Both filters one step on ``a`` and ``w``, then the inertia's correction and the

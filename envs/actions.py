@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from residual_quad.envs.airframe import Airframe, mix
+from residual_quad.envs.rotations import cross
 
 if TYPE_CHECKING:  # annotations only: controllers import this module, MuJoCo stays out
     import mujoco
@@ -96,7 +97,7 @@ class CtbrActions:
         omega_b = data.qvel[3:6]  # rad/s, body frame (free joint)
         omega_des = np.array(action[1:4]) * self.max_body_rate
         inertia = self.inertia
-        torque = inertia * self.k_rate * (omega_des - omega_b) + np.cross(
+        torque = inertia * self.k_rate * (omega_des - omega_b) + cross(
             omega_b, inertia * omega_b
         )  # N·m, body frame
         return mix(frame, thrust, torque)
