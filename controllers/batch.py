@@ -37,8 +37,7 @@ from residual_quad.controllers.base import (
     is_registered,
     resolve_factory,
 )
-from residual_quad.controllers.driver import (  # noqa: F401  (re-exported: the batch API)
-    NEUTRAL_OBS,
+from residual_quad.controllers.driver import (
     LawBatch,
     RowGuard,
     Seeds,

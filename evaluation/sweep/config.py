@@ -175,18 +175,13 @@ class SweepConfig(ControllerLabels):
         check_unique("runs", ids)  # e.g. a wind given as a name and as the same numbers
 
 
-#: the built-in model-based controllers, whose options a default may name when the matrix (say
-#: narrowed by ``--controllers``) flies none of the controllers that take it
-MODEL_BASED = ("pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls")
-
-
 def with_defaults(
     defaults: Any, options: Any, specs: dict[str, ControllerSpec]
 ) -> dict[str, dict[str, Any]]:
     """``options`` (label → options) with ``defaults`` filled in for every label whose
     controller declares the option and does not set it itself (in its spec or in ``options``);
     a ``ValueError`` for a default that neither a controller of the matrix nor a built-in
-    tracker declares (a typo); one only the left-out trackers take is left alone."""
+    declares (a typo); one only left-out controllers take is left alone."""
     if not isinstance(defaults, dict):
         raise ValueError(f"controller_defaults: expected a mapping of options, got {defaults!r}")
     if not defaults:
@@ -210,12 +205,12 @@ def with_defaults(
             out[label] = {**take, **own}
     unused = set(defaults) - used
     if unused:  # fine for a narrowed matrix (--controllers), a typo if no built-in takes it
-        known = set().union(*(declared_options(parse_spec(n)) for n in MODEL_BASED))
+        known = set().union(*(declared_options(parse_spec(n)) for n in BUILTIN_CONTROLLERS))
         unknown = sorted(unused - known)
         if unknown:
             raise ValueError(
                 f"controller_defaults: no controller takes {', '.join(unknown)} (neither one of "
-                f"the matrix nor a built-in tracker)"
+                f"the matrix nor a built-in)"
             )
     return out
 
