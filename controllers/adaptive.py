@@ -36,7 +36,6 @@ import numpy as np
 from residual_quad import configs
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
-from residual_quad.controllers.law import replace
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag, Range
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.controllers.residual.network import ResidualMLP
@@ -127,7 +126,7 @@ class AngularDisturbanceObserver:
 
     def forget_one(self, state: ObserverState) -> ObserverState:
         """:meth:`forget` of one vehicle."""
-        return replace(state, have_prev=False)
+        return state._replace(have_prev=False)
 
     def update_one(self, state: ObserverState, obs: np.ndarray) -> ObserverState:
         """Fold in the period that ended with ``obs`` (one vehicle)."""
@@ -244,15 +243,15 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         )
 
     def init_state(self, n: int) -> TrackerState:
-        return replace(super().init_state(n), observer=self.observer.init_state(n))
+        return super().init_state(n)._replace(observer=self.observer.init_state(n))
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
         state = super().forget(state, rows)
-        return replace(state, observer=self.observer.forget(state.observer, rows))
+        return state._replace(observer=self.observer.forget(state.observer, rows))
 
     def forget_one(self, state: TrackerState) -> TrackerState:
         state = super().forget_one(state)
-        return replace(state, observer=self.observer.forget_one(state.observer))
+        return state._replace(observer=self.observer.forget_one(state.observer))
 
     def torque_feedforward(
         self, state: TrackerState, obs: np.ndarray
@@ -263,7 +262,7 @@ class DOBRLSGeoTracker(RLSGeoTracker):
             return state, np.zeros(obs.shape[:-1] + (3,))
         update = self.observer.update_one if obs.ndim == 1 else self.observer.update
         observer = update(state.observer, obs)
-        return replace(state, observer=observer), -self.observer.J * observer.estimate
+        return state._replace(observer=observer), -self.observer.J * observer.estimate
 
     def disturbance_torque(self, state: TrackerState) -> np.ndarray:
         """The torque estimate the attitude loop cancels, ``J·Δα̂`` (N·m, body; per env)."""

@@ -21,7 +21,7 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
-from residual_quad.controllers.law import Law, replace
+from residual_quad.controllers.law import Law
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
     POSITIVE,
@@ -291,7 +291,7 @@ class Tracker(Law):
         if self.rotor_model is not None:
             observe = self.rotor_model.observe_one if one else self.rotor_model.observe
             rotors, obs = observe(state.rotors, obs)
-            state = replace(state, rotors=rotors)
+            state = state._replace(rotors=rotors)
         state, torque_ff = self.torque_feedforward(state, obs)
         R = obs[..., L.rot].reshape(obs.shape[:-1] + (3, 3))
         e_p = obs[..., L.ref_pos] - obs[..., L.pos]
@@ -302,8 +302,7 @@ class Tracker(Law):
         state, residual = (self.residual_one if one else self.residual)(state, obs, R, a_cmd)
         inner = self.inner_command_one if one else self.inner_command
         state, thrusts, saturated, collective = inner(state, obs, R, a_cmd - residual, torque_ff)
-        state = replace(
-            state,
+        state = state._replace(
             last_a_cmd=a_cmd,
             last_residual=residual,
             saturated=saturated,
@@ -354,7 +353,7 @@ class PIDTracker(Tracker):
         super().__init__(context, **kw)
 
     def init_state(self, n: int) -> TrackerState:
-        return replace(super().init_state(n), integral=np.zeros((n, 3)))
+        return super().init_state(n)._replace(integral=np.zeros((n, 3)))
 
     def command(
         self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
@@ -365,7 +364,7 @@ class PIDTracker(Tracker):
         integral = pid_integral_step(
             state.integral, e_p, self.dt, state.saturated[:, None], self.i_max
         )
-        return replace(state, integral=integral), a_cmd + self.ki * integral
+        return state._replace(integral=integral), a_cmd + self.ki * integral
 
     def command_one(
         self, state: TrackerState, obs: np.ndarray, e_p: np.ndarray, e_v: np.ndarray
@@ -374,4 +373,4 @@ class PIDTracker(Tracker):
         if not self.ki:  # a PD: geo's command exactly
             return state, a_cmd
         integral = pid_integral_step(state.integral, e_p, self.dt, state.saturated, self.i_max)
-        return replace(state, integral=integral), a_cmd + self.ki * integral
+        return state._replace(integral=integral), a_cmd + self.ki * integral

@@ -36,7 +36,6 @@ import numpy as np
 
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.law import one_vehicle as one_row
-from residual_quad.controllers.law import replace
 from residual_quad.controllers.residual.config import OODGuardConfig, ResidualConfig
 from residual_quad.controllers.residual.features import (
     FEATURE_NAMES,
@@ -191,7 +190,7 @@ class ResidualEstimator:
     def init_one(self) -> EstimatorState:
         """The initial state of one vehicle (scalars as Python numbers, the RLS's BLAS layout)."""
         state = one_row(self.init_state(1))
-        return replace(state, rls=None if self.rls is None else self.rls.init_one())
+        return state._replace(rls=None if self.rls is None else self.rls.init_one())
 
     def forget(self, state: EstimatorState, rows: np.ndarray) -> EstimatorState:
         """The next observation of the envs ``rows`` does not follow their last one (a bad
@@ -203,7 +202,7 @@ class ResidualEstimator:
 
     def forget_one(self, state: EstimatorState) -> EstimatorState:
         """:meth:`forget` of one vehicle."""
-        return replace(state, have_prev=False)
+        return state._replace(have_prev=False)
 
     def set_command(self, state: EstimatorState, a_eff: np.ndarray) -> EstimatorState:
         """Replace the effective commands recorded at the last :meth:`estimate` call (the next
@@ -213,12 +212,12 @@ class ResidualEstimator:
         from the thrust it actually commands. A non-finite row is stored as zero."""
         a = np.array(a_eff, dtype=float)
         ok = np.all(np.isfinite(a), axis=1)[:, None]
-        return replace(state, last_a_eff=np.where(ok, a, 0.0))
+        return state._replace(last_a_eff=np.where(ok, a, 0.0))
 
     def set_command_one(self, state: EstimatorState, a_eff: np.ndarray) -> EstimatorState:
         """:meth:`set_command` of one vehicle: ``a_eff`` (3,)."""
         a = np.array(a_eff, dtype=float)
-        return replace(state, last_a_eff=a if np.all(np.isfinite(a)) else np.zeros(3))
+        return state._replace(last_a_eff=a if np.all(np.isfinite(a)) else np.zeros(3))
 
     # -- one vehicle ---------------------------------------------------------------------------
     def estimate_one(
@@ -395,7 +394,7 @@ class ResidualEstimator:
         state.have_prev[...] = True
         state, est = self._post(state, est, x, heading_err)  # sets this step's ood_weight
         if self.config.ood.enabled:
-            state = replace(state, prev_ood_weight=state.ood_weight.copy())
+            state = state._replace(prev_ood_weight=state.ood_weight.copy())
         return self._applied(state, est, a_cmd)
 
     def _post(
@@ -416,7 +415,7 @@ class ResidualEstimator:
             full = w == 1.0
             keep = full & np.all(np.isfinite(est), axis=1)
             hold = np.where(keep[:, None], est, state.hold)
-            state = replace(state, ood_weight=w, hold=hold, ood_steps=state.ood_steps + ~full)
+            state = state._replace(ood_weight=w, hold=hold, ood_steps=state.ood_steps + ~full)
             fallback = hold if ood.fallback == "hold" else np.zeros_like(est)
             wc = w[:, None]
             blend = np.where(wc > 0.0, wc * est + (1.0 - wc) * fallback, fallback)
@@ -430,7 +429,7 @@ class ResidualEstimator:
         f = state.filtered
         new = np.where(first, est, f + a * (est - f))
         filtered = np.where(ok, new, f)
-        return replace(state, filtered=filtered), np.where(ok, filtered, est)
+        return state._replace(filtered=filtered), np.where(ok, filtered, est)
 
     def _applied(
         self, state: EstimatorState, est: np.ndarray, a_cmd: np.ndarray
@@ -447,8 +446,7 @@ class ResidualEstimator:
             est = np.where(est_bad[:, None], 0.0, est)
             a_eff = np.where(est_bad[:, None], a_cmd, a_eff)
             a_eff = np.where(np.all(np.isfinite(a_eff), axis=1)[:, None], a_eff, 0.0)
-        state = replace(
-            state,
+        state = state._replace(
             last_estimate=est,
             last_a_eff=a_eff,
             steps=state.steps + 1,
@@ -468,14 +466,13 @@ class ResidualEstimator:
             meas_w = np.einsum("nij,nj->ni", R, imu_residual_batch(obs, self.mass))
         sq = np.einsum("ni,ni->n", meas_w, meas_w)
         ok = have & (sq <= self._max_residual_sq) & state.est_ok  # NaN fails the comparison
-        state = replace(state, rejected=state.rejected + (have & ~ok))
+        state = state._replace(rejected=state.rejected + (have & ~ok))
         if not ok.any():
             return state
         okc = ok[:, None]
         meas_b = np.einsum("ni,nij->nj", meas_w, state.prev_R)  # R₀ᵀ Δa
         phi = state.prev_phi
-        state = replace(
-            state,
+        state = state._replace(
             last_measured=np.where(okc, meas_w, state.last_measured),
             last_prediction_error=np.where(
                 okc, meas_w - state.last_estimate, state.last_prediction_error
@@ -493,4 +490,4 @@ class ResidualEstimator:
             yf[...] = np.where(first, y, np.where(rest, yf + a * (y - yf), yf))
             phi, y = pf, yf
         rls, _ = self.rls.update(state.rls, phi, y, ok)
-        return replace(state, rls=rls)
+        return state._replace(rls=rls)

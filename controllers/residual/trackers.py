@@ -25,7 +25,6 @@ import numpy as np
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ
-from residual_quad.controllers.law import replace
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
     Domain,
@@ -105,25 +104,25 @@ class EstimatorParts:
 
     def init_state(self, n: int) -> TrackerState:
         state = super().init_state(n)  # type: ignore[misc]
-        return replace(state, estimator=self.estimator.init_state(n))
+        return state._replace(estimator=self.estimator.init_state(n))
 
     def init_one(self) -> TrackerState:
         state = super().init_one()  # type: ignore[misc]
-        return replace(state, estimator=self.estimator.init_one())
+        return state._replace(estimator=self.estimator.init_one())
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
         state = super().forget(state, rows)  # type: ignore[misc]
-        return replace(state, estimator=self.estimator.forget(state.estimator, rows))
+        return state._replace(estimator=self.estimator.forget(state.estimator, rows))
 
     def forget_one(self, state: TrackerState) -> TrackerState:
         state = super().forget_one(state)  # type: ignore[misc]
-        return replace(state, estimator=self.estimator.forget_one(state.estimator))
+        return state._replace(estimator=self.estimator.forget_one(state.estimator))
 
     def residual(
         self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
     ) -> tuple[TrackerState, np.ndarray]:
         est, applied = applied_estimate(self.estimator, state.estimator, obs, R, a_cmd)
-        return replace(state, estimator=est), applied
+        return state._replace(estimator=est), applied
 
     residual_one = residual
 
