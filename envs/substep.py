@@ -12,8 +12,8 @@ calls a lane then runs no numpy at all.
 Compiled by numba with ``nogil=True``: a lane's wrench runs while the other lanes' threads hold
 the GIL, so lanes on threads overlap their Python work as well as the engine's
 (:class:`~residual_quad.envs.vector_physics.BatchPhysics`). ``cache=True``: the machine code is
-kept in ``__pycache__`` beside this file, or in numba's user-wide cache where that folder is not
-writable (an installed package): the first process compiles it (about 1.2 s, measured) and later
+kept in the user's cache folder (``~/.cache/residual_quad/numba``, or ``NUMBA_CACHE_DIR``),
+never inside the installed package: the first process compiles it (about 1.2 s, measured) and later
 ones load it (about 0.35 s); with no writable folder at all each process compiles it.
 
 Bits: the operations and their order are those of the formulas it replaces
@@ -29,9 +29,12 @@ those formulas bit for bit.
 from __future__ import annotations
 
 import math
+import os
+from contextlib import contextmanager
 
 import numpy as np
 from numba import njit, types
+from numba.core import config as numba_config
 from numba.extending import intrinsic
 
 from residual_quad.envs.disturbances import DragModel, GroundEffect
@@ -44,14 +47,34 @@ NPARAMS = 6
 (0.0), its rotor radius (m) and its largest gain."""
 
 
-def _compiled(fn):
-    """``fn`` compiled by numba without the GIL, its machine code cached on disk; where numba
-    finds no writable cache folder (a read-only install and home, no ``NUMBA_CACHE_DIR``) it
-    is compiled in each process instead of failing the import."""
+@contextmanager
+def _cache_outside_the_package():
+    """numba caches beside the source file where it can write there: inside ``site-packages``
+    for an installed package, where the files outlive ``pip uninstall`` and leave a
+    ``residual_quad`` folder that shadows a later (editable) install of the project. Unless
+    the user chose a folder (``NUMBA_CACHE_DIR``), the kernels defined inside this block cache
+    under the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``); numba's setting is
+    restored after, so no other numba code is affected."""
+    chosen = numba_config.CACHE_DIR
+    if not chosen:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        numba_config.CACHE_DIR = os.path.join(base, "residual_quad", "numba")
     try:
-        return njit(nogil=True, cache=True)(fn)
-    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return njit(nogil=True)(fn)
+        yield
+    finally:
+        numba_config.CACHE_DIR = chosen
+
+
+def _compiled(fn):
+    """``fn`` compiled by numba without the GIL, its machine code cached on disk outside the
+    package (:func:`_cache_outside_the_package`); where numba finds no writable cache folder
+    (a read-only home, no ``NUMBA_CACHE_DIR``) it is compiled in each process instead of
+    failing the import."""
+    with _cache_outside_the_package():
+        try:
+            return njit(nogil=True, cache=True)(fn)
+        except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+            return njit(nogil=True)(fn)
 
 
 @intrinsic

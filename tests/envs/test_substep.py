@@ -277,6 +277,33 @@ def test_with_no_writable_cache_folder_the_kernels_compile_in_memory(monkeypatch
     assert isinstance(kernel._cache, caching.NullCache)
 
 
+def test_the_kernels_cache_outside_the_package(tmp_path, monkeypatch):
+    """numba's machine code goes to the user's cache folder, never beside the installed source
+    (files left in ``site-packages`` after ``pip uninstall`` shadow a later editable install);
+    ``NUMBA_CACHE_DIR`` chosen by the user wins, and numba's own setting is left as it was."""
+    from pathlib import Path
+
+    from numba.core import config
+
+    package = Path(substep.__file__).resolve().parent
+    cached = Path(substep.plant_wrench._cache._cache_path).resolve()
+    assert package not in cached.parents
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    before = config.CACHE_DIR
+
+    def thrice(x):
+        return 3.0 * x
+
+    kernel = substep._compiled(thrice)
+    assert kernel(1.0) == 3.0
+    assert Path(kernel._cache._cache_path).is_relative_to(tmp_path / "xdg" / "residual_quad")
+    assert config.CACHE_DIR == before
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "mine"))
+    mine = substep._compiled(thrice)
+    assert Path(mine._cache._cache_path).is_relative_to(tmp_path / "mine")
+    assert config.CACHE_DIR == str(tmp_path / "mine")
+
+
 def test_the_wind_mirror_hands_out_each_process_s_own_samples():
     """Envs at different places in their blocks, some running out within the period (the
     gather along rows for those that fit, their own process for the others): every env gets the
