@@ -191,7 +191,7 @@ class InnerLoop:
         )
         if torque_ff is not None:
             tx, ty, tz = tx + torque_ff[:, 0], ty + torque_ff[:, 1], tz + torque_ff[:, 2]
-        return mix_batch(frame, thrust, np.stack((tx, ty, tz), axis=1)), saturated, thrust
+        return mix_components(frame, thrust, tx, ty, tz), saturated, thrust
 
     def attitude_torque_batch(
         self,
@@ -288,11 +288,20 @@ def geometric_torque(
 def mix_batch(frame: Airframe, thrust: np.ndarray, torque: np.ndarray) -> np.ndarray:
     """:func:`residual_quad.envs.airframe.mix` of each env: collective (N,) N, torque (N, 3)
     N·m → rotor thrusts (N, 4) N, with the same clip and proportional torque squeeze."""
+    return mix_components(frame, thrust, torque[:, 0], torque[:, 1], torque[:, 2])
+
+
+def mix_components(
+    frame: Airframe, thrust: np.ndarray, tx: np.ndarray, ty: np.ndarray, tz: np.ndarray
+) -> np.ndarray:
+    """:func:`mix_batch` with the torque as its three body components (N,) N·m each, as the
+    inner loop computes them (no (N, 3) stack to build and take apart)."""
     fmax = frame.max_rotor_thrust
     thrust = np.clip(thrust, 0.0, 4.0 * fmax)
-    tx, ty, tz = torque[:, 0], torque[:, 1], torque[:, 2]
     base = 0.25 * thrust
-    delta = np.stack([a * tx + b * ty + c * tz for a, b, c in frame.mix_rows], axis=1)
+    delta = np.empty((thrust.shape[0], len(frame.mix_rows)))
+    for k, (a, b, c) in enumerate(frame.mix_rows):
+        delta[:, k] = a * tx + b * ty + c * tz
     lo, hi = delta.min(axis=1), delta.max(axis=1)
     fits = (base + lo >= 0.0) & (base + hi <= fmax)
     if fits.all():

@@ -152,6 +152,7 @@ class ResidualEstimator:
         self.net = FastMLP(net)  # private copy; FastMLP copies again (theta0 is never written)
         self.network_metadata: dict[str, Any] = dict(net.metadata)
         self.rls = RLSLaw(self.net.theta0, config.rls) if learn else None
+        self._theta0_rows = self.net.theta0[None]  # the offline last layer, one view per env
         self._x = np.empty(net.sizes[0])  # one vehicle's feature buffer (within a call)
         self._max_residual_sq = config.measurement.max_residual**2  # (m/s²)²
         self._ood_idx, self._ood_mean, self._ood_inv_std = ood_statistics(config, net)
@@ -377,7 +378,10 @@ class ResidualEstimator:
             err = np.arctan2(R[:, 1, 0], R[:, 0, 0]) - obs[:, L.ref_yaw]
             heading_err = np.abs(err - np.round(err / math.tau) * math.tau)  # rad, remainder
         if self.rls is None:
-            theta0 = np.broadcast_to(self.net.theta0, (len(obs), *self.net.theta0.shape))
+            theta0 = self._theta0_rows
+            if len(theta0) != len(obs):  # built once per batch size, not per step
+                theta0 = np.broadcast_to(self.net.theta0, (len(obs), *self.net.theta0.shape))
+                self._theta0_rows = theta0
             est_b = self.net.output_batch(phi, theta0)
             state, est = self._post(state, np.einsum("nij,nj->ni", R, est_b), x, heading_err)
             return self._applied(state, est, a_cmd)
