@@ -43,6 +43,19 @@ class AttitudeGains:
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
 
 
+#: the gains behind lagging rotors (a 60 ms first-order lag and a period of latency each way, the
+#: ``realistic`` plant): half the roll/pitch bandwidth, more damping, a softer yaw loop and a
+#: 25° tilt limit that keeps the rotors out of saturation (docs/controllers.md, "Behind lag")
+LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
+
+
+def default_attitude_gains(rotor_tau_s: float) -> AttitudeGains:
+    """The trackers' default attitude gains for rotors of nominal time constant ``rotor_tau_s``
+    (s): the source's :class:`AttitudeGains` for ideal rotors, :data:`LAG_TUNED_GAINS` behind
+    any lag (the default loop's 18 rad/s is unstable behind 60 ms)."""
+    return LAG_TUNED_GAINS if rotor_tau_s > 0.0 else AttitudeGains()
+
+
 def attitude_gains(value: Any) -> AttitudeGains:
     """``value`` as :class:`AttitudeGains`: itself, or a mapping of its fields (a spec's YAML
     form), every field a finite number > 0 and ``max_tilt`` below 90° (rad); else a

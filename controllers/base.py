@@ -35,17 +35,25 @@ class Controller(Protocol):
 
 @dataclass(frozen=True)
 class ControlContext:
-    """What a controller may know about the vehicle: the nominal model and the control period."""
+    """What a controller may know about the vehicle: the nominal model, the control period and
+    the rotors' nominal time constant (a spec-sheet figure, as the mass is). The trackers' default
+    gains follow it (:func:`~residual_quad.controllers.attitude.default_attitude_gains`)."""
 
     airframe: Airframe = Airframe()
     control_dt: float = 0.01  # s
+    rotor_tau_s: float = 0.0  # s, the rotors' nominal first-order time constant (0: ideal rotors)
 
     @classmethod
     def from_env(cls, env: Any) -> ControlContext:
-        """Nominal airframe and control period of a (possibly wrapped) ``ResidualQuad-v0``."""
+        """Nominal airframe, control period and rotor time constant of a (possibly wrapped)
+        ``ResidualQuad-v0``."""
         base = getattr(env, "unwrapped", env)
         try:
-            return cls(airframe=base.nominal, control_dt=float(base.control_dt))
+            return cls(
+                airframe=base.nominal,
+                control_dt=float(base.control_dt),
+                rotor_tau_s=float(base.plant_options.rotor_tau_s),
+            )
         except AttributeError:
             raise ValueError(f"{env!r} is not a ResidualQuad environment") from None
 

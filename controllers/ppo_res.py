@@ -243,7 +243,15 @@ class ResidualPPOController(PIDTracker):
     def _start(self, context: ControlContext, decides: bool) -> None:
         self.decides = decides  # whether the policy decides the correction (else: passed in)
         self.estimator = residual_estimator(self.spec, context) if decides else None
-        PIDTracker.__init__(self, context, ki=tracker_ki(self.tracker), attitude=self.attitude)
+        # the core as trained: its gains from the policy file (None: the source's), no rotor
+        # model — never the context's lag defaults, which the policy did not train with
+        PIDTracker.__init__(
+            self,
+            context,
+            ki=tracker_ki(self.tracker),
+            attitude=self.attitude or AttitudeGains(),
+            rotor_tau_s=0.0,
+        )
         period_s = self.context.control_dt * self.action_repeat  # s per decision
         self.step = correction_step(self.correction_rate, self.accel_scale, period_s)
         self.inputs = policy_inputs(self) if decides else None

@@ -18,7 +18,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains, InnerLoop, attitude_gains
+from residual_quad.controllers.attitude import (
+    AttitudeGains,
+    InnerLoop,
+    attitude_gains,
+    default_attitude_gains,
+)
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
 from residual_quad.controllers.law import Law
@@ -122,10 +127,13 @@ class Tracker(Law):
         kp: position gain, 1/s². With no integrator the hover steady-state error under a constant
             model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
         kd: velocity gain, 1/s.
-        attitude: inner-loop gains.
-        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors). With
-            lagged rotors the tracker reads the thrusts through its first-order model of them
-            (:mod:`~residual_quad.controllers.rotor_model`) instead of the commanded ones.
+        attitude: inner-loop gains (``None``: the context's default,
+            :func:`~residual_quad.controllers.attitude.default_attitude_gains` — the lag-tuned
+            set behind rotors with a time constant).
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors;
+            ``None``: the context's). With lagged rotors the tracker reads the thrusts through
+            its first-order model of them (:mod:`~residual_quad.controllers.rotor_model`)
+            instead of the commanded ones.
         attitude_loop: ``"pd"`` (the geometric PD) or ``"indi"``: the PD plus the filtered torque
             the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`).
         indi_hz: natural frequency of the INDI filter, Hz.
@@ -158,7 +166,7 @@ class Tracker(Law):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
+        rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float = 0.0,
@@ -167,7 +175,10 @@ class Tracker(Law):
         self.airframe = self.context.airframe
         self.dt = self.context.control_dt
         self.kp, self.kd = float(kp), float(kd)
-        self.rotor_model = RotorModel(float(rotor_tau_s), self.dt) if rotor_tau_s else None
+        tau = self.context.rotor_tau_s if rotor_tau_s is None else float(rotor_tau_s)  # s
+        self.rotor_model = RotorModel(tau, self.dt) if tau else None
+        if attitude is None:
+            attitude = default_attitude_gains(self.context.rotor_tau_s)
         self.inner = InnerLoop(self.airframe, attitude)
         if attitude_loop not in ATTITUDE_LOOPS:
             raise ValueError(

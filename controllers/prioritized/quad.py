@@ -66,7 +66,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from residual_quad.controllers.attitude import AttitudeGains
+from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.law import replace, tree_map
 from residual_quad.controllers.options import Domain, Section
@@ -157,10 +157,12 @@ class HNewtonTracker(Tracker):
         kp: position gain, 1/s² (same as ``geo``).
         kd: velocity gain, 1/s.
         attitude: attitude PD gains (those of the shared inner loop by default).
-        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal; see
-            :class:`~residual_quad.controllers.trackers.Tracker`).
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal; ``None``: the
+            context's; see :class:`~residual_quad.controllers.trackers.Tracker`).
         **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...); any
             other keyword is the tracker's (:class:`~residual_quad.controllers.trackers.Tracker`).
+            Behind lagging rotors (the context's ``rotor_tau_s`` > 0) ``max_tilt`` defaults to
+            the lag-tuned attitude loop's (0.44 rad).
     """
 
     name = "hnewton"
@@ -185,13 +187,15 @@ class HNewtonTracker(Tracker):
         kp: float = DEFAULT_KP,  # 1/s²
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
+        rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         **params: Any,
     ):
         context = context or ControlContext()
         newton = {
             k: params.pop(k) for k in list(params) if k in HNewtonQuadParams.__dataclass_fields__
         }
+        if context.rotor_tau_s > 0.0:  # behind lag its own tilt bound is the attitude loop's
+            newton.setdefault("max_tilt", LAG_TUNED_GAINS.max_tilt)
         self.params = HNewtonQuadParams(method=method, **newton)
         # the single cycle and allocator: one vehicle's solvers, and those of the rows the
         # batch algorithm leaves; each call loads the row of the state it works on

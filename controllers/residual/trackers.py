@@ -135,7 +135,8 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         config: a :class:`ResidualConfig`, a YAML path, or ``None`` for ``configs/residual.yaml``.
         network: a :class:`ResidualMLP` to use instead of ``config.weights`` (deep-copied).
         attitude: inner-loop gains.
-        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors); the
+        rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors; ``None``:
+            the context's); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
         attitude_loop, indi_hz, indi_adapt: the attitude loop (``"pd"`` or ``"indi"``), as every
             tracker's.
@@ -175,7 +176,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         config: str | Path | ResidualConfig | None = None,
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
-        rotor_tau_s: float = 0.0,  # s, the rotors' time constant the tracker is told (0: ideal)
+        rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float = 0.0,

@@ -23,14 +23,13 @@ import numpy as np
 import yaml
 
 from residual_quad import configs
-from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import BatchedGroups, batch_from_spec, has_batch_path
 from residual_quad.controllers.specs import entry_label, resolve_entry
 from residual_quad.episode import (
     EpisodeResult,
     RunSpec,
     build_controller,
-    control_dt,
+    control_context,
     fly,
     fly_batch,
     observation_env,
@@ -140,7 +139,7 @@ def _fly_together(specs: list[RunSpec], cfg: SweepConfig) -> list[EpisodeResult]
     """The results of ``specs`` flown in one batch per action mode and observation (a policy's
     preview: :func:`~residual_quad.episode.observation_env`), in ``specs`` order; raises
     whatever a batch controller or the vector env raises."""
-    context = ControlContext(control_dt=control_dt(cfg.env))
+    context = control_context(cfg.env)
     by_label: dict[str, list[int]] = {}
     for i, s in enumerate(specs):
         by_label.setdefault(s.controller, []).append(i)

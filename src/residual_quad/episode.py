@@ -25,6 +25,7 @@ from residual_quad.controllers.specs import ControllerSpec, parse_spec
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import integer, real
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.envs.presets import plant_options
 from residual_quad.envs.registration import ENV_ID
 from residual_quad.envs.trajectories import make_named_trajectory
 
@@ -40,6 +41,18 @@ _INITIAL_CAPACITY = 1 << 16  # time-series rows preallocated by run_episode (≈
 def control_dt(env_kwargs: dict[str, Any]) -> float:
     """The control period (s) of the env settings, with the env's own check of ``control_hz``."""
     return 1.0 / real("control_hz", env_kwargs.get("control_hz", 100.0), low=0.0, low_open=True)
+
+
+def control_context(env_kwargs: dict[str, Any], airframe: Airframe | None = None) -> ControlContext:
+    """What a controller is told about the plant of the env settings ``env_kwargs``: the nominal
+    ``airframe`` (default: the env's), the control period and the rotors' time constant of the
+    settings' plant options (``preset``, ``rotor_tau_s``; the env's own checks)."""
+    options = plant_options(env_kwargs.get("preset"), rotor_tau_s=env_kwargs.get("rotor_tau_s"))
+    return ControlContext(
+        airframe=airframe or Airframe(),
+        control_dt=control_dt(env_kwargs),
+        rotor_tau_s=options.rotor_tau_s,
+    )
 
 
 @dataclass
@@ -190,14 +203,15 @@ def run_episode(
             )
         base = env.unwrapped  # the env's own attributes; the flight goes through the wrappers
         if isinstance(controller, str):
-            context = ControlContext(airframe=base.airframe, control_dt=base.control_dt)
+            context = ControlContext(
+                airframe=base.airframe,
+                control_dt=base.control_dt,
+                rotor_tau_s=base.plant_options.rotor_tau_s,
+            )
             controller = parse_spec(controller).build(context)
         return _fly(controller, env, base, seed, reset_options, callback, frame_every)
     if isinstance(controller, str):
-        context = ControlContext(
-            airframe=env_kwargs.get("airframe") or Airframe(),
-            control_dt=control_dt(env_kwargs),
-        )
+        context = control_context(env_kwargs, env_kwargs.get("airframe"))
         controller = parse_spec(controller).build(context)
     # the env speaks the controller's action mode and gives the observation it was trained on
     # (a policy's preview) unless the caller insists on others
@@ -388,10 +402,10 @@ def build_controller(
     options: dict[str, Any] | None = None,
 ) -> Controller:
     """The controller of a spec (a compact string or a resolved :class:`ControllerSpec`), for the
-    env settings ``env`` (its control rate); ``options`` win over the spec's own."""
+    env settings ``env`` (its control rate and rotors: :func:`control_context`); ``options`` win
+    over the spec's own."""
     spec = label if isinstance(label, ControllerSpec) else parse_spec(label)
-    context = ControlContext(control_dt=control_dt(env or {}))
-    return spec.build(context, **(options or {}))
+    return spec.build(control_context(env or {}), **(options or {}))
 
 
 def fly(

@@ -4,11 +4,13 @@ source of them."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from residual_quad import configs
+from residual_quad.controllers.attitude import LAG_TUNED_GAINS
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.evaluation.studies.ablation import AblationConfig
 from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
@@ -57,9 +59,7 @@ SHIPPED = {
             "payloads": "the nominal cells: none, heavy, extra",
             "winds": "windy",
             "env": "the realistic plant preset",
-            "controller_defaults": "lag-tuned attitude gains and the rotor model, given once",
-            "controller_options": "the policies retrained on the realistic plant (and the "
-            "defaults, resolved)",
+            "controller_options": "the policies retrained on the realistic plant",
             "series": "no time series",
         },
     ),
@@ -71,9 +71,7 @@ SHIPPED = {
             "winds": "windy",
             "seeds": "20 seeds: the pipeline's beyond-the-source matrix",
             "env": "the realistic plant preset",
-            "controller_defaults": "lag-tuned attitude gains and the rotor model, given once",
-            "controller_options": "the policies retrained on the realistic plant (and the "
-            "defaults, resolved)",
+            "controller_options": "the policies retrained on the realistic plant",
             "series": "no time series",
         },
     ),
@@ -205,13 +203,12 @@ def test_unknown_keys_and_wrong_types_are_errors():
 
 def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_with_the_sweeps_gains():
     """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant, by
-    the inner-loop gains, which are the ones the realistic sweeps give ``pid``, and by the
+    the inner-loop gains, which are the trackers' defaults behind lag, and by the
     budget (the ablation's 3 M steps; ``ppo_res`` trains for a third of it)."""
     base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
     real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
     assert real.pop("env_kwargs") == {"preset": "realistic"}
-    sweep = configs.load(SweepConfig, "sweep_realistic_20")
-    assert real.pop("attitude") == sweep.controller_options["pid"]["attitude"]
+    assert real.pop("attitude") == asdict(LAG_TUNED_GAINS)  # what pid flies there by default
     assert (real.pop("total_steps"), base.pop("total_steps")) == (3_000_000, 1_000_000)
     base.pop("env_kwargs"), base.pop("attitude")
     assert real == base

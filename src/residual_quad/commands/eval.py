@@ -26,7 +26,12 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
 from residual_quad.envs.presets import PRESETS
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.envs.turbulence import DRYDEN_LEVELS
-from residual_quad.episode import STEADY_STATE_FROM_S, EpisodeResult, run_episode
+from residual_quad.episode import (
+    STEADY_STATE_FROM_S,
+    EpisodeResult,
+    control_context,
+    run_episode,
+)
 
 #: flown by ``rquad demo`` after the four source trackers: the adaptive controller
 #: (``docs/adaptive.md``)
@@ -142,7 +147,9 @@ def _fly(args: argparse.Namespace, names: list[str]) -> list[tuple[str, EpisodeR
     rows = []
     for spec in specs:
         name = spec.label
-        controller: Any = spec.build(ControlContext())
+        # told the plant's rotors, as the sweep's controllers are (their default gains follow)
+        plant = {"preset": args.preset} if args.preset else {}
+        controller: Any = spec.build(control_context(plant))
         logger = None
         if args.tensorboard:  # per-step residual/RLS curves, one run directory per controller
             from residual_quad.training.tb_logging import EpisodeLogger

@@ -1,0 +1,86 @@
+"""The trackers' defaults follow the rotors they are told about (``ControlContext.rotor_tau_s``):
+the source's gains for ideal rotors (every committed row of the ideal plant), the lag-tuned set and
+the rotor model behind lag — so ``make_controller(name, env)`` flies the realistic plant with no
+option, where the ideal plant's gains crash."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import pytest
+
+import residual_quad  # noqa: F401  (registers ResidualQuad-v0)
+from residual_quad.controllers import make_controller
+from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains
+from residual_quad.controllers.base import ControlContext
+from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.episode import build_controller, control_context, run_episode
+
+TRACKERS = ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls"]
+LAGGED = ControlContext(rotor_tau_s=0.06)
+
+
+@pytest.mark.parametrize("name", TRACKERS)
+def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(name):
+    ideal = make_controller(name)
+    assert ideal.inner.gains == AttitudeGains() and ideal.rotor_model is None
+    lagged = make_controller(name, LAGGED)
+    assert lagged.inner.gains == LAG_TUNED_GAINS
+    assert lagged.rotor_model is not None and lagged.rotor_model.tau_s == 0.06
+    batch = make_batch_controller(name, 2, LAGGED)
+    assert batch.inner.gains == LAG_TUNED_GAINS and batch.rotor_model.tau_s == 0.06
+    if name.startswith("hnewton"):  # its own tilt bound (rad) follows too
+        assert ideal.params.max_tilt == pytest.approx(math.radians(40.0))
+        assert lagged.params.max_tilt == LAG_TUNED_GAINS.max_tilt
+
+
+@pytest.mark.parametrize("name", ["pid", "geo_rls", "hnewton"])
+def test_an_explicit_option_wins_over_the_plants_default(name):
+    own = AttitudeGains(wn_rp=12.0)
+    ctl = make_controller(name, LAGGED, attitude=own, rotor_tau_s=0.0)
+    assert ctl.inner.gains == own and ctl.rotor_model is None
+    ctl = make_controller(name, ControlContext(), rotor_tau_s=0.03)  # a model, ideal gains
+    assert ctl.inner.gains == AttitudeGains() and ctl.rotor_model.tau_s == 0.03
+    if name == "hnewton":
+        assert make_controller(name, LAGGED, max_tilt=0.6).params.max_tilt == 0.6
+
+
+def test_every_way_to_build_a_controller_tells_it_the_plants_rotors():
+    """The env, the env settings (sweeps, ``build_controller``) and a spec flown by
+    ``run_episode`` all carry the preset's and the explicit rotor time constant."""
+    assert control_context({}).rotor_tau_s == 0.0
+    assert control_context({"preset": "realistic"}).rotor_tau_s == 0.06
+    assert control_context({"preset": "realistic", "rotor_tau_s": 0.02}).rotor_tau_s == 0.02
+    assert control_context({"preset": "realistic", "rotor_tau_s": 0.0}).rotor_tau_s == 0.0
+    with pytest.raises(ValueError, match="unknown preset 'real'; valid choices"):
+        control_context({"preset": "real"})
+    env = gym.make("ResidualQuad-v0", preset="realistic")
+    assert ControlContext.from_env(env).rotor_tau_s == 0.06
+    assert make_controller("geo", env).inner.gains == LAG_TUNED_GAINS
+    env.close()
+    built = build_controller("pid", {"preset": "realistic"})
+    assert built.inner.gains == LAG_TUNED_GAINS and built.rotor_model.tau_s == 0.06
+
+
+def test_the_residual_pilot_keeps_the_gains_it_trains_with():
+    """``ppo_res``'s core is part of its training: a policy file's gains (``None``: the
+    source's), never the plant's defaults, and no rotor model."""
+    from residual_quad.controllers.ppo_res import ResidualPPOController
+
+    pilot = ResidualPPOController.corrected(accel_scale=4.0, context=LAGGED, tracker="pid")
+    assert pilot.inner.gains == AttitudeGains() and pilot.rotor_model is None
+    own = ResidualPPOController.corrected(4.0, LAGGED, tracker="pid", attitude=LAG_TUNED_GAINS)
+    assert own.inner.gains == LAG_TUNED_GAINS and own.rotor_model is None
+
+
+@pytest.mark.parametrize("name", ["pid", "geo_rls"])
+def test_the_defaults_fly_the_realistic_plant_where_the_ideal_gains_crash(name):
+    """Extra payload, gusts, helix on the realistic plant: the default build flies the episode;
+    the same controller with the ideal plant's gains (what it got before) does not."""
+    scenario = dict(payload="extra", wind="windy", trajectory="helix", episode_s=6.0)
+    flown = run_episode(name, seed=0, preset="realistic", **scenario)
+    assert not flown.diverged and flown.termination is None and flown.rmse < 0.5
+    ideal_gains = make_controller(name, LAGGED, attitude=AttitudeGains(), rotor_tau_s=0.0)
+    crashed = run_episode(ideal_gains, seed=0, preset="realistic", **scenario)
+    assert crashed.diverged or crashed.termination is not None
