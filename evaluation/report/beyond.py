@@ -37,6 +37,8 @@ SECTION_TITLE = "Beyond the source"
 BEYOND_DIR = "beyond"
 #: the folder (in a pipeline's output) holding one folder per recovery sweep of the section
 RECOVERY_DIR = "recovery"
+#: the folder (in a pipeline's output) holding one sweep folder per plant of the lag sweep
+LAG_DIR = "lag"
 #: the pipeline's resolved config, in its output folder
 PIPELINE_CONFIG_FILE = "pipeline_config.yaml"
 
@@ -206,7 +208,8 @@ def recovery_names(out_dir: str | Path) -> list[str] | None:
 def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
     """``outcome.json``'s ``beyond`` entry from the rows of a pipeline output folder: runs,
     failed and diverged runs of the ``beyond/`` sweep (under its name in the saved pipeline
-    config) and of each recovery sweep; ``{}`` without a ``beyond/`` sweep."""
+    config), of each recovery sweep and of each plant of the lag sweep (``lag/<plant>``); ``{}``
+    without a ``beyond/`` sweep."""
     out = Path(out_dir)
     rows = read_rows(out / BEYOND_DIR)
     if not rows:
@@ -222,6 +225,11 @@ def beyond_outcome_of(out_dir: str | Path) -> dict[str, Any]:
         rows = read_rows(folder / n)
         if rows:
             record[n] = sweep_outcome(rows, retrained_for_plant(folder / n))
+    lag = out / LAG_DIR
+    for d in sorted(lag.iterdir()) if lag.is_dir() else []:
+        rows = read_rows(d)
+        if rows:
+            record[f"{LAG_DIR}/{d.name}"] = sweep_outcome(rows, retrained_for_plant(d))
     return record
 
 

@@ -445,6 +445,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
         retrained_for_plant,
     )
     from residual_quad.evaluation.report.figures import redraw_figures
+    from residual_quad.evaluation.report.lag import lag_extras
     from residual_quad.evaluation.report.recovery import recovery_extras
     from residual_quad.evaluation.sweep.config import CONFIG_FILE
     from residual_quad.evaluation.sweep.rows import read_rows
@@ -480,7 +481,7 @@ def rewrite_report(out_dir: str | Path) -> Path:
                 title=title,
                 plant=env,
                 rows_path=f"{BEYOND_DIR}/rows.jsonl",
-                extras=[recovery_extras(out, names)],
+                extras=[recovery_extras(out, names), lag_extras(out)],
                 tables_dir=out / "tables",
                 baseline=rows if len(episodes) == 1 else None,  # the same runs only
                 retrained=retrained_for_plant(beyond_dir),

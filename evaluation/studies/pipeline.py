@@ -1,8 +1,9 @@
 """``rquad pipeline``: collect → train → evaluate → tables/figures → ``report.md``, one command.
 
 Besides the source's matrix, the evaluation flies "beyond the source" by default: the matrix under
-the ``realistic`` plant preset with 20 seeds per cell, and the payload-pickup and rotor-fault
-recovery sweeps, for the report's "Beyond the source" section (``docs/statistics.md``).
+the ``realistic`` plant preset with 20 seeds per cell, the payload-pickup and rotor-fault
+recovery sweeps and the lag sweep (rotor time constant × latency), for the report's "Beyond the
+source" section (``docs/statistics.md``).
 
 The trained network (not the packaged one) is what ``geo_res``/``geo_rls`` fly in the evaluation,
 so the report measures exactly what this run produced. Every stage writes its resolved config next
@@ -19,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from residual_quad import configs
+from residual_quad.envs.presets import plant_options
 from residual_quad.evaluation.report.beyond import (
     BEYOND_DIR,
+    LAG_DIR,
     PIPELINE_CONFIG_FILE,
     RECOVERY_DIR,
     beyond_outcome_of,
@@ -72,11 +75,38 @@ class PipelineConfig:
     # recovery table and figures join the section. Needs ``beyond``; []: none
     recovery: list[str] = field(default_factory=lambda: ["recovery_payload", "recovery_rotor"])
     recovery_overrides: dict[str, Any] = field(default_factory=dict)  # applied to each of them
+    # the lag sweep (evaluation/report/lag.py): one matrix flown into ``lag/<plant>/`` once per
+    # rotor time constant (s) × latency (control periods, command and sensor alike); its table
+    # and figure join the section. Needs ``beyond``; "": none
+    lag: str = "lag_sweep"
+    lag_rotor_tau_s: list[float] = field(default_factory=lambda: [0.02, 0.04, 0.06, 0.08])
+    lag_latency_steps: list[int] = field(default_factory=lambda: [0, 1, 2])
+    lag_overrides: dict[str, Any] = field(default_factory=dict)
     # processes drawing the figures (0: every core); 1 measured fastest on 2 cores, where the
     # software renderer of the GIF already keeps every core busy (docs/results/benchmarks.md)
     figure_workers: int = 1
 
     def __post_init__(self) -> None:
+        if self.lag and not self.beyond:
+            raise ValueError(
+                f"lag: {self.lag!r} joins the beyond-the-source section, which needs beyond "
+                "(a sweep name or YAML path); set beyond, or lag: ''"
+            )
+        if self.lag and not (self.lag_rotor_tau_s and self.lag_latency_steps):
+            raise ValueError(
+                "lag_rotor_tau_s and lag_latency_steps need a value each (lag: '' flies none), "
+                f"got {self.lag_rotor_tau_s!r} and {self.lag_latency_steps!r}"
+            )
+        for tau in self.lag_rotor_tau_s:  # the env's own checks, named after the key
+            try:
+                plant_options(None, rotor_tau_s=tau)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"lag_rotor_tau_s: {exc}") from None
+        for delay in self.lag_latency_steps:
+            try:
+                plant_options(None, action_delay_steps=delay)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"lag_latency_steps: {exc}") from None
         if self.recovery and not self.beyond:
             raise ValueError(
                 f"recovery: {self.recovery!r} joins the beyond-the-source section, which needs "
@@ -100,6 +130,16 @@ QUICK = PipelineConfig(
         "seeds": [0, 1],
         "episode_s": 8.0,
         "workers": 1,  # in this process: worker start-up would cost more than the runs
+    },
+    lag_rotor_tau_s=[0.03, 0.06],
+    lag_latency_steps=[1],
+    lag_overrides={  # two plants, one run each of two controllers
+        "controllers": ["pid", "geo_rls"],
+        "payloads": ["extra"],
+        "trajectories": ["helix"],
+        "seeds": [0],
+        "episode_s": 8.0,
+        "workers": 1,
     },
     recovery_overrides={  # one seed of two controllers, 5 s after each event
         "controllers": ["geo", "geo_rls_dob"],
@@ -223,7 +263,11 @@ def run_pipeline(
     if cfg.beyond:
         record["beyond_env_steps"] = sum(
             int(r.get("steps", 0))
-            for d in [out / BEYOND_DIR, *(out / RECOVERY_DIR / sweep_name(n) for n in cfg.recovery)]
+            for d in [
+                out / BEYOND_DIR,
+                *(out / RECOVERY_DIR / sweep_name(n) for n in cfg.recovery),
+                *(sorted((out / LAG_DIR).iterdir()) if (out / LAG_DIR).is_dir() else []),
+            ]
             for r in read_rows(d)
         )
     (out / TIMINGS_FILE).write_text(json.dumps(record, indent=1) + "\n")
@@ -287,6 +331,7 @@ def beyond_stage(
         plant_matched,
         retrained_for_plant,
     )
+    from residual_quad.evaluation.report.lag import lag_extras, lag_sweeps
     from residual_quad.evaluation.report.recovery import recovery_extras
     from residual_quad.evaluation.report.rl_seeds import training_seed
 
@@ -326,13 +371,27 @@ def beyond_stage(
             workers=r_cfg.workers or cfg.workers or None,
             retry_failed=retry_failed,
         )
+    if cfg.lag:
+        l_cfg, more = _prepared_sweep(cfg.lag, cfg.lag_overrides, weights)
+        if notes is not None:
+            notes += more
+        plants = lag_sweeps(l_cfg, cfg.lag_rotor_tau_s, cfg.lag_latency_steps)
+        for k, (folder, p_cfg) in enumerate(plants, 1):
+            print(f"[3/4] evaluate, beyond the source: lag sweep {folder} ({k}/{len(plants)})")
+            run_sweep(
+                p_cfg,
+                out / LAG_DIR / folder,
+                resume=resume,
+                workers=p_cfg.workers or cfg.workers or None,
+                retry_failed=retry_failed,
+            )
     section = beyond_section(
         rows,
         out,
         title=sweep_name(cfg.beyond),
         plant=s_cfg.env,
         rows_path=f"{BEYOND_DIR}/rows.jsonl",
-        extras=[recovery_extras(out, [sweep_name(n) for n in cfg.recovery])],
+        extras=[recovery_extras(out, [sweep_name(n) for n in cfg.recovery]), lag_extras(out)],
         tables_dir=out / "tables",
         baseline=baseline,
         retrained=retrained_for_plant(out / BEYOND_DIR),

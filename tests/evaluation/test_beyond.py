@@ -97,7 +97,7 @@ def test_pipeline_flies_the_beyond_sweep_when_configured(small_rows, tmp_path):
     """A config naming a sweep YAML gets its section (geo_rls with the pipeline's weights: here
     the shipped ones); no recovery sweeps here (tests/evaluation/test_pipeline_beyond.py)."""
     path = configs.dump(dataclasses.replace(SMALL, seeds=[0, 1]), tmp_path / "windy_lag.yaml")
-    cfg = PipelineConfig(beyond=str(path), recovery=[], workers=1)
+    cfg = PipelineConfig(beyond=str(path), recovery=[], lag="", workers=1)
     text = beyond_stage(cfg, tmp_path, DEFAULT_WEIGHTS, baseline=small_rows)
     assert text.startswith("## Beyond the source: windy_lag")
     assert "12 runs of 3 controllers" in text and (tmp_path / BEYOND_DIR / "rows.jsonl").is_file()

@@ -39,6 +39,10 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
         "figures/recovery/recovery_rotor.png",
         "tables/beyond_matrix.csv",
         "tables/beyond_recovery.csv",
+        "lag/tau030ms_delay1/rows.jsonl",
+        "lag/tau060ms_delay1/sweep_config.yaml",
+        "figures/lag.png",
+        "tables/beyond_lag.csv",
     ):
         assert (out / rel).exists(), rel
     timings = json.loads((out / "pipeline_timings.json").read_text())
@@ -52,7 +56,13 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
         "beyond_env_steps",
     ]
     assert timings["evaluate_env_steps"] == sum(r["steps"] for r in read_rows(out / "sweep"))
-    beyond_dirs = ("beyond", "recovery/recovery_payload", "recovery/recovery_rotor")
+    beyond_dirs = (
+        "beyond",
+        "recovery/recovery_payload",
+        "recovery/recovery_rotor",
+        "lag/tau030ms_delay1",
+        "lag/tau060ms_delay1",
+    )
     assert timings["beyond_env_steps"] == sum(
         r["steps"] for d in beyond_dirs for r in read_rows(out / d)
     )
@@ -64,7 +74,14 @@ def test_quick_pipeline_produces_every_artifact(tmp_path):
     assert "**Recovery after the first event" in beyond
     assert "![recovery, recovery_rotor](figures/recovery/recovery_rotor.png)" in beyond
     outcome = json.loads((out / "outcome.json").read_text())
-    assert set(outcome["beyond"]) == {"sweep_realistic", "recovery_payload", "recovery_rotor"}
+    assert set(outcome["beyond"]) == {
+        "sweep_realistic",
+        "recovery_payload",
+        "recovery_rotor",
+        "lag/tau030ms_delay1",
+        "lag/tau060ms_delay1",
+    }
+    assert "![lag sweep](figures/lag.png)" in beyond
     # ppo flies its policy retrained on the realistic plant: not among the expected crashes
     assert outcome["beyond"]["sweep_realistic"]["retrained"] == ["ppo"]
     assert "not expected" not in beyond

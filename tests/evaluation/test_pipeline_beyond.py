@@ -89,7 +89,17 @@ def flown(tmp_path_factory):
         str(configs.dump(payload, root / "pickup.yaml")),
         str(configs.dump(rotor, root / "fault.yaml")),
     ]
-    cfg = PipelineConfig(sweep=str(main_yaml), beyond=str(beyond_yaml), recovery=recovery)
+    lag = configs.dump(
+        dataclasses.replace(MAIN, controllers=["pid"], seeds=[0, 1]), root / "lag.yaml"
+    )
+    cfg = PipelineConfig(
+        sweep=str(main_yaml),
+        beyond=str(beyond_yaml),
+        recovery=recovery,
+        lag=str(lag),
+        lag_rotor_tau_s=[0.03, 0.06],
+        lag_latency_steps=[1],
+    )
     configs.dump(cfg, out / PIPELINE_CONFIG_FILE)
     rows = run_sweep(MAIN, out / "sweep", workers=1, progress=False)
     section = beyond_stage(cfg, out, DEFAULT_WEIGHTS, baseline=rows)
@@ -121,13 +131,25 @@ def test_the_section_has_the_matrix_the_paired_table_the_crashes_and_the_recover
         "realistic_tiny": {"runs": 6, "failed": 0, "diverged": {"ppo": 2}},
         "pickup": {"runs": 2, "failed": 0, "diverged": {}},
         "fault": {"runs": 2, "failed": 0, "diverged": {}},
+        "lag/tau030ms_delay1": {"runs": 2, "failed": 0, "diverged": {}},
+        "lag/tau060ms_delay1": {"runs": 2, "failed": 0, "diverged": {}},
     }
+    # the lag sweep: one folder per plant, its table (intervals over the 2 seeds) and figure
+    assert "**Lag sweep: mean RMSE (m) per rotor time constant and latency" in section
+    assert "| τ 30 ms, latency 1 | " in section and "| τ 60 ms, latency 1 | " in section
+    assert section.index("τ 30 ms") < section.index("τ 60 ms")
+    assert "![lag sweep](figures/lag.png)" in section
+    assert (out / "figures" / "lag.png").stat().st_size > 0
+    assert (out / "tables" / "beyond_lag.csv").is_file()
+    saved = configs.load(SweepConfig, out / "lag" / "tau060ms_delay1" / "sweep_config.yaml")
+    assert saved.env == {"rotor_tau_s": 0.06, "action_delay_steps": 1, "obs_delay_steps": 1}
 
 
 @pytest.mark.slow
 def test_resume_flies_nothing_again(flown, monkeypatch):
     cfg, out, section, _ = flown
-    before = {d: read_rows(out / d) for d in (BEYOND_DIR, "recovery/pickup", "recovery/fault")}
+    folders = (BEYOND_DIR, "recovery/pickup", "recovery/fault", "lag/tau030ms_delay1")
+    before = {d: read_rows(out / d) for d in folders}
     from residual_quad.evaluation.sweep import engine
 
     def no_flying(*args, **kwargs):
@@ -237,9 +259,27 @@ def test_recovery_needs_beyond_and_unique_names():
     assert QUICK.recovery == PipelineConfig().recovery and QUICK.beyond
     with pytest.raises(ValueError, match="needs beyond"):
         PipelineConfig(beyond="")
-    assert PipelineConfig(beyond="", recovery=[]).recovery == []
+    assert PipelineConfig(beyond="", recovery=[], lag="").recovery == []
     with pytest.raises(ValueError, match="share a name"):
         PipelineConfig(recovery=["recovery_rotor", "configs/recovery_rotor.yaml"])
+
+
+def test_the_lag_sweep_needs_beyond_and_a_valid_grid():
+    assert PipelineConfig().lag == "lag_sweep"
+    assert PipelineConfig().lag_rotor_tau_s == [0.02, 0.04, 0.06, 0.08]
+    assert PipelineConfig().lag_latency_steps == [0, 1, 2]
+    assert QUICK.lag == PipelineConfig().lag and len(QUICK.lag_rotor_tau_s) == 2
+    with pytest.raises(ValueError, match="lag: 'lag_sweep' joins the beyond-the-source section"):
+        PipelineConfig(beyond="", recovery=[])
+    assert PipelineConfig(beyond="", recovery=[], lag="").lag == ""
+    with pytest.raises(ValueError, match="need a value each"):
+        PipelineConfig(lag_latency_steps=[])
+    with pytest.raises(ValueError, match="lag_rotor_tau_s: .*rotor_tau_s"):
+        PipelineConfig(lag_rotor_tau_s=[0.06, -0.01])
+    with pytest.raises(ValueError, match="lag_rotor_tau_s: .*rotor_tau_s"):
+        PipelineConfig(lag_rotor_tau_s=[float("nan")])
+    with pytest.raises(ValueError, match="lag_latency_steps: .*action_delay_steps"):
+        PipelineConfig(lag_latency_steps=[1, 2.5])
 
 
 def test_record_outcome_writes_the_committed_expectation(tmp_path, monkeypatch):

@@ -51,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"matrix ({runs_text(full.sweep)}), and beyond the source the {full.beyond} matrix "
         f"({runs_text(full.beyond)}) and the recovery sweeps "
         + ", ".join(f"{n} ({runs_text(n)})" for n in full.recovery)
+        + f" and the {full.lag} matrix ({runs_text(full.lag)}) on each of "
+        f"{len(full.lag_rotor_tau_s) * len(full.lag_latency_steps)} rotor-lag × latency plants"
         + f", and write report.md with tables and figures. Regenerating the committed results: "
         f"{REGENERATE}.",
     )
