@@ -35,13 +35,17 @@ class Controller(Protocol):
 
 @dataclass(frozen=True)
 class ControlContext:
-    """What a controller may know about the vehicle: the nominal model, the control period and
-    the rotors' nominal time constant (a spec-sheet figure, as the mass is). The trackers' default
-    gains follow it (:func:`~residual_quad.controllers.attitude.default_attitude_gains`)."""
+    """What a controller may know about the vehicle: the nominal model, the control period, the
+    rotors' nominal time constant and the loop's latencies (spec-sheet figures, as the mass is).
+    The trackers' defaults follow them: the gains
+    (:func:`~residual_quad.controllers.attitude.default_attitude_gains`) and the latency
+    predictor (:mod:`~residual_quad.controllers.latency`)."""
 
     airframe: Airframe = Airframe()
     control_dt: float = 0.01  # s
     rotor_tau_s: float = 0.0  # s, the rotors' nominal first-order time constant (0: ideal rotors)
+    obs_delay_steps: int = 0  # control periods of sensor latency
+    action_delay_steps: int = 0  # control periods of command latency
 
     @classmethod
     def from_env(cls, env: Any) -> ControlContext:
@@ -53,6 +57,8 @@ class ControlContext:
                 airframe=base.nominal,
                 control_dt=float(base.control_dt),
                 rotor_tau_s=float(base.plant_options.rotor_tau_s),
+                obs_delay_steps=int(base.plant_options.obs_delay_steps),
+                action_delay_steps=int(base.plant_options.action_delay_steps),
             )
         except AttributeError:
             raise ValueError(f"{env!r} is not a ResidualQuad environment") from None

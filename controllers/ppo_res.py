@@ -244,13 +244,14 @@ class ResidualPPOController(PIDTracker):
         self.decides = decides  # whether the policy decides the correction (else: passed in)
         self.estimator = residual_estimator(self.spec, context) if decides else None
         # the core as trained: its gains from the policy file (None: the source's), no rotor
-        # model — never the context's lag defaults, which the policy did not train with
+        # model, no latency predictor — never the context's defaults, which it did not train with
         PIDTracker.__init__(
             self,
             context,
             ki=tracker_ki(self.tracker),
             attitude=self.attitude or AttitudeGains(),
             rotor_tau_s=0.0,
+            predict_latency=False,
         )
         period_s = self.context.control_dt * self.action_repeat  # s per decision
         self.step = correction_step(self.correction_rate, self.accel_scale, period_s)

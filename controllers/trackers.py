@@ -26,12 +26,14 @@ from residual_quad.controllers.attitude import (
 )
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
+from residual_quad.controllers.latency import LatencyPredictor
 from residual_quad.controllers.law import Law
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
     POSITIVE,
     Choice,
     Domain,
+    Flag,
     Instance,
     Number,
     Range,
@@ -63,6 +65,7 @@ LOOP_OPTIONS: dict[str, Domain] = {
     "attitude_loop": Choice(ATTITUDE_LOOPS),
     "indi_hz": POSITIVE,  # Hz, the INDI filter's natural frequency
     "indi_adapt": Number(ge=0.0, le=1.0),  # the INDI inertia identification's step (0: off)
+    "predict_latency": Flag(),  # the latency predictor (default: on behind latency)
 }
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
@@ -115,6 +118,7 @@ class TrackerState(NamedTuple):
     #: m/s², world, (n, 3): an input added to the command (data collection's excitation)
     excitation: np.ndarray | None = None
     indi: Any = None  # the INDI attitude loop's filter and previous sample (``attitude_loop``)
+    latency: Any = None  # the latency predictor's commands and disturbance estimates
     prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
     policy: Any = None  # ``ppo_res``'s correction: its hold and the policy inputs' memory
 
@@ -138,6 +142,10 @@ class Tracker(Law):
             the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`).
         indi_hz: natural frequency of the INDI filter, Hz.
         indi_adapt: step of INDI's online inertia identification (0: the nominal inertia).
+        predict_latency: run the control law on the state predicted over the loop's latency
+            (:mod:`~residual_quad.controllers.latency`); ``None``: on when the context reports
+            command or sensor latency. The estimators (residual, observer, INDI) read the
+            observation as it is either way.
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
@@ -170,6 +178,7 @@ class Tracker(Law):
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float = 0.0,
+        predict_latency: bool | None = None,
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -196,6 +205,14 @@ class Tracker(Law):
             if attitude_loop == "indi"
             else None
         )
+        delays = (self.context.obs_delay_steps, self.context.action_delay_steps)
+        if predict_latency is None:
+            predict_latency = sum(delays) > 0
+        self.predictor = (
+            LatencyPredictor(self.airframe, self.dt, *delays, rotor_tau_s=tau)
+            if predict_latency
+            else None
+        )
 
     def init_state(self, n: int) -> TrackerState:
         return TrackerState(
@@ -205,17 +222,22 @@ class Tracker(Law):
             last_thrust=np.full(n, self.airframe.hover_thrust),
             rotors=None if self.rotor_model is None else self.rotor_model.init_state(n),
             indi=None if self.indi is None else self.indi.init_state(n),
+            latency=None if self.predictor is None else self.predictor.init_state(n),
         )
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
-        if self.indi is None:
-            return state
-        return state._replace(indi=self.indi.forget(state.indi, rows))
+        if self.indi is not None:
+            state = state._replace(indi=self.indi.forget(state.indi, rows))
+        if self.predictor is not None:
+            state = state._replace(latency=self.predictor.forget(state.latency, rows))
+        return state
 
     def forget_one(self, state: TrackerState) -> TrackerState:
-        if self.indi is None:
-            return state
-        return state._replace(indi=self.indi.forget_one(state.indi))
+        if self.indi is not None:
+            state = state._replace(indi=self.indi.forget_one(state.indi))
+        if self.predictor is not None:
+            state = state._replace(latency=self.predictor.forget_one(state.latency))
+        return state
 
     # -- hooks: N envs -------------------------------------------------------------------------
     def command(
@@ -305,14 +327,24 @@ class Tracker(Law):
             state = state._replace(rotors=rotors)
         state, torque_ff = self.torque_feedforward(state, obs)
         R = obs[..., L.rot].reshape(obs.shape[:-1] + (3, 3))
-        e_p = obs[..., L.ref_pos] - obs[..., L.pos]
-        e_v = obs[..., L.ref_vel] - obs[..., L.vel]
-        state, a_cmd = (self.command_one if one else self.command)(state, obs, e_p, e_v)
+        law_obs, law_R = obs, R  # what the control law acts on: the predicted state if any
+        if self.predictor is not None:
+            latency, law_obs = self.predictor.predict(state.latency, obs)
+            state = state._replace(latency=latency)
+            law_R = law_obs[..., L.rot].reshape(R.shape)
+        e_p = law_obs[..., L.ref_pos] - law_obs[..., L.pos]
+        e_v = law_obs[..., L.ref_vel] - law_obs[..., L.vel]
+        state, a_cmd = (self.command_one if one else self.command)(state, law_obs, e_p, e_v)
         if state.excitation is not None:
             a_cmd = a_cmd + state.excitation
         state, residual = (self.residual_one if one else self.residual)(state, obs, R, a_cmd)
         inner = self.inner_command_one if one else self.inner_command
-        state, thrusts, saturated, collective = inner(state, obs, R, a_cmd - residual, torque_ff)
+        state, thrusts, saturated, collective = inner(
+            state, law_obs, law_R, a_cmd - residual, torque_ff
+        )
+        if self.predictor is not None:
+            latency = self.predictor.record(state.latency, np.asarray(thrusts, dtype=float))
+            state = state._replace(latency=latency)
         state = state._replace(
             last_a_cmd=a_cmd,
             last_residual=residual,

@@ -138,7 +138,8 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors; ``None``:
             the context's); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
-        attitude_loop, indi_hz, indi_adapt: the attitude loop (``"pd"`` or ``"indi"``), as every
+        attitude_loop, indi_hz, indi_adapt, predict_latency: the attitude loop (``"pd"`` or
+            ``"indi"``) and the latency predictor, as every
             tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
@@ -180,6 +181,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         attitude_loop: str = "pd",
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float = 0.0,
+        predict_latency: bool | None = None,
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -194,6 +196,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
             attitude_loop=attitude_loop,
             indi_hz=indi_hz,
             indi_adapt=indi_adapt,
+            predict_latency=predict_latency,
         )
 
     @classmethod

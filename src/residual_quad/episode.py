@@ -45,13 +45,17 @@ def control_dt(env_kwargs: dict[str, Any]) -> float:
 
 def control_context(env_kwargs: dict[str, Any], airframe: Airframe | None = None) -> ControlContext:
     """What a controller is told about the plant of the env settings ``env_kwargs``: the nominal
-    ``airframe`` (default: the env's), the control period and the rotors' time constant of the
-    settings' plant options (``preset``, ``rotor_tau_s``; the env's own checks)."""
-    options = plant_options(env_kwargs.get("preset"), rotor_tau_s=env_kwargs.get("rotor_tau_s"))
+    ``airframe`` (default: the env's), the control period, the rotors' time constant and the
+    latencies of the settings' plant options (``preset``, ``rotor_tau_s``, ``*_delay_steps``;
+    the env's own checks)."""
+    keys = ("rotor_tau_s", "action_delay_steps", "obs_delay_steps")
+    options = plant_options(env_kwargs.get("preset"), **{k: env_kwargs.get(k) for k in keys})
     return ControlContext(
         airframe=airframe or Airframe(),
         control_dt=control_dt(env_kwargs),
         rotor_tau_s=options.rotor_tau_s,
+        obs_delay_steps=options.obs_delay_steps,
+        action_delay_steps=options.action_delay_steps,
     )
 
 
@@ -203,10 +207,13 @@ def run_episode(
             )
         base = env.unwrapped  # the env's own attributes; the flight goes through the wrappers
         if isinstance(controller, str):
+            opts = base.plant_options
             context = ControlContext(
                 airframe=base.airframe,
                 control_dt=base.control_dt,
-                rotor_tau_s=base.plant_options.rotor_tau_s,
+                rotor_tau_s=opts.rotor_tau_s,
+                obs_delay_steps=opts.obs_delay_steps,
+                action_delay_steps=opts.action_delay_steps,
             )
             controller = parse_spec(controller).build(context)
         return _fly(controller, env, base, seed, reset_options, callback, frame_every)

@@ -48,15 +48,18 @@ def test_an_explicit_option_wins_over_the_plants_default(name):
 
 def test_every_way_to_build_a_controller_tells_it_the_plants_rotors():
     """The env, the env settings (sweeps, ``build_controller``) and a spec flown by
-    ``run_episode`` all carry the preset's and the explicit rotor time constant."""
+    ``run_episode`` all carry the preset's and the explicit rotor time constant and latencies."""
     assert control_context({}).rotor_tau_s == 0.0
-    assert control_context({"preset": "realistic"}).rotor_tau_s == 0.06
+    real = control_context({"preset": "realistic"})
+    assert (real.rotor_tau_s, real.obs_delay_steps, real.action_delay_steps) == (0.06, 1, 1)
+    assert control_context({"preset": "realistic", "action_delay_steps": 2}).action_delay_steps == 2
     assert control_context({"preset": "realistic", "rotor_tau_s": 0.02}).rotor_tau_s == 0.02
     assert control_context({"preset": "realistic", "rotor_tau_s": 0.0}).rotor_tau_s == 0.0
     with pytest.raises(ValueError, match="unknown preset 'real'; valid choices"):
         control_context({"preset": "real"})
     env = gym.make("ResidualQuad-v0", preset="realistic")
     assert ControlContext.from_env(env).rotor_tau_s == 0.06
+    assert ControlContext.from_env(env).obs_delay_steps == 1
     assert make_controller("geo", env).inner.gains == LAG_TUNED_GAINS
     env.close()
     built = build_controller("pid", {"preset": "realistic"})
