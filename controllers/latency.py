@@ -19,7 +19,7 @@ compensation:
   model's — low-passed with gain :data:`DISTURBANCE_GAIN` per period. Without them a constant
   disturbance (the payload's weight and its centre of mass) is predicted as motion that never
   happens, and the tracker follows a biased state: measured, the prediction without them doubles
-  to sextuples ``pid``'s error, with them it is within 10 % at one period each way.
+  to sextuples ``pid``'s error, with them it is within 16 % at one period each way.
 
 The reference is shifted by ``d_a`` periods along its velocity and acceleration, so the command
 is computed for the state and the reference of the moment it acts. Everything is written once

@@ -4,8 +4,9 @@ time constant and the latency, not at one point.
 One matrix (``configs/lag_sweep.yaml``) is flown once per plant of a grid of rotor time constants
 × latencies (command and sensor latency, each that many control periods), each into its own
 sweep folder ``lag/<plant>/`` with its resolved config (:func:`lag_sweeps`); the controllers are
-told each plant's rotor time constant, so they fly their defaults for it
-(:func:`~residual_quad.controllers.attitude.default_attitude_gains`). Nothing here flies: the
+told each plant's rotor time constant and latencies, so they fly their defaults for it (the
+gains of :func:`~residual_quad.controllers.attitude.default_attitude_gains`, the latency
+predictor of :mod:`~residual_quad.controllers.latency`). Nothing here flies: the
 table and the figure read the rows, and each folder's plant from the config saved next to them.
 
 - the table: mean RMSE (helix and figure-8, every payload and seed) per plant × controller, the
@@ -126,8 +127,9 @@ def lag_table(rows: list[dict[str, Any]]) -> Table | None:
         intervals=grid_intervals(rows, _tracking, keys, controllers, "rmse"),
         note=(
             "Latency: command and sensor latency, each that many control periods (10 ms). Each "
-            "controller flies its defaults for the rotors it is told (the lag-tuned set behind "
-            "any lag); a cell with crashes shows them next to the mean of the other runs."
+            "controller flies its defaults for the plant it is told (behind lag the lag-tuned "
+            "set and its rotor model, behind latency the latency predictor; docs/controllers.md); "
+            "a cell with crashes shows them next to the mean of the other runs."
         ),
     )
 

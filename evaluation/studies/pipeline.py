@@ -42,7 +42,7 @@ COMMITTED_REPORT = "docs/results/report.md in the repository"
 COMMITTED_WHAT = (
     "targets and diverged runs of the committed matrix (docs/results/sweep/rows.jsonl, "
     "docs/results/report.md); under beyond, the runs, failed and diverged runs of each "
-    "beyond-the-source sweep (docs/results/beyond/, docs/results/recovery/)"
+    "beyond-the-source sweep (docs/results/beyond/, docs/results/recovery/, docs/results/lag/)"
 )
 #: the one command that re-flies the committed results and records their outcome
 REGENERATE = "rquad pipeline --out docs/results --record-outcome"

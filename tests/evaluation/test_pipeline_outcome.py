@@ -91,7 +91,8 @@ def test_the_committed_report_is_its_rows_rendered(tmp_path):
         shutil.copy(results / rel, tmp_path / rel)
     # the "Beyond the source" sweeps, once flown: rows, configs and the recovery figures (their
     # series are not committed); the showcase series the figures redrawn from rows read
-    for rel in ("pipeline_config.yaml", "beyond", "recovery", "figures/recovery", "sweep/series"):
+    folders = ("beyond", "recovery", "lag", "figures/recovery", "sweep/series")
+    for rel in ("pipeline_config.yaml", *folders):
         if (results / rel).is_dir():
             shutil.copytree(results / rel, tmp_path / rel)
         elif (results / BEYOND_DIR).is_dir() and (results / rel).is_file():
