@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from residual_quad import configs
-from residual_quad.controllers.attitude import AttitudeGains
+from residual_quad.controllers.attitude import AttitudeGains, default_attitude_loop
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.options import NON_NEGATIVE, Domain, Flag, Range
 from residual_quad.controllers.residual.config import ResidualConfig
@@ -172,7 +172,8 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         attitude: inner-loop gains.
         observer_tau: low-pass time constant of the disturbance observer, s.
         observer: ``False`` flies without the observer (the guarded, EFRA ``geo_rls`` alone; for
-            comparisons).
+            comparisons); ``None``: the observer unless the attitude loop is INDI (the default
+            behind lagging rotors), which takes its place — the two are not stacked.
         **overrides: residual settings, as for ``geo_rls``.
 
     The observer's state is ``state.observer`` (:class:`ObserverState`); the torque the attitude
@@ -209,10 +210,15 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
         observer_tau: float = DEFAULT_OBSERVER_TAU,  # s
-        observer: bool = True,
+        observer: bool | None = None,
         **overrides: Any,
     ):
         context = context or ControlContext()
+        loop = overrides.get("attitude_loop")
+        if observer is None:  # the observer unless INDI (the default behind lag) takes its place
+            observer = (loop or default_attitude_loop(context.rotor_tau_s)) == "pd"
+        elif observer is True and loop is None:  # the observer chosen: the PD it feeds
+            overrides["attitude_loop"] = "pd"
         if not isinstance(observer, bool):
             raise ValueError(f"observer must be true or false, got {observer!r}")
         if observer and overrides.get("attitude_loop", "pd") != "pd":
@@ -226,7 +232,7 @@ class DOBRLSGeoTracker(RLSGeoTracker):
         )
         super().__init__(
             context,
-            config=config if config is not None else configs.shipped("adaptive"),
+            config=config,  # None: configs/adaptive.yaml (settings), the plant's defaults on it
             network=network,
             attitude=attitude,
             **overrides,

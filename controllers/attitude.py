@@ -49,6 +49,16 @@ class AttitudeGains:
 LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
 
 
+#: INDI's inertia-identification step in the defaults behind lagging rotors (docs/controllers.md)
+LAG_INDI_ADAPT = 0.02
+
+
+def default_attitude_loop(rotor_tau_s: float) -> str:
+    """The trackers' default attitude loop for rotors of nominal time constant ``rotor_tau_s``
+    (s): the geometric PD for ideal rotors (the source's), INDI behind any lag."""
+    return "indi" if rotor_tau_s > 0.0 else "pd"
+
+
 def default_attitude_gains(rotor_tau_s: float) -> AttitudeGains:
     """The trackers' default attitude gains for rotors of nominal time constant ``rotor_tau_s``
     (s): the source's :class:`AttitudeGains` for ideal rotors, :data:`LAG_TUNED_GAINS` behind

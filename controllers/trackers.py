@@ -19,10 +19,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from residual_quad.controllers.attitude import (
+    LAG_INDI_ADAPT,
     AttitudeGains,
     InnerLoop,
     attitude_gains,
     default_attitude_gains,
+    default_attitude_loop,
 )
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
@@ -139,9 +141,11 @@ class Tracker(Law):
             its first-order model of them (:mod:`~residual_quad.controllers.rotor_model`)
             instead of the commanded ones.
         attitude_loop: ``"pd"`` (the geometric PD) or ``"indi"``: the PD plus the filtered torque
-            the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`).
+            the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`);
+            ``None``: the context's default (``"indi"`` behind lagging rotors).
         indi_hz: natural frequency of the INDI filter, Hz.
-        indi_adapt: step of INDI's online inertia identification (0: the nominal inertia).
+        indi_adapt: step of INDI's online inertia identification (0: the nominal inertia;
+            ``None``: 0.02 behind lagging rotors, else 0).
         predict_latency: run the control law on the state predicted over the loop's latency
             (:mod:`~residual_quad.controllers.latency`); ``None``: on when the context reports
             command or sensor latency. The estimators (residual, observer, INDI) read the
@@ -175,9 +179,9 @@ class Tracker(Law):
         kd: float = DEFAULT_KD,  # 1/s
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
-        attitude_loop: str = "pd",
+        attitude_loop: str | None = None,
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
-        indi_adapt: float = 0.0,
+        indi_adapt: float | None = None,
         predict_latency: bool | None = None,
     ):
         self.context = context or ControlContext()
@@ -189,6 +193,10 @@ class Tracker(Law):
         if attitude is None:
             attitude = default_attitude_gains(self.context.rotor_tau_s)
         self.inner = InnerLoop(self.airframe, attitude)
+        if attitude_loop is None:
+            attitude_loop = default_attitude_loop(self.context.rotor_tau_s)
+        if indi_adapt is None:  # the inertia is identified by default behind lag
+            indi_adapt = LAG_INDI_ADAPT if self.context.rotor_tau_s > 0.0 else 0.0
         if attitude_loop not in ATTITUDE_LOOPS:
             raise ValueError(
                 f"attitude_loop must be one of {', '.join(ATTITUDE_LOOPS)}, got {attitude_loop!r}"

@@ -178,13 +178,15 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         network: ResidualMLP | None = None,
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
-        attitude_loop: str = "pd",
+        attitude_loop: str | None = None,
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
-        indi_adapt: float = 0.0,
+        indi_adapt: float | None = None,
         predict_latency: bool | None = None,
         **overrides: Any,
     ):
         context = context or ControlContext()
+        if config is None and context.rotor_tau_s > 0.0:  # behind lag (docs/controllers.md)
+            overrides.setdefault("thrust_axis", "commanded")
         self.config = cfg = self.settings(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
         super().__init__(

@@ -10,6 +10,7 @@ import pytest
 import scipy.signal
 
 from residual_quad.controllers import make_controller
+from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import make_batch_controller
 from residual_quad.controllers.indi import IndiLoop, butterworth
 from residual_quad.controllers.law import one_vehicle
@@ -139,8 +140,13 @@ def test_indi_hz_beyond_its_range_is_refused(hz):
 
 def test_the_dob_observer_and_indi_are_not_stacked():
     with pytest.raises(ValueError, match="observer=false"):
-        make_controller("geo_rls_dob", attitude_loop="indi")
-    make_controller("geo_rls_dob", attitude_loop="indi", observer=False)
+        make_controller("geo_rls_dob", attitude_loop="indi", observer=True)
+    assert not make_controller("geo_rls_dob", attitude_loop="indi").use_observer  # INDI's place
+    assert make_controller("geo_rls_dob").use_observer
+    lagged = ControlContext(rotor_tau_s=0.06)  # INDI by default: the observer yields
+    assert not make_controller("geo_rls_dob", lagged).use_observer
+    chosen = make_controller("geo_rls_dob", lagged, observer=True)  # the observer and its PD
+    assert chosen.use_observer and chosen.attitude_loop == "pd"
 
 
 def test_the_adapted_inertia_converges_on_the_vehicles():

@@ -80,10 +80,13 @@ def test_the_residual_pilot_keeps_the_gains_it_trains_with():
 @pytest.mark.parametrize("name", ["pid", "geo_rls"])
 def test_the_defaults_fly_the_realistic_plant_where_the_ideal_gains_crash(name):
     """Extra payload, gusts, helix on the realistic plant: the default build flies the episode;
-    the same controller with the ideal plant's gains (what it got before) does not."""
+    the same controller with the ideal plant's defaults (the source's gains, the PD loop, no
+    rotor model: what it got before) does not."""
     scenario = dict(payload="extra", wind="windy", trajectory="helix", episode_s=6.0)
     flown = run_episode(name, seed=0, preset="realistic", **scenario)
     assert not flown.diverged and flown.termination is None and flown.rmse < 0.5
-    ideal_gains = make_controller(name, LAGGED, attitude=AttitudeGains(), rotor_tau_s=0.0)
+    ideal_gains = make_controller(
+        name, LAGGED, attitude=AttitudeGains(), rotor_tau_s=0.0, attitude_loop="pd"
+    )
     crashed = run_episode(ideal_gains, seed=0, preset="realistic", **scenario)
     assert crashed.diverged or crashed.termination is not None
