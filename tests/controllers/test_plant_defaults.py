@@ -27,6 +27,11 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     assert ideal.inner.gains == AttitudeGains() and ideal.rotor_model is None
     lagged = make_controller(name, LAGGED)
     assert lagged.inner.gains == LAG_TUNED_GAINS
+    assert (ideal.attitude_loop, ideal.indi) == ("pd", None)
+    assert lagged.attitude_loop == "indi" and lagged.indi.adapt == 0.02
+    if name in ("geo_res", "geo_rls", "geo_rls_dob"):  # the residual along the commanded axis
+        assert ideal.config.thrust_axis == "achieved"
+        assert lagged.config.thrust_axis == "commanded"
     assert lagged.rotor_model is not None and lagged.rotor_model.tau_s == 0.06
     batch = make_batch_controller(name, 2, LAGGED)
     assert batch.inner.gains == LAG_TUNED_GAINS and batch.rotor_model.tau_s == 0.06
