@@ -243,14 +243,17 @@ class ResidualPPOController(PIDTracker):
     def _start(self, context: ControlContext, decides: bool) -> None:
         self.decides = decides  # whether the policy decides the correction (else: passed in)
         self.estimator = residual_estimator(self.spec, context) if decides else None
-        # the core as trained: its gains from the policy file (None: the source's), no rotor
-        # model, no latency predictor — never the context's defaults, which it did not train with
+        # the core as trained: its gains from the policy file (None: the source's), the PD
+        # attitude loop, no rotor model, no latency predictor — never the context's defaults,
+        # which it did not train with
         PIDTracker.__init__(
             self,
             context,
             ki=tracker_ki(self.tracker),
             attitude=self.attitude or AttitudeGains(),
             rotor_tau_s=0.0,
+            attitude_loop="pd",
+            indi_adapt=0.0,
             predict_latency=False,
         )
         period_s = self.context.control_dt * self.action_repeat  # s per decision

@@ -73,11 +73,12 @@ def test_every_way_to_build_a_controller_tells_it_the_plants_rotors():
 
 def test_the_residual_pilot_keeps_the_gains_it_trains_with():
     """``ppo_res``'s core is part of its training: a policy file's gains (``None``: the
-    source's), never the plant's defaults, and no rotor model."""
+    source's), never the plant's defaults: no rotor model, the PD loop, no latency predictor."""
     from residual_quad.controllers.ppo_res import ResidualPPOController
 
     pilot = ResidualPPOController.corrected(accel_scale=4.0, context=LAGGED, tracker="pid")
     assert pilot.inner.gains == AttitudeGains() and pilot.rotor_model is None
+    assert pilot.attitude_loop == "pd" and pilot.indi is None and pilot.predictor is None
     own = ResidualPPOController.corrected(4.0, LAGGED, tracker="pid", attitude=LAG_TUNED_GAINS)
     assert own.inner.gains == LAG_TUNED_GAINS and own.rotor_model is None
 
