@@ -63,6 +63,17 @@ SHIPPED = {
             "series": "no time series",
         },
     ),
+    "lag_sweep": (
+        SweepConfig,
+        {
+            "controllers": "the seven model-based trackers",
+            "payloads": "none and extra",
+            "winds": "windy",
+            "trajectories": "the tracking trajectories",
+            "env": "the realistic preset, whose lag and latency each plant of the grid sets",
+            "series": "no time series",
+        },
+    ),
     "sweep_realistic_20": (
         SweepConfig,
         {
