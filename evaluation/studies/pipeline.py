@@ -470,7 +470,7 @@ def beyond_lines(beyond: dict[str, Any]) -> list[str]:
     from residual_quad.evaluation.report.beyond import expected_crashes
 
     lines = []
-    for name, o in beyond.items():
+    for name, o in _lag_merged(beyond).items():
         crashes = o["diverged"]
         n_div = sum(crashes.values())
         line = f"beyond the source, {name}: diverged runs: {n_div} of {o['runs']}"
@@ -488,6 +488,28 @@ def beyond_lines(beyond: dict[str, Any]) -> list[str]:
                 line += f"; not expected: {', '.join(other)}"
         lines.append(line)
     return lines
+
+
+def _lag_merged(beyond: dict[str, Any]) -> dict[str, Any]:
+    """``beyond`` with the lag sweep's plants (``lag/<plant>``) as one entry, ``lag sweep (N
+    plants)``: runs and failures summed, crashes per controller summed and, when there are any,
+    the plants they happened on named after the controller."""
+    plants = {k: v for k, v in beyond.items() if k.startswith(f"{LAG_DIR}/")}
+    out = {k: v for k, v in beyond.items() if k not in plants}
+    if plants:
+        crashes: dict[str, int] = {}
+        where: dict[str, list[str]] = {}
+        for name, o in plants.items():
+            for c, n in o["diverged"].items():
+                crashes[c] = crashes.get(c, 0) + n
+                where.setdefault(c, []).append(name.split("/", 1)[1])
+        named = {f"{c} at {', '.join(where[c])}": n for c, n in crashes.items()}
+        out[f"lag sweep ({len(plants)} plants)"] = {
+            "runs": sum(o["runs"] for o in plants.values()),
+            "failed": sum(o.get("failed", 0) for o in plants.values()),
+            "diverged": named,
+        }
+    return out
 
 
 def outcome_differences(outcome: dict[str, Any], committed: dict[str, Any]) -> list[str]:

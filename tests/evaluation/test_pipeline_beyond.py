@@ -207,6 +207,14 @@ def test_closing_lines_name_the_rl_crashes_as_expected_and_others_not():
         ["geo"],
     )
     assert beyond_lines({}) == []
+    plants = {
+        "lag/tau020ms_delay0": {"runs": 84, "failed": 0, "diverged": {}},
+        "lag/tau080ms_delay2": {"runs": 84, "failed": 1, "diverged": {"pid": 2}},
+    }
+    assert beyond_lines(plants) == [
+        "beyond the source, lag sweep (2 plants): diverged runs: 2 of 168, 1 failed "
+        "(pid at tau080ms_delay2 2); not expected: pid at tau080ms_delay2"
+    ]
 
 
 def test_a_policy_retrained_on_the_sweeps_plant_is_not_expected_to_crash(tmp_path):
