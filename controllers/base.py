@@ -9,6 +9,7 @@ observations inside ``policy`` (act → step → observe is the env loop's order
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -49,19 +50,26 @@ class ControlContext:
 
     @classmethod
     def from_env(cls, env: Any) -> ControlContext:
-        """Nominal airframe, control period and rotor time constant of a (possibly wrapped)
-        ``ResidualQuad-v0``."""
+        """Nominal airframe, control period, rotor time constant and latencies of a (possibly
+        wrapped) ``ResidualQuad-v0`` (a remote env reports no plant options: ideal ones)."""
         base = getattr(env, "unwrapped", env)
         try:
-            return cls(
-                airframe=base.nominal,
-                control_dt=float(base.control_dt),
-                rotor_tau_s=float(base.plant_options.rotor_tau_s),
-                obs_delay_steps=int(base.plant_options.obs_delay_steps),
-                action_delay_steps=int(base.plant_options.action_delay_steps),
-            )
+            airframe, control_dt = base.nominal, float(base.control_dt)
         except AttributeError:
             raise ValueError(f"{env!r} is not a ResidualQuad environment") from None
+        plant = getattr(base, "plant_options", None)  # a remote env reports none: ideal
+        return cls(
+            airframe=airframe,
+            control_dt=control_dt,
+            rotor_tau_s=float(getattr(plant, "rotor_tau_s", 0.0)),
+            obs_delay_steps=int(getattr(plant, "obs_delay_steps", 0)),
+            action_delay_steps=int(getattr(plant, "action_delay_steps", 0)),
+        )
+
+    def ideal(self) -> ControlContext:
+        """This context with ideal rotors and no latency: the plant the source's defaults are
+        for (a controller that must fly as it was trained on it)."""
+        return dataclasses.replace(self, rotor_tau_s=0.0, obs_delay_steps=0, action_delay_steps=0)
 
 
 #: what a learned controller's :class:`InformationUse` reads its training record from

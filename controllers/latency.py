@@ -81,6 +81,7 @@ class LatencyPredictor:
         self.mass = airframe.mass  # kg
         self.gravity = airframe.gravity  # m/s²
         self.J = tuple(float(x) for x in np.asarray(airframe.inertia))  # kg·m², body axes
+        self.Jv = np.array(self.J)  # the same as an array, for the (…, 3) products
         self.A = airframe.allocation.tolist()  # rotor thrusts → [T, τx, τy, τz]
         self.hover = airframe.hover_thrust / 4.0  # N per rotor
 
@@ -142,9 +143,8 @@ class LatencyPredictor:
         k = DISTURBANCE_GAIN
         a_meas = (vel - state.prev_vel) / self.dt
         w_meas = (omega - state.prev_omega) / self.dt
-        Jv = np.asarray(self.J)
         da = state.accel_dist + k * ((a_meas - acc) - state.accel_dist)
-        dt_ = state.torque_dist + k * ((w_meas - wdot) * Jv - state.torque_dist)
+        dt_ = state.torque_dist + k * ((w_meas - wdot) * self.Jv - state.torque_dist)
         have = np.asarray(state.have_prev)[..., None]
         return state._replace(
             accel_dist=np.where(have, da, state.accel_dist),
@@ -164,7 +164,7 @@ class LatencyPredictor:
         )
         pos, vel = obs[..., L.pos], obs[..., L.vel]
         rot, omega = obs[..., L.rot], obs[..., L.omega_b]
-        dt, Jv = self.dt, np.asarray(self.J)
+        dt, Jv = self.dt, self.Jv
         f = state.thrusts
         for k in range(self.horizon):
             u = state.sent[..., k, :]

@@ -243,18 +243,10 @@ class ResidualPPOController(PIDTracker):
     def _start(self, context: ControlContext, decides: bool) -> None:
         self.decides = decides  # whether the policy decides the correction (else: passed in)
         self.estimator = residual_estimator(self.spec, context) if decides else None
-        # the core as trained: its gains from the policy file (None: the source's), the PD
-        # attitude loop, no rotor model, no latency predictor — never the context's defaults,
-        # which it did not train with
+        # the core as trained: its gains from the policy file (None: the source's) and the
+        # ideal plant's defaults (PD loop, no rotor model, no predictor), never the plant's
         PIDTracker.__init__(
-            self,
-            context,
-            ki=tracker_ki(self.tracker),
-            attitude=self.attitude or AttitudeGains(),
-            rotor_tau_s=0.0,
-            attitude_loop="pd",
-            indi_adapt=0.0,
-            predict_latency=False,
+            self, context.ideal(), ki=tracker_ki(self.tracker), attitude=self.attitude
         )
         period_s = self.context.control_dt * self.action_repeat  # s per decision
         self.step = correction_step(self.correction_rate, self.accel_scale, period_s)
@@ -308,12 +300,20 @@ class ResidualPPOController(PIDTracker):
         """Deterministic actions (n, 3) in [-1, 1] of normalized feature rows ``x``."""
         return rowwise_actions(self.network, self.model, x)
 
+    def _estimate(
+        self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray, one: bool
+    ) -> tuple[Any, np.ndarray | None]:
+        """The residual estimator's next state and its estimate, a policy input (``None``
+        without an estimator); one vehicle or a batch."""
+        if self.estimator is None:
+            return state.estimator, None
+        estimate = self.estimator.estimate_one if one else self.estimator.estimate
+        return estimate(state.estimator, obs, R, a_cmd)
+
     def residual(
         self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
     ) -> tuple[TrackerState, np.ndarray]:
-        est_state, est = state.estimator, None
-        if self.estimator is not None:
-            est_state, est = self.estimator.estimate(est_state, obs, R, a_cmd)
+        est_state, est = self._estimate(state, obs, R, a_cmd, one=False)
         p = state.policy
         if self.decides:
             rows = due_rows(p.k, self.action_repeat)
@@ -331,9 +331,7 @@ class ResidualPPOController(PIDTracker):
     def residual_one(
         self, state: TrackerState, obs: np.ndarray, R: np.ndarray, a_cmd: np.ndarray
     ) -> tuple[TrackerState, np.ndarray]:
-        est_state, est = state.estimator, None
-        if self.estimator is not None:
-            est_state, est = self.estimator.estimate_one(est_state, obs, R, a_cmd)
+        est_state, est = self._estimate(state, obs, R, a_cmd, one=True)
         p = state.policy
         k, u, held = p.k, p.u, p.held
         if self.decides:

@@ -40,6 +40,9 @@ class PlantOptions:
         check_delay("obs_delay_steps", self.obs_delay_steps)
 
 
+#: the plant options a controller is told (``ControlContext``): its rotors and latencies
+CONTROL_OPTIONS = ("rotor_tau_s", "action_delay_steps", "obs_delay_steps")
+
 PRESETS: dict[str, PlantOptions] = {
     "ideal": PlantOptions(),
     # F450-class rotors (≈ 60 ms, [LAG]), one control period (10 ms at 100 Hz) of command and

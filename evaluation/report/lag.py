@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from residual_quad import configs  # noqa: E402
-from residual_quad.envs.presets import PlantOptions, plant_options  # noqa: E402
+from residual_quad.envs.presets import CONTROL_OPTIONS, PlantOptions, plant_options  # noqa: E402
 from residual_quad.evaluation.report.beyond import LAG_DIR, Extras  # noqa: E402
 from residual_quad.evaluation.report.style import (  # noqa: E402
     BAND_ALPHA,
@@ -40,15 +40,12 @@ from residual_quad.evaluation.report.style import (  # noqa: E402
 from residual_quad.evaluation.report.tables import (  # noqa: E402
     TRACKING,
     Table,
-    _grid,
     controller_order,
+    grid_cells,
     grid_intervals,
 )
 from residual_quad.evaluation.sweep.config import CONFIG_FILE, SweepConfig  # noqa: E402
 from residual_quad.evaluation.sweep.rows import flown_rows, read_rows  # noqa: E402
-
-#: the plant options a lag plant sets over the matrix's env
-LAG_KEYS = ("rotor_tau_s", "action_delay_steps", "obs_delay_steps")
 
 
 def plant_folder(rotor_tau_s: float, delay_steps: int) -> str:
@@ -79,8 +76,8 @@ def lag_sweeps(
 
 
 def _plant_of(folder: Path) -> PlantOptions:
-    env = configs.load(SweepConfig, folder / CONFIG_FILE).env
-    return plant_options(env.get("preset"), **{k: env.get(k) for k in LAG_KEYS})
+    env = configs.read_yaml(folder / CONFIG_FILE).get("env") or {}
+    return plant_options(env.get("preset"), **{k: env.get(k) for k in CONTROL_OPTIONS})
 
 
 def lag_rows(out_dir: str | Path) -> list[dict[str, Any]]:
@@ -123,7 +120,7 @@ def lag_table(rows: list[dict[str, Any]]) -> Table | None:
             f"payloads {payloads}, {seeds} seeds"
         ),
         headers=["plant", *controllers],
-        rows=_grid(rows, _tracking, keys, controllers, "rmse"),
+        rows=grid_cells(rows, _tracking, keys, controllers, "rmse"),
         intervals=grid_intervals(rows, _tracking, keys, controllers, "rmse"),
         note=(
             "Latency: command and sensor latency, each that many control periods (10 ms). Each "
@@ -134,15 +131,12 @@ def lag_table(rows: list[dict[str, Any]]) -> Table | None:
     )
 
 
-def lag_figure(rows: list[dict[str, Any]], path: Path) -> Path | None:
+def lag_figure(table: Table, rows: list[dict[str, Any]], path: Path) -> Path:
     """Mean RMSE against the rotor time constant, one panel per latency, every controller with
-    its interval band; a plant where a controller crashed gets an ``x`` on its point (at the
-    panel's top when every run crashed). Written to ``path``; ``None`` without rows."""
+    its interval band, from :func:`lag_table`'s ``table`` of ``rows``; a plant where a
+    controller crashed gets an ``x`` on its point (at the panel's top when every run crashed).
+    Written to ``path``."""
     rows = [r for r in rows if _tracking(r)]
-    if not rows:
-        return None
-    table = lag_table(rows)
-    assert table is not None
     controllers = table.headers[1:]
     plants = {r["plant"]: (r["rotor_tau_s"], r["delay_steps"]) for r in rows}
     delays = sorted({d for _, d in plants.values()})
@@ -203,7 +197,6 @@ def lag_extras(out_dir: str | Path) -> Extras:
     table = lag_table(rows)
     if table is None:
         return Extras()
+    fig = lag_figure(table, rows, out / "figures" / "lag.png")
     table = dataclasses.replace(table, note=f"{table.note} Rows: `{LAG_DIR}/<plant>/rows.jsonl`.")
-    path = out / "figures" / "lag.png"
-    fig = lag_figure(rows, path)
-    return Extras(tables=[table], figures={"lag sweep": fig} if fig else {})
+    return Extras(tables=[table], figures={"lag sweep": fig})

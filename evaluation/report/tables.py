@@ -159,13 +159,16 @@ def _groups(
     return {k: groups[k] for k in keys}
 
 
-def _grid(
+def grid_cells(
     rows: list[dict[str, Any]],
     select: Callable[[dict[str, Any]], bool],
     row_keys: tuple[str, ...],
     controllers: list[str],
     metric: str,
 ) -> list[list[Any]]:
+    """Table rows of the selected ``rows``: the ``row_keys`` values, then per controller the
+    mean of ``metric`` with its crashes beside it (:func:`_cell`); :func:`grid_intervals` gives
+    each cell's interval."""
     groups = _groups(rows, select, row_keys)
     return [
         [*key, *(_cell(by_ctrl.get(c, []), metric) for c in controllers)]
@@ -180,7 +183,7 @@ def grid_intervals(
     controllers: list[str],
     metric: str,
 ) -> dict[str, list[Interval | None]]:
-    """The bootstrap interval over seeds of every cell of :func:`_grid` (same selection), per
+    """The bootstrap interval over seeds of every cell of :func:`grid_cells` (same selection), per
     controller column, all cells in one vectorized computation (``None``: an empty cell)."""
     groups = _groups(rows, select, row_keys)
     where: list[tuple[str, int]] = []
@@ -212,7 +215,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
     def helix_windy(r: dict[str, Any]) -> bool:
         return r["trajectory"] == "helix" and r["wind"] == "windy"
 
-    sweep = _grid(rows, helix_windy, ("payload",), controllers, "rmse")
+    sweep = grid_cells(rows, helix_windy, ("payload",), controllers, "rmse")
     if sweep:
         tables["payload_sweep"] = Table(
             "payload_sweep",
@@ -233,12 +236,12 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
                 "residual_bias",
                 "Residual-estimate bias |mean(Δâ − Δa)| (m/s²), helix, windy",
                 ["payload", *est],
-                _grid(rows, helix_windy, ("payload",), est, "residual_bias"),
+                grid_cells(rows, helix_windy, ("payload",), est, "residual_bias"),
                 "For controllers without a residual model (pid, geo) the estimate is zero, so "
                 "the figure is the size of the mean residual itself.",
             )
 
-    wind = _grid(
+    wind = grid_cells(
         rows,
         lambda r: r["trajectory"] == "helix" and r["payload"] == "heavy",
         ("wind",),
@@ -278,7 +281,7 @@ def make_tables(rows: list[dict[str, Any]]) -> dict[str, Table]:
             "Δa = g·Δm/m_nominal. The runs keep the ground effect on (≈ +0.05 % thrust at 1.5 m).",
         )
 
-    cost = _grid(
+    cost = grid_cells(
         rows,
         lambda r: r["trajectory"] in tracking,
         ("payload", "wind"),
@@ -343,7 +346,7 @@ def matrix_table(
     def select(r: dict[str, Any]) -> bool:
         return r["trajectory"] in trajs
 
-    body = _grid(flown, select, ("payload", "wind"), ctrls, "rmse")
+    body = grid_cells(flown, select, ("payload", "wind"), ctrls, "rmse")
     if not body:
         return None
     shown = " and ".join(

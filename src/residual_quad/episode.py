@@ -25,7 +25,7 @@ from residual_quad.controllers.specs import ControllerSpec, parse_spec
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import integer, real
 from residual_quad.envs.observation import ObsLayout as L
-from residual_quad.envs.presets import plant_options
+from residual_quad.envs.presets import CONTROL_OPTIONS, plant_options
 from residual_quad.envs.registration import ENV_ID
 from residual_quad.envs.trajectories import make_named_trajectory
 
@@ -48,8 +48,8 @@ def control_context(env_kwargs: dict[str, Any], airframe: Airframe | None = None
     ``airframe`` (default: the env's), the control period, the rotors' time constant and the
     latencies of the settings' plant options (``preset``, ``rotor_tau_s``, ``*_delay_steps``;
     the env's own checks)."""
-    keys = ("rotor_tau_s", "action_delay_steps", "obs_delay_steps")
-    options = plant_options(env_kwargs.get("preset"), **{k: env_kwargs.get(k) for k in keys})
+    told = {k: env_kwargs.get(k) for k in CONTROL_OPTIONS}
+    options = plant_options(env_kwargs.get("preset"), **told)
     return ControlContext(
         airframe=airframe or Airframe(),
         control_dt=control_dt(env_kwargs),
@@ -207,15 +207,7 @@ def run_episode(
             )
         base = env.unwrapped  # the env's own attributes; the flight goes through the wrappers
         if isinstance(controller, str):
-            opts = base.plant_options
-            context = ControlContext(
-                airframe=base.airframe,
-                control_dt=base.control_dt,
-                rotor_tau_s=opts.rotor_tau_s,
-                obs_delay_steps=opts.obs_delay_steps,
-                action_delay_steps=opts.action_delay_steps,
-            )
-            controller = parse_spec(controller).build(context)
+            controller = parse_spec(controller).build(ControlContext.from_env(base))
         return _fly(controller, env, base, seed, reset_options, callback, frame_every)
     if isinstance(controller, str):
         context = control_context(env_kwargs, env_kwargs.get("airframe"))

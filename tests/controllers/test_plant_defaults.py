@@ -96,3 +96,21 @@ def test_the_defaults_fly_the_realistic_plant_where_the_ideal_gains_crash(name):
     )
     crashed = run_episode(ideal_gains, seed=0, preset="realistic", **scenario)
     assert crashed.diverged or crashed.termination is not None
+
+
+def test_an_env_that_reports_no_plant_options_gets_the_ideal_defaults():
+    """A remote env (``ResidualQuadRemote-v0``) knows its nominal airframe and control period but
+    not the server's plant options: its controllers are built for ideal rotors, as before."""
+    from types import SimpleNamespace
+
+    from residual_quad.envs.airframe import Airframe
+
+    remote_like = SimpleNamespace(nominal=Airframe(), control_dt=0.02)
+    context = ControlContext.from_env(remote_like)
+    assert (context.rotor_tau_s, context.obs_delay_steps, context.action_delay_steps) == (0, 0, 0)
+    assert context.control_dt == 0.02
+    assert make_controller("pid", remote_like).inner.gains == AttitudeGains()
+    with pytest.raises(ValueError, match="is not a ResidualQuad environment"):
+        ControlContext.from_env(SimpleNamespace(control_dt=0.01))
+    lagged = ControlContext(rotor_tau_s=0.06, obs_delay_steps=1, action_delay_steps=2)
+    assert lagged.ideal() == ControlContext(airframe=lagged.airframe)
