@@ -138,6 +138,7 @@ _REGISTRY: dict[str, str | Factory] = {
     "hnewton_rls": "residual_quad.controllers.prioritized.quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",
     "ppo_res": "residual_quad.controllers.ppo_res:ResidualPPOController",
+    "ppo_acc": "residual_quad.controllers.ppo_acc:AccelerationPPOController",
     "ppo_adapt": "residual_quad.controllers.ppo_adapt:PPOAdaptController",
     "sb3": "residual_quad.controllers.sb3:SB3Policy",
     "sac": "residual_quad.controllers.ppo:SACController",

@@ -61,12 +61,19 @@ FEATURE_VERSION = 1
 MAX_ACTION_REPEAT = 1000  # control periods an action may be held
 MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 #: action size of each policy kind: ``ppo``, ``ppo_adapt``, ``sac`` and ``tqc`` act on the env
-#: (4), ``ppo_res`` on its tracker's desired acceleration (3, heading frame;
-#: :mod:`residual_quad.controllers.ppo_res`)
-ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
+#: (4), ``ppo_res`` and ``ppo_acc`` on a tracker's desired acceleration (3, heading frame;
+#: :mod:`residual_quad.controllers.ppo_res`, :mod:`residual_quad.controllers.ppo_acc`)
+ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_acc": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
 #: the learner of each policy kind (the record's ``algo``): ``sac``/``tqc`` policies are trained
 #: off-policy [SAC] [TQC] and fly env actions as ``ppo`` ones do
-POLICY_ALGOS = {"ppo": "ppo", "ppo_res": "ppo", "ppo_adapt": "ppo", "sac": "sac", "tqc": "tqc"}
+POLICY_ALGOS = {
+    "ppo": "ppo",
+    "ppo_res": "ppo",
+    "ppo_acc": "ppo",
+    "ppo_adapt": "ppo",
+    "sac": "sac",
+    "tqc": "tqc",
+}
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
@@ -76,8 +83,14 @@ PREVIEW_DT_RTOL = 1e-9
 #: the trackers a ppo_res correction may add to: geo (every file without a ``tracker`` entry),
 #: or pid (geo plus the PID's position-error integral at its default gains)
 RESIDUAL_TRACKERS = ("geo", "pid")
+#: the tracker a ``ppo_acc`` policy acts through: the reference's acceleration and no feedback
+#: (the policy is the whole outer loop), then the trackers' shared attitude loop
+FEEDFORWARD_TRACKER = "feedforward"
+#: the policy kinds whose action is a desired acceleration handed to a tracker's attitude loop,
+#: and the trackers each may act through (the first: a file without a ``tracker`` entry)
+ACCELERATION_KINDS = {"ppo_res": RESIDUAL_TRACKERS, "ppo_acc": (FEEDFORWARD_TRACKER,)}
 #: policy kinds with shipped policies (``controllers/weights``)
-SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_adapt")
+SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
 RESERVED_ENV_KWARGS = frozenset(
     {"payload", "wind", "trajectory", "action_mode", "episode_s", "seed"}
@@ -277,14 +290,16 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     kind = meta.get("controller", "ppo")
     if kind not in ACTION_DIMS:
         raise fail(f"controller {kind!r}; valid choices: {', '.join(ACTION_DIMS)}")
-    if kind == "ppo_res":
+    if kind in ACCELERATION_KINDS:
         scale = meta.get("accel_scale")
         if not (_is_number(scale) and math.isfinite(scale) and 0 < scale <= MAX_ACCEL_SCALE):
             raise fail(
                 f"accel_scale must be a number in (0, {MAX_ACCEL_SCALE}] m/s², got {scale!r}"
             )
         if meta.get("action_mode") != "rotor":
-            raise fail("a ppo_res policy acts through geo's inner loop: action_mode is 'rotor'")
+            raise fail(
+                f"a {kind} policy acts through the trackers' inner loop: action_mode is 'rotor'"
+            )
         rate = meta.get("correction_rate")
         if rate is not None:
             if not is_correction_rate(rate):
@@ -292,9 +307,10 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
                     f"correction_rate must be null or a number in (0, {MAX_CORRECTION_RATE}] "
                     f"m/s³, got {rate!r}"
                 )
-        tracker = meta.get("tracker", "geo")
-        if not (isinstance(tracker, str) and tracker in RESIDUAL_TRACKERS):
-            raise fail(f"tracker {tracker!r}; valid choices: {', '.join(RESIDUAL_TRACKERS)}")
+        trackers = ACCELERATION_KINDS[kind]
+        tracker = meta.get("tracker", trackers[0])
+        if not (isinstance(tracker, str) and tracker in trackers):
+            raise fail(f"tracker {tracker!r}; valid choices: {', '.join(trackers)}")
         try:
             optional_attitude_gains(meta.get("attitude"))
         except (TypeError, ValueError) as err:
@@ -302,7 +318,7 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     else:
         for entry in ("correction_rate", "tracker", "attitude"):
             if entry in meta:
-                raise fail(f"{entry} is a ppo_res entry, not a {kind!r} one")
+                raise fail(f"{entry} is a ppo_res/ppo_acc entry, not a {kind!r} one")
     algo = meta.get("algo", "ppo")
     if algo != POLICY_ALGOS[kind]:
         raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {POLICY_ALGOS[kind]!r}")
@@ -340,8 +356,8 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
     if kind == "ppo_adapt":
         if mode != "rotor" or not spec.estimate:
             raise fail("a ppo_adapt policy acts in action_mode 'rotor' and sees the estimate")
-    elif spec.estimate and kind != "ppo_res":
-        raise fail(f"the estimate feature is ppo_adapt's and ppo_res's, not {kind!r}'s")
+    elif spec.estimate and kind not in ACCELERATION_KINDS:
+        raise fail(f"the estimate feature is ppo_adapt's, ppo_res's and ppo_acc's, not {kind!r}'s")
     layout = spec.layout_name(ACTION_DIMS[kind])
     recorded = meta.get("observation_layout", layout)
     if recorded != layout:

@@ -65,6 +65,7 @@ from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.driver import LawBatch, LawController
 from residual_quad.controllers.law import replace
 from residual_quad.controllers.policy_file import (
+    FEEDFORWARD_TRACKER,
     ObsNormalizer,
     load_policy,
     policy_env_kwargs,
@@ -86,8 +87,18 @@ from residual_quad.controllers.trackers import DEFAULT_KI, PIDTracker, TrackerSt
 
 def tracker_ki(tracker: str) -> float:
     """The integral gain (1/s³) of the tracker a correction adds to: 0 for ``geo`` (no
-    integrator), ``pid``'s default for ``pid``."""
+    integrator) and ``feedforward``, ``pid``'s default for ``pid``."""
     return DEFAULT_KI if tracker == "pid" else 0.0
+
+
+def tracker_gains(tracker: str) -> dict[str, float]:
+    """The outer-loop gains of the tracker a correction adds to, as
+    :class:`~residual_quad.controllers.trackers.PIDTracker` keywords: ``geo``'s PD, ``pid``'s
+    PID, or for ``feedforward`` (``ppo_acc``: the policy is the whole feedback) none at all —
+    the tracker then hands the attitude loop the reference's own acceleration."""
+    if tracker == FEEDFORWARD_TRACKER:
+        return {"kp": 0.0, "kd": 0.0, "ki": 0.0}
+    return {"ki": tracker_ki(tracker)}
 
 
 def correction_step(
@@ -168,6 +179,7 @@ class ResidualPPOController(PIDTracker):
 
     name = "ppo_res"
     kind = "ppo_res"  # the policy file's controller kind
+    default_tracker = "geo"  # the tracker of a file without a ``tracker`` entry
     OPTIONS = POLICY_OPTIONS
     INFORMATION = InformationUse(
         feedforward_accel=True,
@@ -186,16 +198,16 @@ class ResidualPPOController(PIDTracker):
         training_seed: int | None = None,
         plant: str | None = None,
     ):
-        self.path = policy_path("ppo_res", path, training_seed, plant)
+        self.path = policy_path(self.kind, path, training_seed, plant)
         self.meta, self.model, self.normalizer, self.network = load_policy(
-            self.path, "ppo_res", device
+            self.path, self.kind, device
         )
         self.accel_scale = float(self.meta["accel_scale"])  # m/s²
         self.correction_rate: float | None = self.meta.get("correction_rate")  # m/s³ or None
         self.action_repeat = int(self.meta.get("action_repeat", 1))
         self.env_kwargs: dict[str, Any] = policy_env_kwargs(self.meta)
         self.spec = policy_spec(self.meta)
-        self.tracker: str = self.meta.get("tracker", "geo")
+        self.tracker: str = self.meta.get("tracker", self.default_tracker)
         # the tracker's inner-loop gains the policy was trained with (None: the defaults)
         self.attitude: AttitudeGains | None = optional_attitude_gains(self.meta.get("attitude"))
         self._start(context or ControlContext(), decides=True)
@@ -246,7 +258,7 @@ class ResidualPPOController(PIDTracker):
         # the core as trained: its gains from the policy file (None: the source's) and the
         # ideal plant's defaults (PD loop, no rotor model, no predictor), never the plant's
         PIDTracker.__init__(
-            self, context.ideal(), ki=tracker_ki(self.tracker), attitude=self.attitude
+            self, context.ideal(), attitude=self.attitude, **tracker_gains(self.tracker)
         )
         period_s = self.context.control_dt * self.action_repeat  # s per decision
         self.step = correction_step(self.correction_rate, self.accel_scale, period_s)
@@ -294,6 +306,11 @@ class ResidualPPOController(PIDTracker):
         p.u[...] = advance_correction(p.u, u, self.step)
         p.held[...] = p.u * self.accel_scale
         return state
+
+    def act(self, state: TrackerState, obs: np.ndarray) -> tuple[TrackerState, np.ndarray]:
+        # the whole observation: the policy's inputs read the preview columns (the tracker's
+        # own fields are named slices, as for one vehicle)
+        return self._step(state, obs, one=False)
 
     # -- the residual: the policy's correction -------------------------------------------------
     def actions(self, x: np.ndarray) -> np.ndarray:

@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from residual_quad.controllers.policy_file import ACTION_DIMS, ObsNormalizer, obs_norm_stats
+from residual_quad.controllers.policy_file import (
+    ACCELERATION_KINDS,
+    ACTION_DIMS,
+    ObsNormalizer,
+    obs_norm_stats,
+)
 from residual_quad.controllers.ppo import controller_class
 from residual_quad.episode import RunSpec, fly
 from residual_quad.training.checkpoints import RunState, save_checkpoint
@@ -38,10 +43,12 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
     spec = cfg.features.spec()
     dim = spec.dim(ACTION_DIMS[cfg.controller])
     normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env), dim)
-    if cfg.controller == "ppo_res":
+    if cfg.controller in ACCELERATION_KINDS:
+        from residual_quad.controllers.ppo_acc import AccelerationPPOController
         from residual_quad.controllers.ppo_res import ResidualPPOController
 
-        return ResidualPPOController.from_model(
+        cls = {"ppo_res": ResidualPPOController, "ppo_acc": AccelerationPPOController}
+        return cls[cfg.controller].from_model(
             model,
             cfg.accel_scale,
             normalizer,

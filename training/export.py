@@ -20,6 +20,7 @@ import numpy as np
 
 from residual_quad import configs
 from residual_quad.controllers.policy_file import (
+    ACCELERATION_KINDS,
     ACTION_DIMS,
     obs_norm_stats,
     read_meta,
@@ -34,11 +35,11 @@ def save_policy(
 ) -> Path:
     """Write ``model`` plus the ``residual_quad.json`` record (action mode, obs stats, config)."""
     kind: dict[str, Any] = {"controller": cfg.deployed_name(), "algo": cfg.algo}
-    if cfg.controller == "ppo_res":
+    if cfg.controller in ACCELERATION_KINDS:
         kind["accel_scale"] = cfg.accel_scale
         if cfg.correction_rate is not None:  # rate mode; absolute files carry no entry
             kind["correction_rate"] = cfg.correction_rate
-        if cfg.tracker != "geo":  # files of geo's corrections carry no entry
+        if cfg.tracker != ACCELERATION_KINDS[cfg.controller][0]:  # a default: no entry
             kind["tracker"] = cfg.tracker
         gains = cfg.tracker_gains()
         if gains is not None:  # files of the default inner loop carry no entry

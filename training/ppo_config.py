@@ -21,10 +21,10 @@ from typing import Any
 
 from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.policy_file import (
+    ACCELERATION_KINDS,
     MAX_ACCEL_SCALE,
     MAX_CORRECTION_RATE,
     RESERVED_ENV_KWARGS,
-    RESIDUAL_TRACKERS,
     is_correction_rate,
     preview_points,
 )
@@ -179,15 +179,18 @@ class PPOTrainConfig:
     """``rquad train ppo`` settings (``configs/ppo.yaml``)."""
 
     seed: int = 0
-    # ppo: actions are the env's; ppo_res: a correction to geo (m/s²); ppo_adapt: ppo seeing Δâ
+    # ppo: actions are the env's; ppo_res: a correction to geo (m/s²); ppo_acc: the desired
+    # acceleration itself (the policy is the outer loop); ppo_adapt: ppo seeing Δâ
     controller: str = "ppo"
-    accel_scale: float = 8.0  # m/s², ppo_res: bound of the correction per heading-frame axis
+    # m/s², ppo_res / ppo_acc: bound of the correction / acceleration per heading-frame axis
+    accel_scale: float = 8.0
     # m/s³, ppo_res: null — the action is the correction; a number r — the action is its rate of
     # change (the correction moves by at most r·T per decision; an action history shows it)
     correction_rate: float | None = None
     # ppo_res: the tracker the correction adds to — geo, or pid (geo + the PID's error integral,
-    # so a constant offset of the correction is integrated away: it rests only at zero error)
-    tracker: str = "geo"
+    # so a constant offset of the correction is integrated away: it rests only at zero error);
+    # ppo_acc: feedforward (the reference's acceleration, no feedback); null: the first of these
+    tracker: str | None = None
     # ppo_res: the tracker's inner-loop gains (AttitudeGains fields: wn_rp, zeta_rp, wn_yaw,
     # zeta_yaw, max_tilt); null: the defaults. A plant with lagging rotors needs softer ones
     attitude: dict[str, float] | None = None
@@ -285,42 +288,10 @@ class PPOTrainConfig:
             raise ValueError(
                 f"controller must be one of {POLICY_CONTROLLERS}, got {self.controller!r}"
             )
-        if self.controller == "ppo_res":
-            if not (math.isfinite(self.accel_scale) and 0 < self.accel_scale <= MAX_ACCEL_SCALE):
-                raise ValueError(
-                    f"accel_scale must be in (0, {MAX_ACCEL_SCALE}] m/s², got {self.accel_scale}"
-                )
-            self._check_correction_rate()
-            if self.tracker not in RESIDUAL_TRACKERS:
-                raise ValueError(
-                    f"tracker must be one of {RESIDUAL_TRACKERS} (the tracker the correction adds "
-                    f"to), got {self.tracker!r}"
-                )
-            if self.action_mode != "rotor" or self.backend != "vector":
-                raise ValueError(
-                    "ppo_res acts through geo's inner loop on the vector env: it needs "
-                    f"action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
-                    f"{self.backend!r})"
-                )
-            try:
-                self.tracker_gains()
-            except TypeError as err:  # not a mapping
-                raise ValueError(str(err)) from None
-        elif self.correction_rate is not None:
-            raise ValueError(
-                f"correction_rate is ppo_res's (the rate of its correction), not "
-                f"{self.controller!r}'s"
-            )
-        elif self.attitude is not None:
-            raise ValueError(
-                f"attitude is ppo_res's (its tracker's inner-loop gains), not "
-                f"{self.controller!r}'s: a {self.controller} policy sets the rotors itself"
-            )
-        elif self.tracker != "geo":
-            raise ValueError(
-                f"tracker is ppo_res's (the tracker its correction adds to), not "
-                f"{self.controller!r}'s"
-            )
+        if self.controller in ACCELERATION_KINDS:
+            self._check_acceleration_policy()
+        else:
+            self._check_no_tracker()
         spec = self.features.spec()
         if self.controller == "ppo_adapt":
             if self.action_mode != "rotor" or not spec.estimate:
@@ -329,10 +300,10 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and features.estimate true (got {self.action_mode!r}, "
                     f"{spec.estimate})"
                 )
-        elif spec.estimate and self.controller != "ppo_res":
+        elif spec.estimate and self.controller not in ACCELERATION_KINDS:
             raise ValueError(
-                f"features.estimate needs controller 'ppo_adapt' or 'ppo_res' (geo_rls's "
-                f"estimator runs in their loop), got {self.controller!r}"
+                "features.estimate needs controller 'ppo_adapt', 'ppo_res' or 'ppo_acc' "
+                f"(geo_rls's estimator runs in their loop), got {self.controller!r}"
             )
         preview = preview_points(self.env_kwargs)
         if preview != spec.preview_k:
@@ -379,6 +350,54 @@ class PPOTrainConfig:
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
         self._check_smoothness()
+
+    def _check_acceleration_policy(self) -> None:
+        """``ppo_res`` / ``ppo_acc``: the acceleration bound, the correction rate, the tracker
+        (``null``: the kind's first, :data:`ACCELERATION_KINDS`), the rotor action mode, the
+        vector backend and the tracker's inner-loop gains."""
+        if not (math.isfinite(self.accel_scale) and 0 < self.accel_scale <= MAX_ACCEL_SCALE):
+            raise ValueError(
+                f"accel_scale must be in (0, {MAX_ACCEL_SCALE}] m/s², got {self.accel_scale}"
+            )
+        self._check_correction_rate()
+        trackers = ACCELERATION_KINDS[self.controller]
+        if self.tracker is None:
+            self.tracker = trackers[0]
+        if self.tracker not in trackers:
+            raise ValueError(
+                f"tracker must be one of {trackers} for {self.controller} (the tracker its "
+                f"acceleration goes through), got {self.tracker!r}"
+            )
+        if self.action_mode != "rotor" or self.backend != "vector":
+            raise ValueError(
+                f"{self.controller} acts through the trackers' inner loop on the vector env: it "
+                f"needs action_mode 'rotor' and backend 'vector' (got {self.action_mode!r}, "
+                f"{self.backend!r})"
+            )
+        try:
+            self.tracker_gains()
+        except TypeError as err:  # not a mapping
+            raise ValueError(str(err)) from None
+
+    def _check_no_tracker(self) -> None:
+        """A policy that sets the rotors itself has no correction rate, inner-loop gains or
+        tracker (``tracker: geo``, what every record before ``ppo_acc`` carries, reads as none)."""
+        if self.correction_rate is not None:
+            raise ValueError(
+                f"correction_rate is ppo_res's (the rate of its correction), not "
+                f"{self.controller!r}'s"
+            )
+        if self.attitude is not None:
+            raise ValueError(
+                f"attitude is ppo_res's (its tracker's inner-loop gains), not "
+                f"{self.controller!r}'s: a {self.controller} policy sets the rotors itself"
+            )
+        if self.tracker not in (None, "geo"):
+            raise ValueError(
+                f"tracker is ppo_res's and ppo_acc's (the tracker their acceleration goes "
+                f"through), not {self.controller!r}'s"
+            )
+        self.tracker = None
 
     def _check_trajectory_draw(self) -> None:
         """``trajectory_draw`` one of :data:`TRAJECTORY_DRAWS`; ``randomized`` draws every listed
@@ -567,5 +586,6 @@ SUBPROC_RETIRED = (
     "end (an order separate processes cannot follow); use backend 'vector' (every shipped "
     "policy was trained on it)"
 )
-POLICY_CONTROLLERS = ("ppo", "ppo_res", "ppo_adapt")  # what a training run's policy file flies as
+#: what a training run's policy file flies as
+POLICY_CONTROLLERS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
 MAX_VECTOR_ENVS = 4096  # vector backend: envs in one ResidualQuadVectorEnv

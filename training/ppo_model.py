@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_purpose
+from residual_quad.controllers.policy_file import (
+    ACCELERATION_KINDS,
+    algo_module,
+    import_sb3,
+    rl_purpose,
+)
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
@@ -45,7 +50,7 @@ def make_training_env(cfg: PPOTrainConfig, **vector_kwargs: Any) -> Any:
     n_envs = cfg.resolved_envs()
     sampler = training_sampler(cfg)
     pilot = None
-    if cfg.controller == "ppo_res":
+    if cfg.controller in ACCELERATION_KINDS:
         from residual_quad.controllers.ppo_res import ResidualPilot
 
         pilot = ResidualPilot(

@@ -39,7 +39,7 @@ from residual_quad.evaluation.report.stats import (
     stratified_mean_intervals,
 )
 
-POLICY_KINDS = ("ppo", "ppo_res", "ppo_adapt")
+POLICY_KINDS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
 TRACKING = ("helix", "figure8")  # the main table's trajectories
 
 

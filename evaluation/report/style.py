@@ -41,6 +41,7 @@ COLORS = {
     "hnewton_rls": "#8c564b",
     "ppo": "#ff7f0e",
     "ppo_res": "#ffbb78",
+    "ppo_acc": "#bf5b17",
     "ppo_adapt": "#17becf",
 }
 

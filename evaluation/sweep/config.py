@@ -88,8 +88,8 @@ class ControllerLabels:
 class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
     four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and the RL controllers
-    ``ppo`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res`` in its three
-    (2 052 runs)."""
+    ``ppo``, ``ppo_acc`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res``
+    in its three (2 592 runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
@@ -109,6 +109,11 @@ class SweepConfig(ControllerLabels):
             "ppo_res",
             "ppo_res:training_seed=1",
             "ppo_res:training_seed=2",
+            "ppo_acc",
+            "ppo_acc:training_seed=1",
+            "ppo_acc:training_seed=2",
+            "ppo_acc:training_seed=3",
+            "ppo_acc:training_seed=4",
             "ppo_adapt",
             "ppo_adapt:training_seed=1",
             "ppo_adapt:training_seed=2",

@@ -198,7 +198,9 @@ def test_bad_records_and_configs_are_value_errors():
         FeatureSpec.from_record([1])
     with pytest.raises(ValueError, match=r"features keys \['history'\] unknown"):
         FeatureSpec.from_record({"history": 2})
-    with pytest.raises(ValueError, match="features.estimate needs controller 'ppo_adapt' or 'p"):
+    with pytest.raises(
+        ValueError, match="features.estimate needs controller 'ppo_adapt', 'ppo_res' or 'ppo_acc'"
+    ):
         PPOTrainConfig(features=FeatureConfig(estimate=True))
     with pytest.raises(ValueError, match="ppo_adapt .* features.estimate true"):
         PPOTrainConfig(controller="ppo_adapt")

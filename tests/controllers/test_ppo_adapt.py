@@ -176,7 +176,12 @@ def test_a_network_of_another_layout_names_both(tmp_path):
 @pytest.mark.parametrize(
     ("kind", "spec", "record", "message"),
     [
-        ("ppo", ADAPT, {}, "the estimate feature is ppo_adapt's and ppo_res's, not 'ppo'"),
+        (
+            "ppo",
+            ADAPT,
+            {},
+            "the estimate feature is ppo_adapt's, ppo_res's and ppo_acc's, not 'ppo'",
+        ),
         ("ppo_adapt", SPEC, {}, "ppo_adapt policy acts in action_mode 'rotor' and sees the est"),
         ("ppo", SPEC, {"features": {"history": 1}}, r"features keys \['history'\] unknown"),
         ("ppo", SPEC, {"features": {"action_history": -1}}, "action_history must be an integer"),

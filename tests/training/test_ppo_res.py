@@ -429,11 +429,13 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
         ResidualPPOController(path=tmp_path / "nope.zip")
     # a correction rate is ppo_res's entry only
     ppo_rate = _rewrite(_ppo_file(), tmp_path / "ppo_rate.zip", correction_rate=20.0)
-    with pytest.raises(PolicyFileError, match=r"ppo_rate\.zip.*ppo_res entry"):
+    with pytest.raises(PolicyFileError, match=r"ppo_rate\.zip.*ppo_res/ppo_acc entry"):
         make_controller("ppo", path=ppo_rate)
     # so is the tracker it corrects, one of geo and pid
     ppo_tracker = _rewrite(_ppo_file(), tmp_path / "ppo_tracker.zip", tracker="pid")
-    with pytest.raises(PolicyFileError, match=r"ppo_tracker\.zip.*tracker is a ppo_res entry"):
+    with pytest.raises(
+        PolicyFileError, match=r"ppo_tracker\.zip.*tracker is a ppo_res/ppo_acc entry"
+    ):
         make_controller("ppo", path=ppo_tracker)
     for bad in ("lqr", "PID", None, 1, ["pid"]):
         damaged = _rewrite(path, tmp_path / "tracker.zip", tracker=bad)
@@ -441,7 +443,9 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
             ResidualPPOController(path=damaged)
     # and its tracker's inner-loop gains: AttitudeGains fields, each finite and > 0
     ppo_gains = _rewrite(_ppo_file(), tmp_path / "ppo_gains.zip", attitude={"wn_rp": 10.0})
-    with pytest.raises(PolicyFileError, match=r"ppo_gains\.zip.*attitude is a ppo_res entry"):
+    with pytest.raises(
+        PolicyFileError, match=r"ppo_gains\.zip.*attitude is a ppo_res/ppo_acc entry"
+    ):
         make_controller("ppo", path=ppo_gains)
     for bad, says in [
         ({"wn_rp": -1.0}, "attitude.wn_rp must be a finite number > 0"),
@@ -476,14 +480,18 @@ def _ppo_file() -> Path:
         ({"accel_scale": 0.0}, r"accel_scale must be in \(0, 20"),
         ({"accel_scale": 21.0}, r"accel_scale must be in \(0, 20"),
         ({"accel_scale": float("nan")}, "accel_scale"),
-        ({"controller": "sac"}, r"controller must be one of \('ppo', 'ppo_res', 'ppo_adapt'\)"),
+        (
+            {"controller": "sac"},
+            r"controller must be one of \('ppo', 'ppo_res', 'ppo_acc', 'ppo_adapt'\)",
+        ),
         ({"correction_rate": 0.0}, r"correction_rate must be null or a number in \(0, 1000"),
         ({"correction_rate": float("nan")}, "correction_rate must be null"),
         ({"correction_rate": True}, "correction_rate must be null"),
         ({"correction_rate": 2000.0}, "correction_rate must be null"),
         ({"controller": "ppo", "correction_rate": 20.0}, "correction_rate is ppo_res's"),
         ({"tracker": "lqr"}, r"tracker must be one of \('geo', 'pid'\)"),
-        ({"tracker": None}, "tracker must be one of"),
+        ({"tracker": "feedforward"}, r"tracker must be one of \('geo', 'pid'\) for ppo_res"),
+        ({"controller": "ppo_acc", "tracker": "pid"}, r"one of \('feedforward',\) for ppo_acc"),
         ({"controller": "ppo", "tracker": "pid"}, "tracker is ppo_res's"),
         ({"attitude": {"wn_rp": 0.0}}, "attitude.wn_rp must be a finite number > 0"),
         ({"attitude": {"zeta": 1.0}}, r"attitude: unknown field\(s\) \['zeta'\]"),
@@ -532,9 +540,9 @@ def test_any_attitude_loads_as_gains_or_is_refused_naming_the_field(gains):
 
 @settings(max_examples=60, deadline=None)
 @given(tracker=st.one_of(st.text(max_size=12), st.integers(), st.none(), st.booleans()))
-def test_any_tracker_but_geo_or_pid_is_refused_naming_the_choices(tracker):
-    if tracker in ("geo", "pid"):
-        assert _config(tracker=tracker).tracker == tracker
+def test_any_tracker_but_geo_pid_or_null_is_refused_naming_the_choices(tracker):
+    if tracker in ("geo", "pid", None):
+        assert _config(tracker=tracker).tracker == (tracker or "geo")  # null: ppo_res's first
         return
     with pytest.raises(ValueError, match=r"tracker must be one of \('geo', 'pid'\)"):
         _config(tracker=tracker)

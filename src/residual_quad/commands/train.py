@@ -22,6 +22,7 @@ TRAIN_TARGETS: dict[str, str] = {
     "residual": "residual_quad.commands.train:register_train_residual",
     "ppo": "residual_quad.commands.train:register_train_ppo",
     "ppo_res": "residual_quad.commands.train:register_train_ppo_res",
+    "ppo_acc": "residual_quad.commands.train:register_train_ppo_acc",
     "ppo_adapt": "residual_quad.commands.train:register_train_ppo_adapt",
     "sac": "residual_quad.commands.train:register_train_sac",
     "tqc": "residual_quad.commands.train:register_train_tqc",
@@ -34,7 +35,7 @@ DEFAULT_PPO_OUT = Path("runs/ppo")
 DEFAULT_PPO_RES_OUT = Path("runs/ppo_res")
 DEFAULT_PPO_ADAPT_OUT = Path("runs/ppo_adapt")
 #: the policy-training targets (``_cmd_train_ppo``), each also its default shipped config
-POLICY_TARGETS = ("ppo", "ppo_res", "ppo_adapt", "sac", "tqc")
+POLICY_TARGETS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt", "sac", "tqc")
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -212,6 +213,19 @@ def register_train_ppo_res(targets: argparse._SubParsersAction) -> None:
         "tracker, pid or geo: the config's `tracker`) with PPO "
         "and domain randomization",
         DEFAULT_PPO_RES_OUT,
+    )
+
+
+def register_train_ppo_acc(targets: argparse._SubParsersAction) -> None:
+    """Add the ``ppo_acc`` target (a learned outer loop into the trackers' attitude loop)."""
+    _add_ppo_parser(
+        targets,
+        "ppo_acc",
+        "learned outer loop: PPO sets the desired acceleration of the trackers' attitude loop "
+        "(needs the rl extra)",
+        "Train the ppo_acc policy (the desired acceleration the trackers' shared attitude loop "
+        "flies, in place of their PD) with PPO and domain randomization",
+        Path("runs/ppo_acc"),
     )
 
 
