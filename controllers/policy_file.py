@@ -15,7 +15,7 @@ file is all a user has to carry.
 Here, for every user of the format (the ``ppo``, ``ppo_res`` and ``sb3`` controllers, the
 training under :mod:`residual_quad.training`): the record (:func:`read_meta`,
 :func:`check_meta`, :func:`write_meta`, :func:`write_entry`), the frozen normalizer
-(:class:`ObsNormalizer`, :func:`obs_norm_stats`), the actions of the numpy forward
+(:class:`~residual_quad.controllers.obs_norm.ObsNormalizer`), the actions of the numpy forward
 (:func:`policy_actions`; the forward itself is
 :class:`~residual_quad.controllers.numpy_policy.NumpyPolicy`), the loader with its file checks
 (:func:`load_policy`), where the shipped policies lie (:func:`shipped_policy_path`) and the
@@ -37,7 +37,6 @@ import importlib
 import inspect
 import json
 import math
-import numbers
 import re
 import zipfile
 from importlib import resources
@@ -47,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from residual_quad.controllers.attitude import optional_attitude_gains
-from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.numpy_policy import NumpyPolicy
+from residual_quad.controllers.obs_norm import ObsNormalizer, is_json_number
 from residual_quad.controllers.policy_inputs import FeatureSpec, LayoutError
 from residual_quad.envs.actions import ACTION_MODES
 from residual_quad.envs.observation import PreviewSpec, check_preview, layout_name
@@ -66,14 +65,7 @@ MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_acc": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
 #: the learner of each policy kind (the record's ``algo``): ``sac``/``tqc`` policies are trained
 #: off-policy [SAC] [TQC] and fly env actions as ``ppo`` ones do
-POLICY_ALGOS = {
-    "ppo": "ppo",
-    "ppo_res": "ppo",
-    "ppo_acc": "ppo",
-    "ppo_adapt": "ppo",
-    "sac": "sac",
-    "tqc": "tqc",
-}
+POLICY_ALGOS = {kind: "ppo" for kind in ACTION_DIMS} | {"sac": "sac", "tqc": "tqc"}
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
@@ -273,7 +265,7 @@ def read_json_entries(
 def is_correction_rate(rate: Any) -> bool:
     """Whether ``rate`` is a valid ``ppo_res`` correction rate: a real number in
     (0, :data:`MAX_CORRECTION_RATE`] m/s³ (a bool is not one)."""
-    return _is_number(rate) and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE
+    return is_json_number(rate) and math.isfinite(rate) and 0 < rate <= MAX_CORRECTION_RATE
 
 
 def check_meta(meta: dict[str, Any], path: str | Path) -> None:
@@ -292,7 +284,7 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
         raise fail(f"controller {kind!r}; valid choices: {', '.join(ACTION_DIMS)}")
     if kind in ACCELERATION_KINDS:
         scale = meta.get("accel_scale")
-        if not (_is_number(scale) and math.isfinite(scale) and 0 < scale <= MAX_ACCEL_SCALE):
+        if not (is_json_number(scale) and math.isfinite(scale) and 0 < scale <= MAX_ACCEL_SCALE):
             raise fail(
                 f"accel_scale must be a number in (0, {MAX_ACCEL_SCALE}] m/s², got {scale!r}"
             )
@@ -488,76 +480,6 @@ def save_model(model: Any, path: str | Path, meta: dict[str, Any]) -> Path:
         path = path.with_name(path.name + ".zip")
     write_meta(path, meta)
     return path
-
-
-def obs_norm_stats(vec_env: Any) -> dict[str, Any] | None:
-    """The record's ``obs_norm``: frozen observation statistics of a ``VecNormalize``
-    (``None`` when ``vec_env`` does not normalize observations); :meth:`ObsNormalizer.from_meta`
-    reads them back."""
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    if not isinstance(vec_env, VecNormalize) or not vec_env.norm_obs:
-        return None
-    # an env with privileged columns after the actor's: the policy file keeps the actor's only
-    cols = getattr(vec_env.unwrapped, "actor_dim", None)
-    return {
-        "mean": vec_env.obs_rms.mean[:cols].tolist(),
-        "var": vec_env.obs_rms.var[:cols].tolist(),
-        "epsilon": float(vec_env.epsilon),
-        "clip": float(vec_env.clip_obs),
-    }
-
-
-class ObsNormalizer:
-    """The frozen ``VecNormalize`` observation transform ``clip((x − μ)/√(σ² + ε), ±c)``."""
-
-    def __init__(self, mean: Any, var: Any, epsilon: float = 1e-8, clip: float = 10.0):
-        self.mean = np.asarray(mean, dtype=np.float64)
-        self.std = np.sqrt(np.asarray(var, dtype=np.float64) + epsilon)
-        self.clip = float(clip)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return np.clip((x - self.mean) / self.std, -self.clip, self.clip).astype(np.float32)
-
-    @classmethod
-    def from_meta(
-        cls, stats: dict[str, Any] | None, dim: int = FEATURE_DIM
-    ) -> ObsNormalizer | None:
-        """The normalizer of a policy record's ``obs_norm`` (``None`` for ``None``); a
-        ``ValueError`` unless ``mean`` and ``var`` are ``dim`` finite numbers (the policy's
-        input size; :data:`FEATURE_DIM` for the base features) with
-        ``var ≥ 0``, ``epsilon`` a finite number ≥ 0 with ``var + epsilon > 0`` and ``clip`` a
-        finite number > 0."""
-        if stats is None:
-            return None
-        if not isinstance(stats, dict):
-            raise ValueError(f"must be null or an object, got {type(stats).__name__}")
-        missing = sorted({"mean", "var", "epsilon", "clip"} - set(stats))
-        if missing:
-            raise ValueError(f"missing keys {missing}")
-        vectors = {}
-        for key in ("mean", "var"):
-            v = stats[key]
-            if not (
-                isinstance(v, list)
-                and len(v) == dim
-                and all(_is_number(x) and math.isfinite(x) for x in v)
-            ):
-                raise ValueError(f"{key} must be a list of {dim} finite numbers")
-            vectors[key] = np.array(v, dtype=np.float64)
-        eps, clip = stats["epsilon"], stats["clip"]
-        if not (_is_number(eps) and math.isfinite(eps) and eps >= 0):
-            raise ValueError(f"epsilon must be a finite number >= 0, got {eps!r}")
-        if not (_is_number(clip) and math.isfinite(clip) and clip > 0):
-            raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
-        if not np.all(vectors["var"] >= 0) or not np.all(vectors["var"] + eps > 0):
-            raise ValueError("var must be >= 0 and var + epsilon > 0")
-        return cls(vectors["mean"], vectors["var"], float(eps), float(clip))
-
-
-def _is_number(x: Any) -> bool:
-    """A JSON number (not a boolean), as Python reads it."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:

@@ -27,13 +27,13 @@ from residual_quad.controllers.features import (
 )
 from residual_quad.controllers.law import Law
 from residual_quad.controllers.numpy_policy import NumpyPolicy
+from residual_quad.controllers.obs_norm import ObsNormalizer
 from residual_quad.controllers.options import Choice, Domain, Integer, Optional, Text
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     INSTALL_HINT,
     POLICY_ALGOS,
     SHIPPED_PLANTS,
-    ObsNormalizer,
     PolicyFileError,
     algo_module,
     default_policy_path,

@@ -53,10 +53,10 @@ class AccelerationPPOController(ResidualPPOController):
     INFORMATION = InformationUse(
         feedforward_accel=True,
         tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances and "
-        "smoothness: 11 tries of 2 M steps (docs/ppo.md)",
+        "smoothness: 12 tries of 2 M steps (docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
-        tuning_trials=11,
+        tuning_trials=12,
     )
 
     # -- the policy's acceleration is the command; there is no residual -----------------------

@@ -64,9 +64,9 @@ from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_
 from residual_quad.controllers.base import ControlContext, InformationUse
 from residual_quad.controllers.driver import LawBatch, LawController
 from residual_quad.controllers.law import replace
+from residual_quad.controllers.obs_norm import ObsNormalizer
 from residual_quad.controllers.policy_file import (
     FEEDFORWARD_TRACKER,
-    ObsNormalizer,
     load_policy,
     policy_env_kwargs,
     policy_path,

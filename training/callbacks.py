@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
+from residual_quad.controllers.obs_norm import ObsNormalizer, obs_norm_stats
 from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
     ACTION_DIMS,
-    ObsNormalizer,
-    obs_norm_stats,
 )
 from residual_quad.controllers.ppo import controller_class
 from residual_quad.episode import RunSpec, fly

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.obs_norm import obs_norm_stats
 from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
     ACTION_DIMS,
-    obs_norm_stats,
     read_meta,
     save_model,
     write_meta,

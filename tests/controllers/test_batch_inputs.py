@@ -124,6 +124,7 @@ VECTORIZED = [
     "hnewton_rls",
     "ppo",
     "ppo_res",
+    "ppo_acc",
     "ppo_adapt",
     "sac",
     "tqc",
