@@ -127,6 +127,13 @@ class EstimatorParts:
     residual_one = residual
 
 
+#: s, the estimate's output low-pass behind rotor lag: unfiltered, geo_rls's online estimate
+#: put pid's error back up (heavy / extra, windy, realistic plant: 0.092 / 0.109 m against pid's
+#: 0.068 / 0.076 m, at +5 % control effort); low-passed at 0.2 s, 0.042 / 0.044 m at pid's
+#: effort (docs/controllers.md, "Lagged rotors")
+LAG_ESTIMATE_TAU_S = 0.2
+
+
 class ResidualGeoTracker(EstimatorParts, GeoTracker):
     """``geo_res``: geometric tracking + offline residual network feed-forward.
 
@@ -187,6 +194,8 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         context = context or ControlContext()
         if config is None and context.rotor_tau_s > 0.0:  # behind lag (docs/controllers.md)
             overrides.setdefault("thrust_axis", "commanded")
+            if not {"tau", "output_filter"} & set(overrides):
+                overrides["tau"] = LAG_ESTIMATE_TAU_S
         self.config = cfg = self.settings(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
         super().__init__(

@@ -15,6 +15,7 @@ from residual_quad.controllers import make_controller
 from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.controllers.residual.trackers import LAG_ESTIMATE_TAU_S
 from residual_quad.episode import build_controller, control_context, run_episode
 
 TRACKERS = ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls"]
@@ -32,6 +33,9 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     if name in ("geo_res", "geo_rls", "geo_rls_dob"):  # the residual along the commanded axis
         assert ideal.config.thrust_axis == "achieved"
         assert lagged.config.thrust_axis == "commanded"
+        # and low-passed at 0.2 s (geo_res's own filter on both plants)
+        assert ideal.config.output_filter.tau == (0.2 if name == "geo_res" else 0.0)
+        assert lagged.config.output_filter.tau == LAG_ESTIMATE_TAU_S == 0.2
     assert lagged.rotor_model is not None and lagged.rotor_model.tau_s == 0.06
     batch = make_batch_controller(name, 2, LAGGED)
     assert batch.inner.gains == LAG_TUNED_GAINS and batch.rotor_model.tau_s == 0.06
@@ -49,6 +53,10 @@ def test_an_explicit_option_wins_over_the_plants_default(name):
     assert ctl.inner.gains == AttitudeGains() and ctl.rotor_model.tau_s == 0.03
     if name == "hnewton":
         assert make_controller(name, LAGGED, max_tilt=0.6).params.max_tilt == 0.6
+    if name == "geo_rls":  # the estimate's low-pass: a flat tau or its section
+        assert make_controller(name, LAGGED, tau=0.0).config.output_filter.tau == 0.0
+        section = make_controller(name, LAGGED, output_filter={"tau": 0.05})
+        assert section.config.output_filter.tau == 0.05
 
 
 def test_every_way_to_build_a_controller_tells_it_the_plants_rotors():
