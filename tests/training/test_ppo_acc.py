@@ -5,6 +5,7 @@ files fail clearly."""
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from residual_quad.controllers.policy_file import (  # noqa: E402
     MAX_ACCEL_SCALE,
     META_ENTRY,
     PolicyFileError,
+    write_entry,
 )
 from residual_quad.controllers.ppo_acc import AccelerationPPOController  # noqa: E402
 from residual_quad.controllers.ppo_res import (  # noqa: E402
@@ -200,13 +202,11 @@ def test_deployed_ppo_acc_flies_as_the_training_pilot(acc_run):
 
 
 def _rewrite(src: Path, dest: Path, **changes) -> Path:
+    """A copy of the policy file ``src`` whose record has ``changes``, written as it is."""
+    shutil.copyfile(src, dest)
     with zipfile.ZipFile(src) as archive:
-        entries = {n: archive.read(n) for n in archive.namelist()}
-    meta = json.loads(entries[META_ENTRY])
-    meta.update(changes)
-    with zipfile.ZipFile(dest, "w") as archive:
-        for name, data in entries.items():
-            archive.writestr(name, json.dumps(meta) if name == META_ENTRY else data)
+        record = json.loads(archive.read(META_ENTRY))
+    write_entry(dest, {**record, **changes})
     return dest
 
 
