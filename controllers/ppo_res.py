@@ -85,20 +85,15 @@ from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.trackers import DEFAULT_KI, PIDTracker, TrackerState
 
 
-def tracker_ki(tracker: str) -> float:
-    """The integral gain (1/s³) of the tracker a correction adds to: 0 for ``geo`` (no
-    integrator) and ``feedforward``, ``pid``'s default for ``pid``."""
-    return DEFAULT_KI if tracker == "pid" else 0.0
-
-
 def tracker_gains(tracker: str) -> dict[str, float]:
     """The outer-loop gains of the tracker a correction adds to, as
-    :class:`~residual_quad.controllers.trackers.PIDTracker` keywords: ``geo``'s PD, ``pid``'s
-    PID, or for ``feedforward`` (``ppo_acc``: the policy is the whole feedback) none at all —
-    the tracker then hands the attitude loop the reference's own acceleration."""
+    :class:`~residual_quad.controllers.trackers.PIDTracker` keywords: ``geo``'s PD (no
+    integrator), ``pid``'s PID at its default integral gain, or for ``feedforward`` (``ppo_acc``:
+    the policy is the whole feedback) none at all — the tracker then hands the attitude loop the
+    reference's own acceleration."""
     if tracker == FEEDFORWARD_TRACKER:
         return {"kp": 0.0, "kd": 0.0, "ki": 0.0}
-    return {"ki": tracker_ki(tracker)}
+    return {"ki": DEFAULT_KI if tracker == "pid" else 0.0}
 
 
 def correction_step(

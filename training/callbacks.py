@@ -43,11 +43,9 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
     dim = spec.dim(ACTION_DIMS[cfg.controller])
     normalizer = ObsNormalizer.from_meta(obs_norm_stats(vec_env), dim)
     if cfg.controller in ACCELERATION_KINDS:
-        from residual_quad.controllers.ppo_acc import AccelerationPPOController
-        from residual_quad.controllers.ppo_res import ResidualPPOController
+        from residual_quad.controllers.base import resolve_factory
 
-        cls = {"ppo_res": ResidualPPOController, "ppo_acc": AccelerationPPOController}
-        return cls[cfg.controller].from_model(
+        return resolve_factory(cfg.controller).from_model(
             model,
             cfg.accel_scale,
             normalizer,
