@@ -40,7 +40,12 @@ setup(
     package_data={
         "residual_quad.envs": ["assets/*.xml"],
         "residual_quad.configs": ["*.yaml"],
-        "residual_quad.controllers": ["weights/*.npz", "weights/*.zip", "weights/*.json"],
+        "residual_quad.controllers": [
+            "weights/*.npz",
+            "weights/*.zip",
+            "weights/*.json",
+            "weights/tuned/*/*",  # the shipped tuning studies (controllers/tuned.py)
+        ],
         "residual_quad.evaluation.studies": ["committed_outcome.json"],
         "residual_quad.evaluation.studies.stick": ["scenarios/*.yaml"],
     },

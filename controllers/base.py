@@ -134,6 +134,10 @@ _REGISTRY: dict[str, str | Factory] = {
     "geo_res": "residual_quad.controllers.residual.trackers:ResidualGeoTracker",
     "geo_rls": "residual_quad.controllers.residual.trackers:RLSGeoTracker",
     "geo_rls_dob": "residual_quad.controllers.adaptive:DOBRLSGeoTracker",
+    # the trackers with the gains of their shipped ``rquad tune`` study (controllers/tuned.py)
+    "pid_tuned": "residual_quad.controllers.tuned:pid",
+    "geo_rls_tuned": "residual_quad.controllers.tuned:geo_rls",
+    "geo_rls_dob_tuned": "residual_quad.controllers.tuned:geo_rls_dob",
     "hnewton": "residual_quad.controllers.prioritized.quad:HNewtonTracker",
     "hnewton_rls": "residual_quad.controllers.prioritized.quad:HNewtonRLSTracker",
     "ppo": "residual_quad.controllers.ppo:PPOController",

@@ -21,7 +21,15 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
   1988 [EFRA]): ``P⁺ = (P − a·PφφᵀP/(1 + φᵀPφ))/λ + β·I − δ·P²`` keeps every eigenvalue of P
   between bounds set by ``(a, λ, β, δ)`` whatever the excitation: without excitation P settles at
   ``σ*·I`` with ``σ* = (λ⁻¹ − 1 + √((λ⁻¹ − 1)² + 4βδ))/(2δ)`` instead of growing to the cap, and
-  directions that are excited keep a finite gain. It costs a full 65 × 65 update (≈ 40 µs);
+  directions that are excited keep a finite gain — **provided** ``g(S) = (1 − a)S/λ + β − δS² >
+  0`` at the bound ``S`` (:func:`efra_bound`: ``max(p0, σ*)`` unless δ is so large that ``f(p) =
+  p/λ + β − δp²`` peaks below it; :func:`efra_positive_margin`). With ``p0 ≤ σ*`` this is
+  ``a < λ``. Why: ``0 ⪯ PφφᵀP/(1 + φᵀPφ) ⪯ P`` gives ``g(P) ⪯ P⁺ ⪯ f(P)``, both functions of P
+  alone (same eigenvectors); so eigenvalues in ``(0, S]`` stay in ``(0, S]``.
+  Without it a direction that grew to σ* while unexcited and is then strongly excited drops
+  below zero (``a = 1``: to ``β − δσ*²``), and the ``−δP²`` term drives a negative eigenvalue to
+  −∞ within a few steps (an overflow). :class:`RLSConfig` refuses such settings. It costs a full
+  65 × 65 update (≈ 40 µs);
 * **symmetry**: P is stored as one triangle and updated with the BLAS symmetric rank-1 routines
   (``dsymv``/``dsyr``), so it is symmetric by construction — the exact form of the usual
   ``P ← (P + Pᵀ)/2`` safeguard, at no cost. ``λ`` and the cap are kept in a scalar factor
@@ -60,6 +68,25 @@ def efra_fixed_point(config: RLSConfig) -> float:
     return (eta + math.sqrt(eta * eta + 4.0 * b * d)) / (2.0 * d)
 
 
+def efra_bound(config: RLSConfig) -> float:
+    """``S``: no eigenvalue of EFRA's P exceeds it, whatever the excitation (module docstring).
+    ``S = max(p0, σ*, F)`` with ``F`` the largest ``f(p) = p/λ + β − δp²`` on ``[0, max(p0, σ*)]``
+    (``f`` rises up to ``1/(2λδ)``; above ``σ*`` it never raises an eigenvalue)."""
+    lam, b, d = config.forgetting, config.efra_beta, config.efra_delta
+    start = max(config.p0, efra_fixed_point(config))
+    peak = min(start, 1.0 / (2.0 * lam * d))
+    return max(start, peak / lam + b - d * peak * peak)
+
+
+def efra_positive_margin(config: RLSConfig) -> float:
+    """``g(S) = (1 − a)S/λ + β − δS²`` at the bound ``S`` (:func:`efra_bound`): ``g`` is concave
+    with ``g(0) = β > 0``, so a positive ``g(S)`` keeps every eigenvalue of P in ``(0, S]``
+    after any update (module docstring)."""
+    top = efra_bound(config)
+    a, lam = config.efra_alpha, config.forgetting
+    return (1.0 - a) * top / lam + config.efra_beta - config.efra_delta * top * top
+
+
 @dataclass(frozen=True)
 class RLSConfig:
     """RLS settings (YAML section ``rls`` of ``configs/residual.yaml``).
@@ -86,7 +113,7 @@ class RLSConfig:
     leak: float = 0.0  # per-step pull toward the offline layer, 0 ≤ leak < 1
     # "trace_cap" (the source's: exponential forgetting, tr P scaled back to the cap) or "efra"
     covariance: str = "trace_cap"
-    efra_alpha: float = 1.0  # a in (0, 1], gain of the rank-1 correction (EFRA only)
+    efra_alpha: float = 0.9  # a in (0, 1], gain of the rank-1 correction (EFRA only; a < λ)
     efra_beta: float = 1e-4  # β > 0, constant covariance injection per step (EFRA only)
     efra_delta: float = 0.002  # δ > 0, quadratic covariance damping per step (EFRA only)
 
@@ -130,6 +157,14 @@ class RLSConfig:
             raise ValueError(f"rls.warmup_steps must be an integer >= 0, got {w}")
         if not (0.0 <= self.leak < 1.0):
             raise ValueError(f"rls.leak must be in [0, 1), got {self.leak}")
+        if self.covariance == "efra" and not efra_positive_margin(self) > 0.0:
+            raise ValueError(
+                f"rls: EFRA with efra_alpha {self.efra_alpha:g}, forgetting {self.forgetting:g}, "
+                f"efra_beta {self.efra_beta:g}, efra_delta {self.efra_delta:g}, p0 {self.p0:g} "
+                "can drive P indefinite and then to overflow: it needs (1 − a)S/λ + β − δS² > 0 "
+                f"at the eigenvalues' bound S = {efra_bound(self):.4g} (with p0 ≤ σ*: "
+                "efra_alpha < forgetting)"
+            )
 
 
 class RLSState(NamedTuple):

@@ -87,9 +87,10 @@ class ControllerLabels:
 @dataclass
 class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
-    four source trackers [RES §8] plus ``geo_rls_dob``, ``hnewton_rls`` and the RL controllers
-    ``ppo``, ``ppo_acc`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res``
-    in its three (2 592 runs)."""
+    four source trackers [RES §8] plus ``geo_rls_dob``, the tuned ``pid``, ``geo_rls`` and
+    ``geo_rls_dob`` (``controllers/tuned.py``), ``hnewton_rls`` and the RL controllers ``ppo``,
+    ``ppo_acc`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res`` in its
+    three (2 916 runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
@@ -100,6 +101,9 @@ class SweepConfig(ControllerLabels):
             "geo_res",
             "geo_rls",
             "geo_rls_dob",
+            "pid_tuned",
+            "geo_rls_tuned",
+            "geo_rls_dob_tuned",
             "hnewton_rls",
             "ppo",
             "ppo:training_seed=1",

@@ -19,6 +19,7 @@ from residual_quad.evaluation.sweep import SweepConfig
 from residual_quad.training.collect import CollectConfig
 from residual_quad.training.ppo_config import PPOTrainConfig
 from residual_quad.training.residual_train import TrainConfig
+from residual_quad.training.tune import TuneConfig
 
 CONFIG_DIR = Path(configs.__file__).parent
 STICK_DIR = Path(load_scenario.__code__.co_filename).parent / "scenarios"
@@ -140,6 +141,15 @@ SHIPPED = {
             "features": "the held correction (action history 1)",
             "normalize_obs": "off: fixed feature scales",
             "ppo": "smaller updates, a fixed exploration scale",
+        },
+    ),
+    "tune_matrix": (
+        TuneConfig,
+        {
+            "scenarios": "24 flights a trial: the worst quarter is six of them",
+            "episode_s": "20 s: the matrix's episode length",
+            "payload_kg": "to 0.6 kg, the RL rows' training range (extra, 0.75 kg, held out)",
+            "aggregate": "cvar: gains that fail a few flights score low",
         },
     ),
     "ppo_acc": (

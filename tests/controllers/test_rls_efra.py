@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from residual_quad.controllers.rls import LastLayerRLS, RLSConfig, efra_fixed_point
+from residual_quad.controllers.rls import (
+    LastLayerRLS,
+    RLSConfig,
+    efra_bound,
+    efra_fixed_point,
+    efra_positive_margin,
+)
 
 N, M = 65, 3
 
@@ -55,7 +65,9 @@ def test_one_step_matches_the_textbook_formula():
     np.testing.assert_allclose(rls.theta, theta, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("excitation", ["rich", "one direction", "none then rich"])
+@pytest.mark.parametrize(
+    "excitation", ["rich", "one direction", "none then rich", "none then one strong direction"]
+)
 def test_eigenvalues_stay_inside_the_bounds(excitation):
     rng = np.random.default_rng(7)
     cfg = RLSConfig(covariance="efra", warmup_steps=0)
@@ -68,6 +80,8 @@ def test_eigenvalues_stay_inside_the_bounds(excitation):
             phi = _regressor(rng)
         elif excitation == "one direction":
             phi = single
+        elif excitation == "none then one strong direction" and k >= 500:
+            phi = 100.0 * single  # a direction that grew to σ* while unexcited, hit hard
         else:
             phi = np.zeros(N)
         rls.update(phi, rng.standard_normal(M))
@@ -77,6 +91,82 @@ def test_eigenvalues_stay_inside_the_bounds(excitation):
     assert 0.0 < lo
     assert hi <= top * (1.0 + 1e-12)
     assert rls.trace <= N * top * (1.0 + 1e-12)
+
+
+def _efra_walk(a, lam, beta, delta, p0, phis):
+    """[EFRA]'s recursion written out (no safeguard), the smallest eigenvalue on the way."""
+    n = phis.shape[1]
+    P, low = p0 * np.eye(n), np.inf
+    for phi in phis:
+        Pphi = P @ phi
+        corrected = (P - a * np.outer(Pphi, Pphi) / (1.0 + phi @ Pphi)) / lam
+        P = corrected + beta * np.eye(n) - delta * P @ P
+        low = min(low, float(np.linalg.eigvalsh(P)[0]))
+    return low
+
+
+def _unexcited_then_hit(n=4, quiet=400, hits=30):
+    phis = np.zeros((quiet + hits, n))
+    phis[quiet:, 0] = 100.0
+    return phis
+
+
+def test_a_at_or_above_lambda_is_refused_because_p_goes_indefinite():
+    # the setting a tuning trial flew into an overflow: a = 1, λ = 0.96
+    walk = _efra_walk(1.0, 0.96, 1e-4, 0.002, 0.01, _unexcited_then_hit())
+    assert walk < 0.0  # the recursion itself leaves the positive definite cone
+    with pytest.raises(ValueError, match="efra_alpha < forgetting"):
+        RLSConfig(covariance="efra", efra_alpha=1.0, forgetting=0.96)
+    with pytest.raises(ValueError, match="efra_alpha < forgetting"):
+        RLSConfig(covariance="efra", efra_alpha=0.99, forgetting=0.99)
+    # the same gain is fine with the trace-cap scheme, which has no δ·P² term
+    RLSConfig(covariance="trace_cap", efra_alpha=1.0, forgetting=0.96)
+    # just below λ the walk stays positive definite
+    assert _efra_walk(0.95, 0.96, 1e-4, 0.002, 0.01, _unexcited_then_hit()) > 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lam=st.floats(0.5, 1.0),
+    a_share=st.floats(0.01, 1.2),
+    beta=st.floats(1e-6, 0.1),
+    delta=st.floats(1e-4, 0.5),
+    p0_share=st.floats(0.001, 3.0),
+    gain=st.floats(0.0, 1e3),
+    seed=st.integers(0, 2**16),
+)
+def test_accepted_settings_keep_p_positive_definite_and_bounded(
+    lam, a_share, beta, delta, p0_share, gain, seed
+):
+    """Every setting the configuration check accepts, fed unexcited stretches and strong single
+    directions, keeps every eigenvalue in (0, S] — the bound the check promises."""
+    sigma = efra_fixed_point(SimpleNamespace(forgetting=lam, efra_beta=beta, efra_delta=delta))
+    try:
+        cfg = RLSConfig(
+            covariance="efra",
+            forgetting=lam,
+            efra_alpha=min(a_share * lam, 1.0),
+            efra_beta=beta,
+            efra_delta=delta,
+            p0=min(p0_share * sigma, 1000.0),
+            warmup_steps=0,
+        )
+    except ValueError:
+        assume(False)  # refused: nothing is promised
+    assert efra_positive_margin(cfg) > 0.0
+    rng = np.random.default_rng(seed)
+    n = 6
+    rls = LastLayerRLS(np.zeros((n, 2)), cfg)
+    low, high = np.inf, 0.0
+    for k in range(300):
+        phi = np.zeros(n)
+        if (k // 50) % 2:  # every other stretch: one random axis, hit with the drawn gain
+            phi[rng.integers(n)] = gain
+        rls.update(phi, rng.standard_normal(2))
+        eig = np.linalg.eigvalsh(rls.P)
+        low, high = min(low, eig[0]), max(high, eig[-1])
+    assert low > 0.0
+    assert high <= efra_bound(cfg) * (1.0 + 1e-9)
 
 
 def test_non_finite_sample_changes_nothing():

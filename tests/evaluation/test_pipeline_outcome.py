@@ -54,7 +54,7 @@ def test_a_run_like_the_committed_one_says_so():
     met = sum(t["met"] for t in committed["targets"])
     assert lines[0].startswith(f"targets: {met} of {n} met; missed: ")
     assert "geo_rls RMSE in every payload × wind cell (max 0.0280 m, goal ≤ 0.026 m)" in lines[0]
-    assert lines[1] == "diverged runs: 8 of 2592 (ppo 1, ppo_adapt 7)"
+    assert lines[1] == "diverged runs: 8 of 2916 (ppo 1, ppo_adapt 7)"
     beyond = committed.get("beyond", {})
     plants = [k for k in beyond if k.startswith("lag/")]
     # one line per beyond-the-source sweep, the lag sweep's plants on one
