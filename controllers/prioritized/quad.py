@@ -90,6 +90,7 @@ from residual_quad.controllers.residual.trackers import (
     NETWORK_SCENARIOS,
     RESIDUAL_TRACKER_OPTIONS,
     EstimatorParts,
+    lag_settings,
 )
 from residual_quad.controllers.trackers import (
     DEFAULT_KD,
@@ -120,17 +121,22 @@ HNEWTON_KEYWORDS = frozenset({"method", *Tracker.OPTIONS, *HNewtonQuadParams.__d
 
 
 def residual_settings(
-    residual: Mapping[str, Any] | None, kw: Mapping[str, Any]
+    residual: Mapping[str, Any] | None,
+    kw: Mapping[str, Any],
+    context: ControlContext | None = None,
 ) -> tuple[ResidualConfig, ResidualMLP | None, dict[str, Any]]:
     """``hnewton_rls``'s keywords split: the residual config (``residual`` and every keyword
-    that is not :data:`HNEWTON_KEYWORDS`, as ``geo_rls`` takes them), the network (``None``:
-    the config's weights) and the ``hnewton`` keywords, whose ``kp``/``kd`` default to the
+    that is not :data:`HNEWTON_KEYWORDS`, as ``geo_rls`` takes them, with the residual
+    trackers' behind-lag settings for ``context``'s rotors), the network (``None``: the
+    config's weights) and the ``hnewton`` keywords, whose ``kp``/``kd`` default to the
     residual configuration's."""
     est_kw = dict(residual or {})
     est_kw.update({k: v for k, v in kw.items() if k not in HNEWTON_KEYWORDS})
     own = {k: v for k, v in kw.items() if k in HNEWTON_KEYWORDS}
     network = est_kw.pop("network", None)
-    cfg = residual_config(est_kw.pop("config", None), **est_kw)
+    config = est_kw.pop("config", None)
+    est_kw = lag_settings(context or ControlContext(), config, est_kw)
+    cfg = residual_config(config, **est_kw)
     own.setdefault("kp", cfg.kp)
     own.setdefault("kd", cfg.kd)
     return cfg, network, own
@@ -342,6 +348,6 @@ class HNewtonRLSTracker(EstimatorParts, HNewtonTracker):
         **kw: Any,
     ):
         context = context or ControlContext()
-        self.config, network, kw = residual_settings(residual, kw)
+        self.config, network, kw = residual_settings(residual, kw, context)
         self.estimator = ResidualEstimator(context, self.config, network, learn=True)
         super().__init__(context, **kw)

@@ -134,6 +134,19 @@ class EstimatorParts:
 LAG_ESTIMATE_TAU_S = 0.2
 
 
+def lag_settings(context: ControlContext, config: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` with what every residual tracker (``geo_res``, ``geo_rls``,
+    ``geo_rls_dob``, ``hnewton_rls``) does behind lagging rotors when no ``config`` is given:
+    the estimate applied along the commanded thrust axis and low-passed at
+    :data:`LAG_ESTIMATE_TAU_S` (an option given wins; docs/controllers.md, "Lagged rotors")."""
+    if config is not None or context.rotor_tau_s <= 0.0:
+        return overrides
+    out = {"thrust_axis": "commanded", **overrides}
+    if not {"tau", "output_filter"} & set(out):
+        out["tau"] = LAG_ESTIMATE_TAU_S
+    return out
+
+
 class ResidualGeoTracker(EstimatorParts, GeoTracker):
     """``geo_res``: geometric tracking + offline residual network feed-forward.
 
@@ -192,10 +205,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         **overrides: Any,
     ):
         context = context or ControlContext()
-        if config is None and context.rotor_tau_s > 0.0:  # behind lag (docs/controllers.md)
-            overrides.setdefault("thrust_axis", "commanded")
-            if not {"tau", "output_filter"} & set(overrides):
-                overrides["tau"] = LAG_ESTIMATE_TAU_S
+        overrides = lag_settings(context, config, overrides)
         self.config = cfg = self.settings(config, **overrides)
         self.estimator = ResidualEstimator(context, cfg, network, learn=self.learn)
         super().__init__(

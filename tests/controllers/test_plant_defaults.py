@@ -30,7 +30,7 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     assert lagged.inner.gains == LAG_TUNED_GAINS
     assert (ideal.attitude_loop, ideal.indi) == ("pd", None)
     assert lagged.attitude_loop == "indi" and lagged.indi.adapt == 0.02
-    if name in ("geo_res", "geo_rls", "geo_rls_dob"):  # the residual along the commanded axis
+    if name in ("geo_res", "geo_rls", "geo_rls_dob", "hnewton_rls"):  # along the commanded axis
         assert ideal.config.thrust_axis == "achieved"
         assert lagged.config.thrust_axis == "commanded"
         # and low-passed at 0.2 s (geo_res's own filter on both plants)
@@ -44,7 +44,7 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
         assert lagged.params.max_tilt == LAG_TUNED_GAINS.max_tilt
 
 
-@pytest.mark.parametrize("name", ["pid", "geo_rls", "hnewton"])
+@pytest.mark.parametrize("name", ["pid", "geo_rls", "hnewton", "hnewton_rls"])
 def test_an_explicit_option_wins_over_the_plants_default(name):
     own = AttitudeGains(wn_rp=12.0)
     ctl = make_controller(name, LAGGED, attitude=own, rotor_tau_s=0.0)
@@ -53,7 +53,7 @@ def test_an_explicit_option_wins_over_the_plants_default(name):
     assert ctl.inner.gains == AttitudeGains() and ctl.rotor_model.tau_s == 0.03
     if name == "hnewton":
         assert make_controller(name, LAGGED, max_tilt=0.6).params.max_tilt == 0.6
-    if name == "geo_rls":  # the estimate's low-pass: a flat tau or its section
+    if name in ("geo_rls", "hnewton_rls"):  # the estimate's low-pass: a flat tau or its section
         assert make_controller(name, LAGGED, tau=0.0).config.output_filter.tau == 0.0
         section = make_controller(name, LAGGED, output_filter={"tau": 0.05})
         assert section.config.output_filter.tau == 0.05
