@@ -9,8 +9,8 @@ trial), so its search, its scenarios and its trial count are read from the recor
 twice: the audit row of a tuned tracker states the study's objective, trials and scenarios.
 
 Options given to a tuned tracker replace the tuned ones (``pid_tuned:ki=5``), each whole: an
-``attitude`` given replaces the tuned attitude gains, its missing fields at their defaults. The
-gains were searched on the ideal plant; a tuned tracker asked to fly behind rotor lag is refused.
+``attitude`` given replaces the tuned attitude gains, its missing fields at their defaults. A
+tuned tracker asked to fly a plant other than its study's (rotor lag, latency) is refused.
 Rebuild a record with ``rquad tune CONTROLLER --config configs/tune_matrix.yaml --out
 controllers/weights/tuned/CONTROLLER`` (docs/tuning.md).
 """
@@ -45,12 +45,26 @@ class TunedRecord:
     default_score: float  # the controller's own gains on the same flights
     wall_s: float  # s, the trials' wall time summed
 
+    def plant_told(self) -> tuple[float, int, int]:
+        """What a controller is told of the plant the study's flights flew: the rotors' time
+        constant (s) and the sensor / command latency (periods); ideal for no ``env``."""
+        env = dict(self.config.get("env") or {})
+        if not env:  # the ideal plant, and no import of the env package (mujoco)
+            return (0.0, 0, 0)
+        from residual_quad.envs.presets import plant_options
+
+        plant = plant_options(env.pop("preset", None), **env)
+        return (plant.rotor_tau_s, plant.obs_delay_steps, plant.action_delay_steps)
+
     def scenarios(self) -> str:
         """The tuning flights in words (the audit's "training scenarios" cell)."""
         c = self.config
         low, high = c["payload_kg"]
+        preset = (c.get("env") or {}).get("preset")
+        where = f"the {preset} plant, " if preset else ("a lagged plant, " if c.get("env") else "")
         return (
-            f"{c['scenarios']} flights of {c['episode_s']:g} s a trial: payload {low:g}–{high:g} "
+            f"{where}{c['scenarios']} flights of {c['episode_s']:g} s a trial: "
+            f"payload {low:g}–{high:g} "
             f"kg, {'/'.join(c['winds'])}, randomized {'/'.join(c['trajectories'])} "
             "(seeds off the matrix's)"
         )
@@ -149,12 +163,17 @@ def tuned_class(controller: str, folder: str | Path | None = None) -> type:
         training_scenarios=record.scenarios(),
     )
 
+    studied_told = record.plant_told()
+
     def __init__(self: Any, context: ControlContext | None = None, **overrides: Any) -> None:
-        tau = (context or ControlContext()).rotor_tau_s
-        if tau > 0.0:
+        ctx = context or ControlContext()
+        told = (ctx.rotor_tau_s, ctx.obs_delay_steps, ctx.action_delay_steps)
+        if told != studied_told:
             raise ValueError(
-                f"{name}'s gains were searched on the ideal plant (no rotor lag); behind "
-                f"rotor lag (τ {tau:g} s) fly {controller}, or tune for that plant"
+                f"{name}'s gains were searched on a plant with rotor τ {studied_told[0]:g} s and "
+                f"{studied_told[1]}/{studied_told[2]} periods of sensor/command latency; this one "
+                f"has τ {told[0]:g} s and {told[1]}/{told[2]}: fly {controller}, or tune it for "
+                f"this plant (rquad tune {controller} with its env)"
             )
         base.__init__(self, context, **{**tuned_options, **overrides})
 

@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from residual_quad.controllers.options import Range, nested_options, tunable_of
 from residual_quad.controllers.specs import check_spec_options, parse_spec
 from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
+from residual_quad.envs.presets import PlantOptions, plant_options
 from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.scenarios import (
     FIRST_OFF_MATRIX_SEED,
@@ -79,6 +80,10 @@ class TuneConfig:
     # option path → [low, high] or {low, high, log}: replaces the controller's range (a subset
     # of its TUNABLE table, or an option of its OPTIONS table with a range in its domain)
     space: dict[str, Any] = field(default_factory=dict)
+    # the plant the flights fly: ResidualQuad-v0 plant keywords ({preset: realistic}, or
+    # rotor_tau_s, action_delay_steps, obs_delay_steps, imu_bias); {}: the ideal plant. The
+    # controllers are told it, as a sweep tells them (their behind-lag defaults included)
+    env: dict[str, Any] = field(default_factory=dict)
     objective: PrecisionReward = field(default_factory=PrecisionReward)
     # how a trial's flights make its score: "mean" of their J, or "cvar": the mean of the worst
     # cvar_fraction of them (a robust search: gains that fail a few flights score low)
@@ -115,6 +120,23 @@ class TuneConfig:
             if unknown:
                 raise ValueError(f"{name}: unknown {unknown}; valid choices: {', '.join(valid)}")
         search_space(self.controller, self.space)  # the controller and the ranges, now
+        plant_of(self.env)  # the plant, now
+
+
+#: the keywords of a tuning study's ``env``: the plant's, nothing of the scenario
+PLANT_KEYS = ("preset", *(f.name for f in fields(PlantOptions)))
+
+
+def plant_of(env: dict[str, Any]) -> PlantOptions:
+    """The plant a study's ``env`` names; an unknown keyword (a scenario setting such as
+    ``payload`` included: the study draws those) or value is a one-line ``ValueError``."""
+    if not isinstance(env, dict):
+        raise ValueError(f"env must be a mapping of plant keywords, got {env!r}")
+    unknown = sorted(set(env) - set(PLANT_KEYS))
+    if unknown:
+        raise ValueError(f"env: unknown plant keywords {unknown}; valid: {', '.join(PLANT_KEYS)}")
+    rest = {k: v for k, v in env.items() if k != "preset"}
+    return plant_options(env.get("preset"), **rest)
 
 
 def _range(path: str, value: Any) -> Range:
@@ -208,7 +230,7 @@ def score_flights(
     ``flight_scores`` (each flight's J), ``crashes``, ``rmse`` (mean over the flights that did not
     crash, m; NaN if all did), ``wall_s``."""
     from residual_quad.controllers.batch import make_batch_controller
-    from residual_quad.episode import RunSpec, control_dt, fly_batch
+    from residual_quad.episode import RunSpec, control_context, control_dt, fly_batch
 
     t0 = time.perf_counter()
     specs = [
@@ -224,8 +246,9 @@ def score_flights(
         )
         for s in scenarios
     ]
-    batch = make_batch_controller(cfg.controller, len(specs), **options)
-    results = fly_batch(specs, batch, keep_actions=True)
+    env = dict(cfg.env)
+    batch = make_batch_controller(cfg.controller, len(specs), control_context(env), **options)
+    results = fly_batch(specs, batch, env or None, keep_actions=True)
     steps = round(cfg.episode_s / control_dt({}))  # control steps of a full episode
     scores, rmses, crashes = [], [], 0
     for result in results:

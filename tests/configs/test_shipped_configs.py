@@ -152,6 +152,17 @@ SHIPPED = {
             "aggregate": "cvar: gains that fail a few flights score low",
         },
     ),
+    "tune_lag": (
+        TuneConfig,
+        {
+            "scenarios": "24 flights a trial: the worst quarter is six of them",
+            "episode_s": "20 s: the matrix's episode length",
+            "payload_kg": "to 0.6 kg, the RL rows' training range (extra, 0.75 kg, held out)",
+            "aggregate": "cvar: gains that fail a few flights score low",
+            "env": "the realistic plant: the gains are for lagging rotors",
+            "space": "the inner loop's five gains only: the shared behind-lag attitude set",
+        },
+    ),
     "ppo_acc": (
         PPOTrainConfig,
         {

@@ -52,8 +52,10 @@ def test_options_given_replace_the_tuned_ones():
 
 
 def test_a_tuned_tracker_refuses_a_plant_it_was_not_tuned_for():
-    with pytest.raises(ValueError, match="ideal plant.*fly pid"):
+    with pytest.raises(ValueError, match="rotor τ 0 s.*τ 0.06 s.*fly pid"):
         tuned_class("pid")(ControlContext(rotor_tau_s=0.06))
+    with pytest.raises(ValueError, match="latency"):
+        tuned_class("pid")(ControlContext(obs_delay_steps=1))
 
 
 @pytest.mark.parametrize("controller", TUNED_CONTROLLERS)

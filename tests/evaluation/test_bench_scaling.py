@@ -83,8 +83,8 @@ def test_quick_run_prints_each_figure_beside_its_floor_and_one_thread():
         assert np_env.name.startswith(f"vector env.step (numpy wrench), N = {n}, {threads}: ")
         for row in (floor, env, np_env):  # env-steps/s is the inverse of the µs per env-step
             assert _per_s(row) == pytest.approx(1e6 / row.median_us, rel=1e-3, abs=1.0)
-        # the floor against the one-thread floor; its speed-up is that ratio's inverse (a median
-        # of an odd count of rounds: exactly)
+        # the floor against the one-thread floor; its speed-up is that ratio's inverse (to the
+        # printed two decimals, whatever the count of rounds)
         assert floor.ratio_to == "1 thread"
         speedup, ideal = _speedup(floor)
         assert ideal == k and speedup == pytest.approx(1.0 / floor.ratio, abs=0.006)

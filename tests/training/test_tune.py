@@ -151,6 +151,7 @@ def test_a_range_is_checked_when_built():
         (["tune", "pid", "--space", "kp=1:2,kp=2:3"], "given twice"),
         (["tune", "ppo"], "no tunable options"),
         (["tune", "pid", "--trials", "0"], "--trials"),
+        (["tune", "pid", "--preset", "lunar"], "unknown preset 'lunar'"),
     ],
 )
 def test_the_command_line_names_a_bad_range_in_one_line(argv, fragment, capsys, tmp_path):
@@ -179,3 +180,30 @@ def test_a_robust_search_scores_the_worst_flights():
         TuneConfig(aggregate="median")
     with pytest.raises(ValueError, match="cvar_fraction"):
         TuneConfig(aggregate="cvar", cvar_fraction=0.0)
+
+
+def test_a_study_flies_the_plant_it_is_given_and_tells_its_controllers(monkeypatch):
+    """``env`` sets the tuning flights' plant: behind the realistic preset's 60 ms rotors the
+    controllers are built with their behind-lag defaults (as a sweep builds them), and the same
+    gains score differently than on the ideal plant; a scenario keyword is refused."""
+    from residual_quad.controllers import batch as batch_module
+
+    built = []
+    make = batch_module.make_batch_controller
+
+    def spy(name, n, context=None, **options):
+        built.append(context)
+        return make(name, n, context, **options)
+
+    cfg = TuneConfig(controller="pid", env={"preset": "realistic"}, **SMALL)
+    ideal = TuneConfig(controller="pid", **SMALL)
+    scenarios = tuning_scenarios(cfg)
+    assert scenarios == tuning_scenarios(ideal)  # the plant changes no scenario
+    monkeypatch.setattr(batch_module, "make_batch_controller", spy)
+    lagged = score_flights({}, cfg, scenarios)
+    flat = score_flights({}, ideal, scenarios)
+    assert built[0].rotor_tau_s == 0.06 and built[0].obs_delay_steps == 1
+    assert built[1].rotor_tau_s == 0.0
+    assert lagged["score"] != flat["score"]
+    with pytest.raises(ValueError, match="unknown plant keywords \\['payload'\\]"):
+        TuneConfig(controller="pid", env={"payload": "extra"})

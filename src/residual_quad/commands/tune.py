@@ -46,6 +46,8 @@ def _cmd(args: argparse.Namespace) -> int:
     base = configs.read_yaml(configs.resolve(args.config)) if args.config else {}
     if not isinstance(base, dict):
         raise ValueError(f"{args.config}: a tune config must be a mapping")
+    if args.preset is not None:  # the plant's preset over the YAML's env
+        overrides["env"] = {**(base.get("env") or {}), "preset": args.preset}
     cfg = configs.load(TuneConfig, {**base, **overrides})
     bar = None
     if not args.no_progress:
@@ -116,6 +118,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="a trial's score: the mean of its flights' J (default), or cvar: the mean of the "
         "worst quarter (cvar_fraction in a YAML)",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="the plant the flights fly (realistic: rotor lag, latency, IMU bias; default: the "
+        "YAML's env, else the ideal plant); the controllers are told it",
     )
     p.add_argument("--resume", action="store_true", help="continue the study in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
