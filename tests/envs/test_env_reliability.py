@@ -398,10 +398,14 @@ def test_no_memory_or_fd_leak_over_1000_create_close_cycles():
     # the process by ~14 MiB (bounded caches filling; more after other tests fragmented the
     # heap), every later 1 000 by ~1.2 MiB — a leak of a model + data per cycle would be ~100 MiB
     cycle(1000)
-    fds, rss = len(os.listdir("/proc/self/fd")), _rss_kib()
-    cycle(1000)
-    assert len(os.listdir("/proc/self/fd")) <= fds
-    assert _rss_kib() - rss < 20 * 1024  # KiB; a model + data kept per cycle is ≈ 100 KiB
+    fds = len(os.listdir("/proc/self/fd"))
+    growth = []  # KiB per 1 000 cycles, two rounds: a leak grows every round, while a heap
+    for _ in range(2):  # fragmented by the worker's earlier tests can jump once (seen: 24 MiB)
+        rss = _rss_kib()
+        cycle(1000)
+        growth.append(_rss_kib() - rss)
+        assert len(os.listdir("/proc/self/fd")) <= fds
+    assert min(growth) < 20 * 1024, growth  # KiB; a model + data kept per cycle is ≈ 100 KiB
 
 
 # ------------------------------------------------------------------ numerical corners
