@@ -48,12 +48,12 @@ class TunedRecord:
     def plant_told(self) -> tuple[float, int, int]:
         """What a controller is told of the plant the study's flights flew: the rotors' time
         constant (s) and the sensor / command latency (periods); ideal for no ``env``."""
-        env = dict(self.config.get("env") or {})
+        env = self.config.get("env") or {}
         if not env:  # the ideal plant, and no import of the env package (mujoco)
             return (0.0, 0, 0)
-        from residual_quad.envs.presets import plant_options
+        from residual_quad.envs.presets import plant_of
 
-        plant = plant_options(env.pop("preset", None), **env)
+        plant = plant_of(env)
         return (plant.rotor_tau_s, plant.obs_delay_steps, plant.action_delay_steps)
 
     def scenarios(self) -> str:

@@ -72,3 +72,19 @@ def plant_options(preset: str | None = None, **explicit: float | int | None) -> 
     if unknown:
         raise ValueError(f"unknown plant options {unknown}; valid: {', '.join(sorted(names))}")
     return replace(base, **{k: v for k, v in explicit.items() if v is not None})
+
+
+#: the keywords of a plant given as env settings: a preset and the options it sets
+PLANT_KEYS = ("preset", *(f.name for f in fields(PlantOptions)))
+
+
+def plant_of(env: dict[str, object]) -> PlantOptions:
+    """The plant a mapping of plant keywords names (``{"preset": "realistic"}``, or the options
+    themselves; ``{}``: the ideal plant). Anything else — a scenario setting such as
+    ``payload`` included — is a one-line ``ValueError``, as is a bad value."""
+    if not isinstance(env, dict):
+        raise ValueError(f"env must be a mapping of plant keywords, got {env!r}")
+    unknown = sorted(set(env) - set(PLANT_KEYS))
+    if unknown:
+        raise ValueError(f"env: unknown plant keywords {unknown}; valid: {', '.join(PLANT_KEYS)}")
+    return plant_options(env.get("preset"), **{k: v for k, v in env.items() if k != "preset"})

@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from residual_quad.controllers.options import Range, nested_options, tunable_of
 from residual_quad.controllers.specs import check_spec_options, parse_spec
 from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS
-from residual_quad.envs.presets import PlantOptions, plant_options
+from residual_quad.envs.presets import plant_of
 from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.scenarios import (
     FIRST_OFF_MATRIX_SEED,
@@ -121,22 +121,6 @@ class TuneConfig:
                 raise ValueError(f"{name}: unknown {unknown}; valid choices: {', '.join(valid)}")
         search_space(self.controller, self.space)  # the controller and the ranges, now
         plant_of(self.env)  # the plant, now
-
-
-#: the keywords of a tuning study's ``env``: the plant's, nothing of the scenario
-PLANT_KEYS = ("preset", *(f.name for f in fields(PlantOptions)))
-
-
-def plant_of(env: dict[str, Any]) -> PlantOptions:
-    """The plant a study's ``env`` names; an unknown keyword (a scenario setting such as
-    ``payload`` included: the study draws those) or value is a one-line ``ValueError``."""
-    if not isinstance(env, dict):
-        raise ValueError(f"env must be a mapping of plant keywords, got {env!r}")
-    unknown = sorted(set(env) - set(PLANT_KEYS))
-    if unknown:
-        raise ValueError(f"env: unknown plant keywords {unknown}; valid: {', '.join(PLANT_KEYS)}")
-    rest = {k: v for k, v in env.items() if k != "preset"}
-    return plant_options(env.get("preset"), **rest)
 
 
 def _range(path: str, value: Any) -> Range:
