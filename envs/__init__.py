@@ -20,6 +20,7 @@ One module per concept:
 - ``reference_table``: the built-in trajectories tabulated for a batch (the vector env)
 - ``registration``: Gymnasium registration of ``ResidualQuad-v0`` (and the remote client's id)
 - ``rendering``: an off-screen renderer that works headless
+- ``resets``: resetting envs as one batch (the vector env's resets; the single env's with one)
 - ``residual_quad_env``: the Gymnasium class, the specification and the glue
 - ``reward``: the reward terms and their weights
 - ``rotations``: attitude formulas (``quat_to_rot``)

@@ -7,8 +7,9 @@ the ground effect is the Cheeseman–Bennett thrust gain. None of these is known
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -250,26 +251,16 @@ class WindProcess:
         self._i = 0
 
     def _refill(self) -> None:
-        n = self._block
-        if self._dryden is not None:
-            self._buf = self._dryden.next_block(n) + self._mean
-            self._i = 0
-            return
-        noise = self._rng.standard_normal((n, 3)) * (self._b * self._sigma)
-        if self._a**n > 1e-250:
-            k = np.arange(1, n + 1)[:, None]
-            # x_k = a^k x_0 + Σ_{j<k} a^{k-1-j} w_j  =  a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)
-            pw = self._a**k
-            gust = pw * (self._gust + np.cumsum(noise / pw, axis=0))
-        else:  # steps much longer than τ: a^k underflows, so run the recursion itself
-            gust = np.empty((n, 3))
-            x = self._gust
-            for i in range(n):
-                x = self._a * x + noise[i]
-                gust[i] = x
-        self._gust = gust[-1].copy()
-        self._buf = gust + self._mean
-        self._i = 0
+        refill_blocks((self,))
+
+    @property
+    def _ou_key(self) -> tuple[float, int] | None:
+        """``(a, block)`` of a Gauss–Markov process whose block is one closed-form expression
+        (shared by every process of the same key), else ``None`` (Dryden, or ``a^block``
+        underflowing)."""
+        if self._dryden is not None or not self._a**self._block > 1e-250:
+            return None
+        return (self._a, self._block)
 
     @property
     def block(self) -> np.ndarray:
@@ -305,6 +296,55 @@ class WindProcess:
             self._i = i + n
             return self._buf[i : i + n]
         return np.array([self.sample() for _ in range(n)])
+
+
+@functools.lru_cache(maxsize=64)
+def _decay_powers(a: float, n: int) -> np.ndarray:
+    """``a^k`` for ``k = 1 … n``, shape ``(n, 1)``: the same for every block of the same
+    ``(a, n)``, so computed once (read-only)."""
+    powers = a ** np.arange(1, n + 1)[:, None]
+    powers.flags.writeable = False
+    return powers
+
+
+def refill_blocks(processes: Sequence[WindProcess]) -> None:
+    """Draw the next block of every process in ``processes`` (distinct objects), each from its
+    own generator in its own order, as each one's refill alone would, bit for bit.
+
+    The Gauss–Markov blocks of processes with the same decay and block length are one array
+    expression (``x_k = a^k (x_0 + Σ_{j<k} a^{-(j+1)} w_j)``, the sums along each block); a
+    batched reset of many envs refills them all at once."""
+    groups: dict[tuple[float, int], list[tuple[WindProcess, np.ndarray]]] = {}
+    for proc in processes:
+        n = proc._block
+        if proc._dryden is not None:
+            proc._buf = proc._dryden.next_block(n) + proc._mean
+            proc._i = 0
+            continue
+        noise = proc._rng.standard_normal((n, 3)) * (proc._b * proc._sigma)
+        key = proc._ou_key
+        if key is None:  # steps much longer than τ: a^k underflows, so run the recursion itself
+            gust = np.empty((n, 3))
+            x = proc._gust
+            for i in range(n):
+                x = proc._a * x + noise[i]
+                gust[i] = x
+            proc._gust = gust[-1].copy()
+            proc._buf = gust + proc._mean
+            proc._i = 0
+            continue
+        groups.setdefault(key, []).append((proc, noise))
+    for (a, n), members in groups.items():
+        pw = _decay_powers(a, n)
+        noise = np.stack([w for _, w in members])
+        start = np.stack([proc._gust for proc, _ in members])[:, None, :]
+        gust = pw * (start + np.cumsum(noise / pw, axis=1))
+        mean = np.stack([proc._mean for proc, _ in members])[:, None, :]
+        buf = gust + mean
+        for j, (proc, _) in enumerate(members):
+            proc._gust = gust[j, -1].copy()
+            proc._buf = buf[j]
+            proc._i = 0
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from residual_quad.envs.disturbances import (
     GroundEffect,
     WindModel,
     WindProcess,
+    refill_blocks,
 )
 from residual_quad.envs.events import Event, EventRun, set_payload_mass, wind_offsets
 from residual_quad.envs.model import BODY, build_model
@@ -49,6 +50,15 @@ def specific_force(acc, rot, gravity: float):
         r[1] * ax + r[4] * ay + r[7] * az,
         r[2] * ax + r[5] * ay + r[8] * az,
     ]
+
+
+def finish_resets(plants: Sequence[QuadrotorPlant]) -> None:
+    """Complete the resets :meth:`QuadrotorPlant.begin_reset` started, for a batch of distinct
+    plants: their first wind blocks drawn together (:func:`refill_blocks`, one array expression
+    per wind model), then each plant's forward pass. Bit for bit the plants' resets one by one."""
+    refill_blocks([plant._wind_proc for plant in plants])
+    for plant in plants:
+        plant._finish_reset()
 
 
 def check_rates(physics_hz: object, control_hz: object) -> tuple[float, float, int]:
@@ -168,6 +178,18 @@ class QuadrotorPlant:
         vel: np.ndarray | None = None,
     ) -> None:
         """Place the vehicle at rest (unless ``vel``) at ``pos`` (m) with heading ``yaw`` (rad)."""
+        self.begin_reset(rng, pos, yaw, vel)
+        finish_resets((self,))
+
+    def begin_reset(
+        self,
+        rng: np.random.Generator,
+        pos: np.ndarray,
+        yaw: float,
+        vel: np.ndarray | None = None,
+    ) -> None:
+        """The first half of :meth:`reset`, one plant at a time: the state placed and the new
+        wind process started on ``rng``; :func:`finish_resets` completes a batch of them."""
         if self.events is not None:
             self.events.reset()
             if self.payload_kg != self.events.base_payload_kg:
@@ -184,9 +206,13 @@ class QuadrotorPlant:
         self.data.ctrl[:] = self.command
         if self.model.na:  # lagged rotors start spun up to hover
             self.data.act[:] = self.command
+
+    def _finish_reset(self) -> None:
+        """The second half of :meth:`reset`, once the wind block is drawn."""
         self.wind = self._wind_proc.sample().copy()
         self._xfrc[:] = 0.0
-        self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(pos[2])
+        z = self.data.qpos[2]
+        self._gain[:] = 1.0 if self.ground_effect is None else self.ground_effect.gain(z)
         self.ground_gain = float(self._gain[0])
         self._contact_off = False
         self.model.opt.disableflags &= ~DSBL_CONTACT

@@ -32,13 +32,25 @@ from residual_quad.envs.plant import QuadrotorPlant
 from residual_quad.envs.preview import make_preview
 from residual_quad.envs.registration import time_limit_warning
 from residual_quad.envs.rendering import make_renderer
+from residual_quad.envs.resets import begin_resets, finish_resets
 from residual_quad.envs.reward import RewardWeights
 from residual_quad.envs.sensors import SensorNoise, Sensors
 from residual_quad.envs.task import TaskParams, reason, step_info, task_step
-from residual_quad.envs.trajectories import Trajectory, check_reference, reference_fields
+from residual_quad.envs.trajectories import (
+    Reference,
+    Trajectory,
+    check_reference,
+    reference_fields,
+)
 from residual_quad.envs.turbulence import DrydenTurbulence
 
-__all__ = ["MAX_EPISODE_S", "MAX_RENDER_SIZE", "RESET_OPTIONS", "EnvConfig", "ResidualQuadEnv"]
+__all__ = [
+    "MAX_EPISODE_S",
+    "MAX_RENDER_SIZE",
+    "RESET_OPTIONS",
+    "EnvConfig",
+    "ResidualQuadEnv",
+]
 
 _ONE = slice(None)  # the single env's row in its latency lines (a batch of one)
 _FULL_EFFICIENCY = np.ones(4)  # the rotors' efficiencies without events (info; copied)
@@ -402,6 +414,15 @@ class ResidualQuadEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        begin_resets((self,), (seed,), (options,))
+        sensed, infos = finish_resets((self,))
+        obs, info = sensed[0], infos[0]
+        if self.preview is not None:
+            obs = np.concatenate((obs, self.preview.single(self.trajectory, 0)))
+        return obs, info
+
+    def _begin_reset(self, seed: object, options: object, reference: Reference) -> None:
+        """One env's part of :func:`begin_resets`, its first ``reference`` checked."""
         seed = checks.seed_value(seed)
         position_offset, yaw_offset, velocity = _reset_options(options)
         if seed is None and self._seed is not None:
@@ -416,23 +437,13 @@ class ResidualQuadEnv(gym.Env):
                 self._limit_warned = True
                 gym.logger.warn(message)
         super().reset(seed=seed)
-        ref = check_reference(self.trajectory, self.trajectory(0.0), 0.0)
         self.sensors.reseed(self.np_random)  # before the plant draws the wind
-        self.plant.reset(self.np_random, ref.pos + position_offset, ref.yaw + yaw_offset, velocity)
+        self.plant.begin_reset(
+            self.np_random, reference.pos + position_offset, reference.yaw + yaw_offset, velocity
+        )
         self._steps = 0
         self._prev_action = [0.0, 0.0, 0.0, 0.0]
-        true_obs = self._observe(0.0)
-        true_obs_array = np.array(true_obs)
-        self._last_true_obs = true_obs
-        self._needs_reset = False
-        pos_error = float(np.linalg.norm(true_obs_array[ObsLayout.pos] - ref.pos))
-        obs = self.sensors.sense(true_obs_array)  # before the info: it reports the bias in obs
-        info = self._info(pos_error, np.zeros(3), {}, None)
-        if self.latency.delays:
-            self.latency.reset(_ONE, obs[None])
-        if self.preview is not None:
-            obs = np.concatenate((obs, self.preview.single(self.trajectory, 0)))
-        return obs, info
+        self._first_reference = reference
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -318,6 +319,34 @@ def check_reference(trajectory: object, ref: object, t: float) -> Reference:
     return ref
 
 
+def first_bad_reference(
+    trajectories: Sequence[object], refs: Sequence[object], t: float
+) -> int | None:
+    """The index of the first reference of a batch at time ``t`` (s) that
+    :func:`check_reference` refuses, else ``None``: the types per reference, the vectors'
+    values in one array test (a batched reset checks its first references so)."""
+    for k, ref in enumerate(refs):
+        if not (
+            isinstance(ref, Reference)
+            and all(
+                isinstance(v, np.ndarray) and v.shape == (3,) and v.dtype.kind in "fiu"
+                for v in (ref.pos, ref.vel, ref.acc)
+            )
+            and all(
+                not isinstance(v, bool)
+                and isinstance(v, numbers.Real)
+                and abs(v) <= REFERENCE_LIMIT
+                for v in (ref.yaw, ref.yaw_rate)
+            )
+        ):
+            return k
+    if not refs:
+        return None
+    vectors = np.array([(r.pos, r.vel, r.acc) for r in refs])  # type: ignore[attr-defined]
+    inside = np.all(np.abs(vectors) <= REFERENCE_LIMIT, axis=(1, 2))  # NaN fails too
+    return None if inside.all() else int(np.argmin(inside))
+
+
 def reference_fields(trajectory: Trajectory, t: float) -> list[float]:
     """The reference part of the observation at time ``t`` (s): ``ref_pos``, ``ref_vel``,
     ``ref_acc``, the heading wrapped to ``[-π, π]`` and its rate (11 entries, the order of
@@ -326,13 +355,18 @@ def reference_fields(trajectory: Trajectory, t: float) -> list[float]:
     A reference that cannot be read raises :func:`check_reference`'s clear error."""
     ref = trajectory(t)
     try:
-        return [
-            *ref.pos.tolist(),
-            *ref.vel.tolist(),
-            *ref.acc.tolist(),
-            math.remainder(ref.yaw, 2.0 * math.pi),
-            ref.yaw_rate,
-        ]
+        return fields_of(ref)
     except (AttributeError, TypeError, ValueError):
         check_reference(trajectory, ref, t)
         raise
+
+
+def fields_of(ref: Reference) -> list[float]:
+    """:func:`reference_fields` of a reference already computed (and checked)."""
+    return [
+        *ref.pos.tolist(),
+        *ref.vel.tolist(),
+        *ref.acc.tolist(),
+        math.remainder(ref.yaw, 2.0 * math.pi),
+        ref.yaw_rate,
+    ]

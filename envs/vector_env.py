@@ -19,6 +19,7 @@ from residual_quad.envs.checks import batch_actions, integer
 from residual_quad.envs.observation import OBS_DIM, true_observation
 from residual_quad.envs.reference_table import TABLE_BUDGET_BYTES, BatchReferences
 from residual_quad.envs.registration import time_limit_warning
+from residual_quad.envs.resets import begin_resets, finish_resets
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
 from residual_quad.envs.reward import REWARD_TERMS
 from residual_quad.envs.scenarios import (
@@ -318,10 +319,9 @@ class ResidualQuadVectorEnv(VectorEnv):
         seeds = env_seeds(seed, n)
         if seed is not None and not isinstance(seed, Sequence | np.ndarray):
             self._sampler_rng = np.random.default_rng(int(seed) + n)
-        obs = np.zeros((n, self.obs_dim))
+        obs, infos = self._reset_envs(list(range(n)), seeds, options)
         info = empty_batch_info(n)
-        for i in range(n):
-            obs[i], env_info = self._reset_env(i, seeds[i], options)
+        for i, env_info in enumerate(infos):
             fill_batch_info(info, i, env_info)
         self._autoreset[:] = False
         self._started = True
@@ -418,25 +418,40 @@ class ResidualQuadVectorEnv(VectorEnv):
         return arr
 
     # ------------------------------------------------------------------ resets
-    def _reset_env(
-        self, i: int, seed: int | None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        env = self.envs[i]
+    def _reset_envs(
+        self,
+        ids: list[int],
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Reset the envs ``ids`` as one batch (bit for bit their single resets in turn): each
+        env's checks and draws, then the rest as array computations
+        (:func:`~residual_quad.envs.residual_quad_env.finish_resets`, one latency and preview
+        write). ``options`` (``None``: each env's scenario options) are the reset options.
+        Returns the observations ``(len(ids), obs_dim)`` and the infos."""
+        envs = [self.envs[i] for i in ids]
         if options is None:
-            options = self.scenarios[i].get("options")
-        try:
-            obs, info = env.reset(seed=seed, options=options)
-        except ValueError as err:
-            raise ValueError(f"env {i}: {err}") from None
-        mujoco.mj_getState(env.plant.model, env.plant.data, self._state[i], FULL_PHYSICS)
-        self._qacc[i] = env.plant.data.qacc
-        self._true_obs[i] = env.last_true_observation
-        self._latency.reset([i], obs[None])
-        self._steps[i] = 0
-        self._prev_action[i] = 0.0
-        self._physics.wind.mirror(i)
-        self._physics.forget(i)  # a reset may change the model (payload events restore it)
-        return obs, info
+            per_env = [self.scenarios[i].get("options") for i in ids]
+        else:
+            per_env = [options] * len(ids)
+        begin_resets(envs, seeds, per_env, where=[f"env {i}" for i in ids])
+        sensed, infos = finish_resets(envs)
+        rows = np.asarray(ids, dtype=np.intp)
+        for i, env in zip(ids, envs, strict=True):
+            plant = env.plant
+            mujoco.mj_getState(plant.model, plant.data, self._state[i], FULL_PHYSICS)
+            self._qacc[i] = plant.data.qacc
+            self._physics.wind.mirror(i)
+            self._physics.forget(i)  # a reset may change the model (payload events restore it)
+        self._true_obs[rows] = [env._last_true_obs for env in envs]
+        self._latency.reset(rows, sensed)
+        self._steps[rows] = 0
+        self._prev_action[rows] = 0.0
+        if self._preview is None:
+            return sensed, infos
+        failed = np.zeros(self.num_envs, dtype=bool)
+        ahead = self._preview.batch(self._references, rows, self._steps[rows], failed)
+        return np.concatenate((sensed, ahead), axis=1), infos
 
     def _autoreset_envs(self, ids: list[int]) -> tuple[np.ndarray, dict[int, dict[str, Any]]]:
         """Autoreset the envs ``ids`` (in order), all or nothing: the observations (full size,
@@ -463,8 +478,8 @@ class ResidualQuadVectorEnv(VectorEnv):
                 for i, scenario in zip(ids, drawn, strict=True):
                     self.replace_env(i, scenario)
                     self.scenarios[i] = scenario
-            for i in ids:
-                obs[i], infos[i] = self._reset_env(i, None)
+            obs[ids], reset_infos = self._reset_envs(ids, [None] * len(ids))
+            infos = dict(zip(ids, reset_infos, strict=True))
         except BaseException:
             self._sampler_rng.bit_generator.state = rng_state
             for i, env, state, scenario in saved:

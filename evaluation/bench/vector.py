@@ -8,8 +8,9 @@ each block (its inverse is env-steps/s); then N = 256 on 1 thread in calm air (o
 thrust keeps every env flying) in CPU time, in lockstep and with the envs' episodes out of step
 (env ``i`` at step ``k + i``, as autoresets leave a training batch), references tabulated and
 called per env (``reference_table_bytes=0``, the path before the tables), side by side; and the
-closed loop with batched ``geo_rls`` at N = 256 on 1 thread. The targets: N = 256 on one thread
-within 1.5× the floor, N = 1024 on two threads at >= 100 000 env-steps/s (10 µs).
+closed loop with batched ``geo_rls`` at N = 256 on 1 thread; and an autoreset of half of
+N = 256 envs, batched, beside the same envs' single resets one by one. The targets: N = 256 on
+one thread within 1.5× the floor, N = 1024 on two threads at >= 100 000 env-steps/s (10 µs).
 """
 
 from __future__ import annotations
@@ -129,6 +130,54 @@ def out_of_step_rows(n: int, steps: int, repeats: int) -> list[BenchRow]:
     ]
 
 
+def reset_rows(n: int, repeats: int) -> list[BenchRow]:
+    """An autoreset of every other env of ``n`` (:meth:`reset_subset`: one batched reset,
+    bookkeeping included) beside the same envs' single ``reset`` one by one (the path an
+    autoreset took before resets were batched, without the batch's bookkeeping), blocks
+    interleaved; µs per env reset, and the batched time over the one-by-one time."""
+    from residual_quad.envs.vector_env import ResidualQuadVectorEnv
+
+    env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=1)
+    env.reset(seed=0)
+    ids = list(range(0, n, 2))
+
+    def batched() -> None:
+        env.reset_subset(ids)
+
+    def one_by_one() -> None:
+        for i in ids:
+            env.envs[i].reset()
+
+    for fn in (batched, one_by_one):  # warm-up
+        fn()
+    times: dict[str, list[float]] = {"batched": [], "one by one": []}
+    for _ in range(repeats):
+        for what, fn in (("batched", batched), ("one by one", one_by_one)):
+            t0 = time.perf_counter()
+            fn()
+            times[what].append((time.perf_counter() - t0) / len(ids) * 1e6)
+    env.reset_subset(ids)  # the vector env's own state again
+    env.close()
+    ratios = np.array(times["batched"]) / np.array(times["one by one"])
+    k = len(ids)
+    return [
+        BenchRow(
+            SECTION,
+            f"autoreset of {k} of {n} envs, batched (reset_subset), per env",
+            float(np.median(times["batched"])),
+            float(np.median(ratios)),
+            "one by one",
+        ),
+        BenchRow(
+            SECTION,
+            f"the same {k} envs' single reset, one by one, per env",
+            float(np.median(times["one by one"])),
+            1.0,
+            "one by one",
+        ),
+    ]
+
+
 def run(quick: bool = False) -> list[BenchRow]:
     from residual_quad.controllers.batch import make_batch_controller
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
@@ -167,6 +216,7 @@ def run(quick: bool = False) -> list[BenchRow]:
             )
     n = 64 if quick else 256
     rows.extend(out_of_step_rows(n, steps, repeats))
+    rows.extend(reset_rows(n, repeats))
     env = ResidualQuadVectorEnv(n, scenarios=[SCENARIO] * n, nthread=1)
     ctrl = make_batch_controller("geo_rls", n)
     state = {"obs": env.reset(seed=0)[0]}

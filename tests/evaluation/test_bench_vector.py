@@ -18,4 +18,13 @@ def test_vector_bench_quick_rows():
     # each ratio is the median of block / neighbouring floor block: positive, finite, and the
     # floor row is the reference
     assert rows[0].ratio == 1.0 and rows[0].ratio_to == ""
-    assert all(r.ratio_to == "floor" and 0 < r.ratio < math.inf for r in rows[1:])
+    resets = [r for r in rows if "reset" in r.name]
+    assert [r.name.split(",")[0] for r in resets] == [
+        "autoreset of 32 of 64 envs",
+        "the same 32 envs' single reset",
+    ]
+    # the batched reset against its one-by-one twin, measured in the same run
+    assert all(r.ratio_to == "one by one" and 0 < r.ratio < math.inf for r in resets)
+    assert resets[1].ratio == 1.0
+    flights = [r for r in rows[1:] if r not in resets]
+    assert all(r.ratio_to == "floor" and 0 < r.ratio < math.inf for r in flights)
