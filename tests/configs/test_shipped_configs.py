@@ -24,8 +24,9 @@ from residual_quad.training.tune import TuneConfig
 CONFIG_DIR = Path(configs.__file__).parent
 STICK_DIR = Path(load_scenario.__code__.co_filename).parent / "scenarios"
 
-#: configs/ppo_res.yaml's differences from the training defaults
-_PPO_RES = {
+#: the differences from the training defaults that configs/ppo_res.yaml and
+#: configs/ppo_res_realistic.yaml share
+_PPO_RES_SHARED = {
     "controller": "the residual-RL policy (docs/ppo.md)",
     "tracker": "pid: its error integral carries the steady correction",
     "accel_scale": "a 4 m/s² bound: the gusts' share",
@@ -36,6 +37,15 @@ _PPO_RES = {
     "position_log": "a log-shaped position cost: calm air's millimetres count",
     "features": "the last 4 corrections",
     "ppo": "smaller updates, a fixed gSDE exploration scale",
+}
+
+#: configs/ppo_res.yaml's differences from the training defaults
+_PPO_RES = {
+    **_PPO_RES_SHARED,
+    "features": "the 10-point preview and the last 4 corrections",
+    "env_kwargs": "the 10-point reference preview",
+    "trajectories": "the randomized families, Lissajous and spline included",
+    "trajectory_draw": "randomized: off the matrix",
 }
 
 #: shipped name → (dataclass, the keys that differ from its defaults, and why)
@@ -120,10 +130,11 @@ SHIPPED = {
     "train_residual": (TrainConfig, {}),
     "ppo": (PPOTrainConfig, {}),
     "ppo_res": (PPOTrainConfig, _PPO_RES),
+    "ppo_res_matrix": (PPOTrainConfig, _PPO_RES_SHARED),
     "ppo_res_realistic": (
         PPOTrainConfig,
         {
-            **_PPO_RES,
+            **_PPO_RES_SHARED,
             "total_steps": "3 M: the ablation's budget (its file was selected at 2 M)",
             "env_kwargs": "the realistic plant preset (docs/ppo.md)",
             "attitude": "the lag-tuned inner-loop gains the realistic sweeps fly",
@@ -255,16 +266,25 @@ def test_unknown_keys_and_wrong_types_are_errors():
 
 
 def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_with_the_sweeps_gains():
-    """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant, by
-    the inner-loop gains, which are the trackers' defaults behind lag, and by the
-    budget (the ablation's 3 M steps; ``ppo_res`` trains for a third of it)."""
-    base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    """``ppo_res_realistic`` cannot drift from ``ppo_res_matrix`` (``ppo_res`` before its
+    preview): it differs only by the plant, by the inner-loop gains, which are the trackers'
+    defaults behind lag, and by the budget (the ablation's 3 M steps; ``ppo_res`` trains for a
+    third of it). The shipped ``ppo_res`` is ``ppo_res_matrix`` with the preview and the
+    trajectories off the matrix, nothing else."""
+    base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_matrix"))
     real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
     assert real.pop("env_kwargs") == {"preset": "realistic"}
     assert real.pop("attitude") == asdict(LAG_TUNED_GAINS)  # what pid flies there by default
-    assert (real.pop("total_steps"), base.pop("total_steps")) == (3_000_000, 1_000_000)
-    base.pop("env_kwargs"), base.pop("attitude")
-    assert real == base
+    assert (real.pop("total_steps"), base["total_steps"]) == (3_000_000, 1_000_000)
+    assert real == {
+        k: v for k, v in base.items() if k not in ("env_kwargs", "attitude", "total_steps")
+    }
+    shipped = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    changed = sorted(k for k in shipped if shipped[k] != base[k])
+    assert changed == ["env_kwargs", "features", "trajectories", "trajectory_draw"]
+    assert shipped["env_kwargs"] == {"preview": [10, 0.06]}
+    assert shipped["features"] == {**base["features"], "preview_k": 10}
+    assert shipped["trajectory_draw"] == "randomized" and base["trajectory_draw"] == "fixed"
 
 
 def test_the_20_seed_realistic_matrix_is_the_realistic_one_with_20_seeds():

@@ -48,7 +48,8 @@ def test_the_shipped_ablation_resolves_every_variant_with_its_changes_only():
     # that also in the term, the one before that also in the exploration scale, the
     # no-history one also in its inputs, and the grid variant from the costs one only in the
     # action costs
-    shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    # (before its preview and its trajectories off the matrix: ppo_res_matrix)
+    shipped_res = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_matrix"))
     log = configs.to_dict(cfg.run_config(cfg.variant("ppo_res_pid_log"), 0))
     assert {**log, "total_steps": shipped_res["total_steps"]} == shipped_res  # a third of it
     assert log["tracker"] == "pid" and log["total_steps"] == 3 * shipped_res["total_steps"]

@@ -83,7 +83,7 @@ def test_the_recorder_keeps_ppo_res_held_correction_each_step():
     assert not CorrectionRecorder.applies(make_controller("geo"))
     assert not CorrectionRecorder.applies(make_controller("ppo"))
     recorder = CorrectionRecorder(ctrl)
-    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix")
+    env = ResidualQuadEnv(payload="heavy", wind="windy", trajectory="helix", **ctrl.env_kwargs)
     obs, _ = env.reset(seed=0)
     ctrl.reset()
     for step in range(8):

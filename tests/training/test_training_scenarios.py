@@ -31,8 +31,16 @@ from residual_quad.training.tune import TuneConfig, tuning_scenarios  # noqa: E4
 MATRIX_TRAJECTORIES = ("hover", "helix", "figure8")
 MATRIX_SEEDS = range(20)
 FAMILIES = ["hover", "helix", "figure8", "lissajous", "spline"]
-#: the shipped training configs: each trains on today's draw
-SHIPPED_TRAINING = ("ppo", "ppo_res", "ppo_adapt", "ppo_realistic", "ppo_res_realistic", "sac")
+#: the shipped training configs that train on the matrix's own trajectories (ppo_acc and
+#: ppo_res train off it)
+SHIPPED_TRAINING = (
+    "ppo",
+    "ppo_adapt",
+    "ppo_realistic",
+    "ppo_res_matrix",
+    "ppo_res_realistic",
+    "sac",
+)
 
 
 def _config(**kw) -> PPOTrainConfig:
@@ -135,8 +143,19 @@ def test_randomized_training_envs_are_seeded_off_the_matrix():
         venv.close()
 
 
+def test_the_shipped_learned_outer_loop_and_residual_train_off_the_matrix():
+    """``ppo_acc`` and ``ppo_res`` draw randomized trajectories of every family and seed their
+    envs from 10 000: no training episode is a scenario the matrix flies."""
+    for name in ("ppo_acc", "ppo_res"):
+        cfg = configs.load(PPOTrainConfig, name)
+        assert cfg.trajectory_draw == "randomized" and cfg.env_seed_offset() == 10_000
+        assert set(cfg.trajectories) == {"hover", "helix", "figure8", "lissajous", "spline"}
+        assert type(training_sampler(cfg)) is not ScenarioSampler
+
+
 def test_fixed_is_todays_draw_for_every_shipped_config():
-    """``trajectory_draw: fixed`` (the default, every shipped training config) builds the old
+    """``trajectory_draw: fixed`` (the default, every shipped training config but
+    ``ppo_acc``'s and ``ppo_res``'s) builds the old
     :class:`ScenarioSampler` over the same lists — its draws those of a fresh one — and seeds
     env ``i`` with ``seed + i`` as before."""
     for name in SHIPPED_TRAINING:
