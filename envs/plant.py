@@ -186,10 +186,11 @@ class QuadrotorPlant:
         rng: np.random.Generator,
         pos: np.ndarray,
         yaw: float,
-        vel: np.ndarray | None = None,
+        vel: np.ndarray | None,
     ) -> None:
-        """The first half of :meth:`reset`, one plant at a time: the state placed and the new
-        wind process started on ``rng``; :func:`finish_resets` completes a batch of them."""
+        """The first half of :meth:`reset` (its arguments, ``vel`` given), one plant at a time:
+        the state placed and the new wind process started on ``rng``; :func:`finish_resets`
+        completes a batch of them."""
         if self.events is not None:
             self.events.reset()
             if self.payload_kg != self.events.base_payload_kg:
