@@ -382,6 +382,7 @@ class ResidualQuadEnv(gym.Env):
         self._last_true_obs: list[float] = []  # true observation at the start of the period
         self._needs_reset = True  # before the first reset and after an episode's end
         self._limit_warned = False  # a TimeLimit cutting episode_s short was warned about
+        self._first_reference: Reference | None = None  # at t = 0, checked by the last reset
 
     # ------------------------------------------------------------------ API
     @property
