@@ -12,7 +12,7 @@ from residual_quad.envs.observation import ObsLayout, true_observation
 from residual_quad.envs.plant import finish_resets as finish_plant_resets
 from residual_quad.envs.plant import specific_force
 from residual_quad.envs.reward import position_error
-from residual_quad.envs.trajectories import check_reference, fields_of, first_bad_reference
+from residual_quad.envs.trajectories import check_reference, fields_of
 from residual_quad.envs.xp import ARRAYS
 
 __all__ = ["begin_resets", "finish_resets"]
@@ -28,8 +28,8 @@ def begin_resets(
 ) -> None:
     """The first half of a batched reset of distinct single envs ``envs``
     (:class:`~residual_quad.envs.residual_quad_env.ResidualQuadEnv`, each with its ``seed`` and
-    reset ``options``): the first references checked together
-    (:func:`~residual_quad.envs.trajectories.first_bad_reference`), then each env's arguments
+    reset ``options``): every env's first reference checked
+    (:func:`~residual_quad.envs.trajectories.check_reference`), then each env's arguments
     checked, generator seeded, sensors reseeded and plant placed — every draw of its generator
     but its first wind block. :func:`finish_resets` completes the batch. ``where`` names each
     env in a ``ValueError`` (the vector env's ``env i: ...``)."""
@@ -38,13 +38,9 @@ def begin_resets(
     trajectories = [env.trajectory for env in envs]
     k = 0
     try:
-        refs = []
+        refs = []  # every env's first reference checked before any env is touched
         for k in range(len(envs)):
-            refs.append(trajectories[k](0.0))
-        bad = first_bad_reference(trajectories, refs, 0.0)
-        if bad is not None:
-            k = bad
-            check_reference(trajectories[k], refs[k], 0.0)  # raises its clear error
+            refs.append(check_reference(trajectories[k], trajectories[k](0.0), 0.0))
         for k, env in enumerate(envs):
             env._begin_reset(seeds[k], options[k], refs[k])
     except ValueError as err:
