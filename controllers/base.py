@@ -66,6 +66,21 @@ class ControlContext:
             action_delay_steps=int(getattr(plant, "action_delay_steps", 0)),
         )
 
+    def on_plant(self, env_kwargs: dict[str, Any]) -> ControlContext:
+        """This context with the rotors and latencies of the plant that the env settings
+        ``env_kwargs`` name (``preset`` and the plant options; the env's own checks): what a
+        learned controller is told about the plant it was trained on, wherever it flies."""
+        from residual_quad.envs.presets import CONTROL_OPTIONS, plant_options
+
+        told = {k: env_kwargs.get(k) for k in CONTROL_OPTIONS}
+        plant = plant_options(env_kwargs.get("preset"), **told)
+        return dataclasses.replace(
+            self,
+            rotor_tau_s=plant.rotor_tau_s,
+            obs_delay_steps=plant.obs_delay_steps,
+            action_delay_steps=plant.action_delay_steps,
+        )
+
     def ideal(self) -> ControlContext:
         """This context with ideal rotors and no latency: the plant the source's defaults are
         for (a controller that must fly as it was trained on it)."""

@@ -81,6 +81,12 @@ FEEDFORWARD_TRACKER = "feedforward"
 #: the policy kinds whose action is a desired acceleration handed to a tracker's attitude loop,
 #: and the trackers each may act through (the first: a file without a ``tracker`` entry)
 ACCELERATION_KINDS = {"ppo_res": RESIDUAL_TRACKERS, "ppo_acc": (FEEDFORWARD_TRACKER,)}
+#: the defaults an acceleration policy's tracker takes (its ``core``; the first: a file without
+#: the entry): ``ideal`` — the source's, whatever the plant (the PD attitude loop, no rotor
+#: model, no latency predictor); ``plant`` — the trackers' own defaults for the plant the
+#: controller is told about (behind lag: the lag-tuned gains, INDI, the rotor model, the
+#: predictor: ``docs/controllers.md``, "Lagged rotors")
+CORE_DEFAULTS = ("ideal", "plant")
 #: policy kinds with shipped policies (``controllers/weights``)
 SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
 #: env arguments a policy's ``env_kwargs`` may not set (the scenario and the policy own them)
@@ -307,8 +313,11 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
             optional_attitude_gains(meta.get("attitude"))
         except (TypeError, ValueError) as err:
             raise fail(str(err)) from None
+        core = meta.get("core", CORE_DEFAULTS[0])
+        if not (isinstance(core, str) and core in CORE_DEFAULTS):
+            raise fail(f"core {core!r}; valid choices: {', '.join(CORE_DEFAULTS)}")
     else:
-        for entry in ("correction_rate", "tracker", "attitude"):
+        for entry in ("correction_rate", "tracker", "attitude", "core"):
             if entry in meta:
                 raise fail(f"{entry} is a ppo_res/ppo_acc entry, not a {kind!r} one")
     algo = meta.get("algo", "ppo")

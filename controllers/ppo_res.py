@@ -66,6 +66,7 @@ from residual_quad.controllers.driver import LawBatch, LawController
 from residual_quad.controllers.law import replace
 from residual_quad.controllers.obs_norm import ObsNormalizer
 from residual_quad.controllers.policy_file import (
+    CORE_DEFAULTS,
     FEEDFORWARD_TRACKER,
     load_policy,
     policy_env_kwargs,
@@ -165,7 +166,12 @@ class ResidualPPOController(PIDTracker):
         plant: fly the shipped policy retrained for this plant (as ``ppo``'s ``plant``).
 
     The gains are the tracker's defaults, the ones the policy was trained with (``geo``: no
-    integral, ``ki`` 0). The state is the tracker's with ``policy`` (:class:`CorrectionState`:
+    integral, ``ki`` 0). The file's ``core`` says which defaults, on whatever plant it flies:
+    ``ideal`` (files without the entry) — the source's; ``plant`` — the tracker's own for the
+    plant the policy was trained on (the file's ``env_kwargs``; behind lagging rotors the
+    lag-tuned gains, INDI, the rotor model, the latency predictor), so such a policy trains and
+    flies over the pilot the model-based trackers fly that plant with. The state is the
+    tracker's with ``policy`` (:class:`CorrectionState`:
     the action-hold cycle, the held correction, the inputs' memory) and, for a policy with the
     estimate, ``estimator``. Without a policy (:meth:`corrected`: training's
     :class:`ResidualPilot`) the law never decides: the correction is what
@@ -206,6 +212,8 @@ class ResidualPPOController(PIDTracker):
         self.tracker: str = self.meta.get("tracker", self.default_tracker)
         # the tracker's inner-loop gains the policy was trained with (None: the defaults)
         self.attitude: AttitudeGains | None = optional_attitude_gains(self.meta.get("attitude"))
+        self.core: str = self.meta.get("core", CORE_DEFAULTS[0])  # the tracker's defaults
+        self.trained_on: dict[str, Any] = self.env_kwargs  # the env settings of its training
         self._start(context or ControlContext(), decides=True)
 
     @classmethod
@@ -219,13 +227,17 @@ class ResidualPPOController(PIDTracker):
         correction_rate: float | None = None,
         tracker: str = "geo",
         attitude: AttitudeGains | None = None,
+        core: str = CORE_DEFAULTS[0],
+        trained_on: dict[str, Any] | None = None,
     ) -> LawController:
-        """The controller of an in-memory SB3 model (the training's evaluation callback)."""
+        """The controller of an in-memory SB3 model (the training's evaluation callback);
+        ``trained_on``: the training's env settings (the plant a ``plant`` core takes)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
         self.tracker = tracker
         self.attitude = attitude
+        self.core, self.trained_on = core, dict(trained_on or {})
         self._start(ControlContext(), decides=True)
         return LawController(self)
 
@@ -238,23 +250,32 @@ class ResidualPPOController(PIDTracker):
         action_repeat: int = 1,
         tracker: str = "geo",
         attitude: AttitudeGains | None = None,
+        core: str = CORE_DEFAULTS[0],
+        trained_on: dict[str, Any] | None = None,
     ) -> ResidualPPOController:
-        """The law without a policy: the correction is passed in (:meth:`set_correction`)."""
+        """The law without a policy: the correction is passed in (:meth:`set_correction`);
+        ``trained_on``: the env settings of the plant a ``plant`` core takes."""
         self = in_memory(cls, None, None, action_repeat)
         self.accel_scale = float(accel_scale)
         self.correction_rate = correction_rate
         self.tracker = tracker
         self.attitude = attitude
+        self.core, self.trained_on = core, dict(trained_on or {})
         self._start(context or ControlContext(), decides=False)
         return self
 
     def _start(self, context: ControlContext, decides: bool) -> None:
         self.decides = decides  # whether the policy decides the correction (else: passed in)
         self.estimator = residual_estimator(self.spec, context) if decides else None
-        # the core as trained: its gains from the policy file (None: the source's) and the
-        # ideal plant's defaults (PD loop, no rotor model, no predictor), never the plant's
+        # the core as trained, wherever it flies: its gains from the policy file (None: the
+        # defaults) and the defaults of the file's core — the ideal plant's (PD loop, no rotor
+        # model, no predictor), or those of the plant it was trained on
+        if self.core == "plant":
+            core_context = context.on_plant(self.trained_on)
+        else:
+            core_context = context.ideal()
         PIDTracker.__init__(
-            self, context.ideal(), attitude=self.attitude, **tracker_gains(self.tracker)
+            self, core_context, attitude=self.attitude, **tracker_gains(self.tracker)
         )
         period_s = self.context.control_dt * self.action_repeat  # s per decision
         self.step = correction_step(self.correction_rate, self.accel_scale, period_s)
@@ -380,6 +401,8 @@ class ResidualPilot:
         action_repeat: control periods per decision (sets the rate mode's step).
         tracker: the tracker the correction adds to, ``geo`` or ``pid``.
         attitude: its inner-loop gains (``None``: the defaults).
+        core: the defaults the tracker takes, ``ideal`` or ``plant`` (``CORE_DEFAULTS``).
+        trained_on: the training's env settings (the plant a ``plant`` core takes).
     """
 
     action_dim = 3
@@ -393,9 +416,18 @@ class ResidualPilot:
         action_repeat: int = 1,
         tracker: str = "geo",
         attitude: AttitudeGains | None = None,
+        core: str = CORE_DEFAULTS[0],
+        trained_on: dict[str, Any] | None = None,
     ):
         law = ResidualPPOController.corrected(
-            accel_scale, context, correction_rate, action_repeat, tracker, attitude
+            accel_scale,
+            context,
+            correction_rate,
+            action_repeat,
+            tracker,
+            attitude,
+            core,
+            trained_on,
         )
         self.batch = LawBatch(law, n_envs)
         self.law = law

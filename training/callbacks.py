@@ -54,6 +54,8 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
             cfg.correction_rate,
             cfg.tracker,
             cfg.tracker_gains(),
+            cfg.core,
+            cfg.env_kwargs,
         )
     if cfg.controller == "ppo_adapt":
         from residual_quad.controllers.ppo_adapt import PPOAdaptController

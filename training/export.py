@@ -23,6 +23,7 @@ from residual_quad.controllers.obs_norm import obs_norm_stats
 from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
     ACTION_DIMS,
+    CORE_DEFAULTS,
     read_meta,
     save_model,
     write_meta,
@@ -44,6 +45,8 @@ def save_policy(
         gains = cfg.tracker_gains()
         if gains is not None:  # files of the default inner loop carry no entry
             kind["attitude"] = dataclasses.asdict(gains)
+        if cfg.core != CORE_DEFAULTS[0]:  # files of the source's defaults carry no entry
+            kind["core"] = cfg.core
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()

@@ -60,6 +60,8 @@ def make_training_env(cfg: PPOTrainConfig, **vector_kwargs: Any) -> Any:
             action_repeat=cfg.action_repeat,
             tracker=cfg.tracker,
             attitude=cfg.tracker_gains(),
+            core=cfg.core,
+            trained_on=cfg.env_kwargs,
         )
     estimator = None
     if cfg.features.estimate:  # ppo_adapt, or ppo_res with the estimate

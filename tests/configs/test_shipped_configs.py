@@ -4,13 +4,11 @@ source of them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from residual_quad import configs
-from residual_quad.controllers.attitude import LAG_TUNED_GAINS
 from residual_quad.controllers.residual.config import ResidualConfig
 from residual_quad.evaluation.studies.ablation import AblationConfig
 from residual_quad.evaluation.studies.stick.study import Scenario, load_scenario
@@ -134,10 +132,10 @@ SHIPPED = {
     "ppo_res_realistic": (
         PPOTrainConfig,
         {
-            **_PPO_RES_SHARED,
-            "total_steps": "3 M: the ablation's budget (its file was selected at 2 M)",
-            "env_kwargs": "the realistic plant preset (docs/ppo.md)",
-            "attitude": "the lag-tuned inner-loop gains the realistic sweeps fly",
+            **_PPO_RES,
+            "env_kwargs": "the realistic plant preset and the preview (docs/ppo.md)",
+            "core": "pid on that plant's defaults: INDI, lag-tuned gains, predictor",
+            "env_threads": "one rollout thread: trained beside other work",
         },
     ),
     "ppo_res_rate": (
@@ -265,21 +263,20 @@ def test_unknown_keys_and_wrong_types_are_errors():
         configs.load(SweepConfig, "/no/such/file.yaml")
 
 
-def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_with_the_sweeps_gains():
-    """``ppo_res_realistic`` cannot drift from ``ppo_res_matrix`` (``ppo_res`` before its
-    preview): it differs only by the plant, by the inner-loop gains, which are the trackers'
-    defaults behind lag, and by the budget (the ablation's 3 M steps; ``ppo_res`` trains for a
-    third of it). The shipped ``ppo_res`` is ``ppo_res_matrix`` with the preview and the
-    trajectories off the matrix, nothing else."""
+def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_over_its_defaults():
+    """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant, by its
+    tracker's defaults (that plant's: ``core: plant``) and by the rollout threads it was trained
+    with. The shipped ``ppo_res`` is ``ppo_res_matrix`` (its settings before the preview) with
+    the preview and the trajectories off the matrix, nothing else."""
     base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_matrix"))
     real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
-    assert real.pop("env_kwargs") == {"preset": "realistic"}
-    assert real.pop("attitude") == asdict(LAG_TUNED_GAINS)  # what pid flies there by default
-    assert (real.pop("total_steps"), base["total_steps"]) == (3_000_000, 1_000_000)
-    assert real == {
-        k: v for k, v in base.items() if k not in ("env_kwargs", "attitude", "total_steps")
-    }
     shipped = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
+    assert real.pop("env_kwargs") == {"preset": "realistic", **shipped["env_kwargs"]}
+    assert (real.pop("core"), shipped["core"]) == ("plant", "ideal")
+    assert (real.pop("env_threads"), shipped["env_threads"]) == (1, None)
+    assert real == {
+        k: v for k, v in shipped.items() if k not in ("env_kwargs", "core", "env_threads")
+    }
     changed = sorted(k for k in shipped if shipped[k] != base[k])
     assert changed == ["env_kwargs", "features", "trajectories", "trajectory_draw"]
     assert shipped["env_kwargs"] == {"preview": [10, 0.06]}

@@ -244,19 +244,19 @@ def test_the_policy_shipped_for_the_realistic_plant():
 @needs_sb3
 def test_the_ppo_res_shipped_for_the_realistic_plant():
     """``ppo_res:plant=realistic`` flies the policy trained with configs/ppo_res_realistic.yaml:
-    its file records the plant, the lag-tuned attitude gains its ``pid`` core was trained with,
-    its budget and the command that rebuilds it, and the controller flies on those gains. On
+    its file records the plant, the core its ``pid`` was trained over (that plant's defaults),
+    its budget and the command that rebuilds it, and the controller flies over that core. On
     that plant it flies the held-out payload where the ideal plant's file, on the default gains,
     crashes."""
-    from residual_quad.controllers.attitude import AttitudeGains
+    from residual_quad.controllers.attitude import LAG_TUNED_GAINS
     from residual_quad.controllers.policy_file import shipped_policy_path
     from residual_quad.episode import run_episode
 
     path = shipped_policy_path("ppo_res", 0, "realistic")
     meta = read_meta(path)
     committed = configs.load(PPOTrainConfig, "ppo_res_realistic")
-    assert meta["env_kwargs"] == {"preset": "realistic"} and meta["tracker"] == "pid"
-    assert meta["attitude"] == committed.attitude
+    assert meta["env_kwargs"] == committed.env_kwargs and meta["tracker"] == "pid"
+    assert meta["core"] == committed.core == "plant" and "attitude" not in meta
     budget = meta["budget"]
     assert budget["command"].startswith("rquad train ppo_res ppo_res_realistic ")
     assert budget["seed"] == 0 and budget["steps"] >= committed.total_steps
@@ -266,7 +266,8 @@ def test_the_ppo_res_shipped_for_the_realistic_plant():
     saved = configs.to_dict(configs.load(PPOTrainConfig, meta["config"]))
     assert saved == configs.to_dict(committed)
     ctrl = make_controller("ppo_res", plant="realistic")
-    assert ctrl.path == path and ctrl.inner.gains == AttitudeGains(**committed.attitude)
+    assert ctrl.path == path and ctrl.inner.gains == LAG_TUNED_GAINS
+    assert ctrl.attitude_loop == "indi" and ctrl.rotor_model and ctrl.predictor
     scenario = {"payload": "extra", "wind": "windy", "trajectory": "hover", "seed": 0}
     r = run_episode(ctrl, **scenario, episode_s=6.0, preset="realistic")
     assert not r.diverged and r.rmse < 0.2
