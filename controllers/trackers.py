@@ -40,6 +40,7 @@ from residual_quad.controllers.options import (
     Number,
     Range,
 )
+from residual_quad.controllers.outer_indi import OuterIndi
 from residual_quad.controllers.rotor_model import RotorModel, RotorState
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
@@ -64,12 +65,16 @@ GAIN_RANGES: dict[str, Range] = {
 
 #: the attitude loops a tracker flies: the geometric PD alone, or with INDI's torque increment
 ATTITUDE_LOOPS = ("pd", "indi")
+#: Hz, the filters' bound in the option table: the Nyquist frequency of the default 100 Hz
+#: control rate (another rate's is checked when the filter is built)
+NYQUIST_HZ = 50.0
 #: the options of the attitude loop every tracker takes
 LOOP_OPTIONS: dict[str, Domain] = {
     "attitude_loop": Choice(ATTITUDE_LOOPS),
-    "indi_hz": POSITIVE,  # Hz, the INDI filter's natural frequency
+    "indi_hz": Number(gt=0.0, lt=NYQUIST_HZ),  # Hz, the INDI filter's natural frequency
     "indi_adapt": Number(ge=0.0, le=1.0),  # the INDI inertia identification's step (0: off)
     "predict_latency": Flag(),  # the latency predictor (default: on behind latency)
+    "outer_indi_hz": Number(ge=0.0, lt=NYQUIST_HZ),  # Hz, outer-loop INDI's filter (0: none)
 }
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
@@ -125,6 +130,9 @@ class TrackerState(NamedTuple):
     latency: Any = None  # the latency predictor's commands and disturbance estimates
     prioritized: Any = None  # ``hnewton``'s thrust vector, Newton memory and warm faces
     policy: Any = None  # ``ppo_res``'s correction: its hold and the policy inputs' memory
+    outer: Any = None  # outer-loop INDI's filter (``outer_indi_hz``)
+    #: m/s², world, (n, 3): the tracker's own residual estimate of the last step (outer INDI's)
+    last_model: np.ndarray | None = None
 
 
 class Tracker(Law):
@@ -152,6 +160,9 @@ class Tracker(Law):
             (:mod:`~residual_quad.controllers.latency`); ``None``: on when the context reports
             command or sensor latency. The estimators (residual, observer, INDI) read the
             observation as it is either way.
+        outer_indi_hz: outer-loop INDI (:mod:`~residual_quad.controllers.outer_indi`): the
+            filtered accelerometer residual the tracker's own estimate misses is added to it;
+            the filter's natural frequency, Hz (0: none, the default).
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
@@ -185,6 +196,7 @@ class Tracker(Law):
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
+        outer_indi_hz: float = 0.0,  # Hz (0: no outer-loop INDI)
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -223,6 +235,8 @@ class Tracker(Law):
             if predict_latency
             else None
         )
+        hz = float(outer_indi_hz)
+        self.outer = OuterIndi(self.airframe, self.dt, hz) if hz else None
 
     def init_state(self, n: int) -> TrackerState:
         return TrackerState(
@@ -233,6 +247,8 @@ class Tracker(Law):
             rotors=None if self.rotor_model is None else self.rotor_model.init_state(n),
             indi=None if self.indi is None else self.indi.init_state(n),
             latency=None if self.predictor is None else self.predictor.init_state(n),
+            outer=None if self.outer is None else self.outer.init_state(n),
+            last_model=None if self.outer is None else np.zeros((n, 3)),
         )
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
@@ -348,6 +364,11 @@ class Tracker(Law):
         if state.excitation is not None:
             a_cmd = a_cmd + state.excitation
         state, residual = (self.residual_one if one else self.residual)(state, obs, R, a_cmd)
+        if self.outer is not None:  # INDI on what the tracker's own estimate missed
+            update = self.outer.update_one if one else self.outer.update
+            outer = update(state.outer, obs, R, state.last_model)
+            state = state._replace(outer=outer, last_model=residual)
+            residual = residual + self.outer.applied(a_cmd - residual, outer.estimate, R)
         inner = self.inner_command_one if one else self.inner_command
         state, thrusts, saturated, collective = inner(
             state, law_obs, law_R, a_cmd - residual, torque_ff

@@ -158,8 +158,8 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors; ``None``:
             the context's); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
-        attitude_loop, indi_hz, indi_adapt, predict_latency: the attitude loop (``"pd"`` or
-            ``"indi"``) and the latency predictor, as every
+        attitude_loop, indi_hz, indi_adapt, predict_latency, outer_indi_hz: the attitude loop
+            (``"pd"`` or ``"indi"``), the latency predictor and outer-loop INDI, as every
             tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
@@ -202,6 +202,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
+        outer_indi_hz: float = 0.0,  # Hz (0: no outer-loop INDI)
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -218,6 +219,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
             indi_hz=indi_hz,
             indi_adapt=indi_adapt,
             predict_latency=predict_latency,
+            outer_indi_hz=outer_indi_hz,
         )
 
     @classmethod

@@ -268,6 +268,7 @@ def test_the_ppo_res_shipped_for_the_realistic_plant():
     ctrl = make_controller("ppo_res", plant="realistic")
     assert ctrl.path == path and ctrl.inner.gains == LAG_TUNED_GAINS
     assert ctrl.attitude_loop == "indi" and ctrl.rotor_model and ctrl.predictor
+    assert ctrl.outer is None  # the core it was trained over: a new plant default retrains it
     scenario = {"payload": "extra", "wind": "windy", "trajectory": "hover", "seed": 0}
     r = run_episode(ctrl, **scenario, episode_s=6.0, preset="realistic")
     assert not r.diverged and r.rmse < 0.2
