@@ -41,8 +41,9 @@ nothing to correct.
 
 Policy files are ``ppo``'s format (one SB3 ``.zip`` with its ``residual_quad.json`` record:
 normalization, action repeat, training record) with ``controller: ppo_res`` and
-``accel_scale`` (and, where it was trained with other inner-loop gains than the defaults —
-on a plant with lagging rotors — their ``attitude``);
+``accel_scale`` (and, where it was trained with other inner-loop gains than the defaults, their
+``attitude``; where its tracker took its training plant's defaults — on a plant with lagging
+rotors — ``core: plant``);
 :func:`~residual_quad.controllers.policy_file.load_policy` checks them. Train
 one with ``rquad train ppo_res`` (:mod:`residual_quad.training.ppo`, ``configs/ppo_res.yaml``).
 
