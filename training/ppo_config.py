@@ -136,6 +136,10 @@ class PPOTrainConfig:
     # a scenario of the matrix (docs/rl.md)
     trajectory_draw: str = "fixed"
     episode_s: float = 20.0  # s per training episode
+    # s: each episode's length drawn uniformly from this list (an entry listed k times k times
+    # as often; each ≤ episode_s), ending as a time limit: more starts per sample without losing
+    # the long flights; null: every episode lasts episode_s
+    episode_lengths: list[float] | None = None
     start_pos_noise: float = 0.0  # m, uniform start offset per axis (robustness to off starts)
     max_position_error: float = 1.5  # m, training episodes end beyond it (evaluation: env's 5 m)
     # env reward overrides; alive 2: with 1 the reward turns negative beyond ~1 m (docs/ppo.md)
@@ -206,6 +210,7 @@ class PPOTrainConfig:
         for name in ("seed", "eval_seed"):
             integer(name, getattr(self, name), low=0)
         self._check_learner()
+        self._check_episode_lengths()
         if self.controller not in POLICY_CONTROLLERS:
             raise ValueError(
                 f"controller must be one of {POLICY_CONTROLLERS}, got {self.controller!r}"
@@ -272,6 +277,25 @@ class PPOTrainConfig:
         if self.ppo.activation not in _ACTIVATIONS:
             raise ValueError(f"ppo.activation must be one of {list(_ACTIVATIONS)}")
         self._check_smoothness()
+
+    def _check_episode_lengths(self) -> None:
+        """``episode_lengths``: null, or a non-empty list of numbers in (0, episode_s] s."""
+        lengths = self.episode_lengths
+        if lengths is None:
+            return
+        ok = (
+            isinstance(lengths, list)
+            and lengths
+            and all(
+                isinstance(s, int | float) and not isinstance(s, bool) and 0 < s <= self.episode_s
+                for s in lengths
+            )
+        )
+        if not ok:
+            raise ValueError(
+                f"episode_lengths must be null or a non-empty list of numbers in (0, "
+                f"{self.episode_s:g}] s (each at most episode_s), got {lengths!r}"
+            )
 
     def _check_acceleration_policy(self) -> None:
         """``ppo_res`` / ``ppo_acc``: the acceleration bound, the correction rate, the tracker

@@ -80,6 +80,7 @@ def make_training_env(cfg: PPOTrainConfig, **vector_kwargs: Any) -> Any:
         estimator=estimator,
         action_mode=cfg.action_mode,
         episode_s=cfg.episode_s,
+        episode_lengths=cfg.episode_lengths,
         reward_weights=cfg.reward_weights or None,
         max_position_error=cfg.max_position_error,
         privileged=cfg.privileged_critic,

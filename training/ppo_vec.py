@@ -214,6 +214,12 @@ class QuadVecEnv(VecEnv):
             ``w·ln(1 + ‖e_p‖/s)`` (``s`` in m; ``w`` 0: off), a position cost whose slope grows
             as the error shrinks, so a millimetre in calm air is not lost beside a gust's
             centimetres.
+        episode_lengths: training episode lengths (s, each up to the env's ``episode_s``): each
+            episode's is drawn uniformly from the list (an entry listed k times k times as
+            often; from a generator seeded with ``scenario_seed``) and the episode ends there as
+            a time limit (``TimeLimit.truncated``: PPO bootstraps it). More short episodes mean
+            more starts per sample without losing the long flights. ``None``: every episode
+            runs to ``episode_s``.
         precision: the precision reward (``None``: the env's, shaped as above): each decision
             pays the mean over its ``action_repeat`` periods of
             ``precision(‖e_p‖, ‖u − u_prev‖², progress)`` (``u`` the policy's action, ``u_prev``
@@ -241,6 +247,7 @@ class QuadVecEnv(VecEnv):
         action_cost: tuple[float, float] = (0.0, 0.0),
         position_log: tuple[float, float] = (0.0, 0.01),
         precision: PrecisionReward | None = None,
+        episode_lengths: Sequence[float] | None = None,
         **env_kwargs: Any,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer):
@@ -288,6 +295,38 @@ class QuadVecEnv(VecEnv):
         self._last = np.zeros((int(num_envs), self.action_dim))  # each env's last action
         self._estimate = np.zeros((int(num_envs), 3))  # Δâ of each env's last observation
         self._scenario_info = [_scenario_info(sc) for sc in self.vector_env.scenarios]
+        self._lengths = self._length_steps(episode_lengths)
+        # each env's episode budget in control periods and the periods it has flown; the
+        # budgets are drawn from their own generator (the scenario seed's), one per episode
+        self._length_rng = np.random.default_rng([int(scenario_seed), 1])
+        self._limit = np.full(int(num_envs), self.vector_env.max_steps, dtype=np.int64)
+        self._elapsed = np.zeros(int(num_envs), dtype=np.int64)
+
+    def _length_steps(self, lengths: Sequence[float] | None) -> np.ndarray | None:
+        """``episode_lengths`` (s) as control periods, each in [1, the env's episode]; a
+        ``ValueError`` naming the entry otherwise (``None``: every episode runs to its end)."""
+        if lengths is None:
+            return None
+        dt, most = self.vector_env.control_dt, self.vector_env.max_steps
+        steps = []
+        for s in lengths:
+            n = round(float(s) / dt) if np.isfinite(float(s)) else 0
+            if not 1 <= n <= most:
+                raise ValueError(
+                    f"episode_lengths entries must be in ({dt:g}, {most * dt:g}] s (a control "
+                    f"period up to the env's episode_s), got {s!r}"
+                )
+            steps.append(n)
+        if not steps:
+            raise ValueError("episode_lengths must name at least one length, or be null")
+        return np.array(steps, dtype=np.int64)
+
+    def _draw_limits(self, rows: np.ndarray) -> None:
+        """New episode budgets for ``rows`` (in order), their flown periods back to zero."""
+        self._elapsed[rows] = 0
+        if self._lengths is not None:
+            pick = self._length_rng.integers(len(self._lengths), size=len(rows))
+            self._limit[rows] = self._lengths[pick]
 
     def set_progress(self, progress: float) -> None:
         """The fraction of the training budget done, clipped to [0, 1]: the precision reward's
@@ -315,6 +354,7 @@ class QuadVecEnv(VecEnv):
         self._reset_options()
         self._raw[:] = obs
         self._last[:] = 0.0
+        self._draw_limits(np.arange(self.num_envs))
         self.inputs.reset_rows()
         if self.pilot is not None:
             self.pilot.reset_rows()
@@ -379,6 +419,9 @@ class QuadVecEnv(VecEnv):
             running[active] = ~(term[active] | trunc[active])
             if not running.any():
                 break
+        if self._lengths is not None:  # an episode cut at its drawn length: a time limit
+            self._elapsed += steps
+            truncated |= (self._elapsed >= self._limit) & ~terminated
         dones = terminated | truncated
         if est is not None:
             self._estimate = est.observe(last)
@@ -404,6 +447,7 @@ class QuadVecEnv(VecEnv):
             raw_first = raw_first[ended]
             self._raw[ended] = raw_first
             self._last[ended] = 0.0
+            self._draw_limits(ended)
             self.inputs.reset_rows(ended)
             if self.pilot is not None:
                 self.pilot.reset_rows(ended)
