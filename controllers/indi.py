@@ -75,6 +75,19 @@ def butterworth(indi_hz: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
     return b, a
 
 
+def below_nyquist(name: str, hz: float, control_dt: float, off: str = "") -> float:
+    """``hz`` (a filter's natural frequency, Hz) if it is in (0, Nyquist) of the control period
+    ``control_dt`` (s); else a ``ValueError`` naming the option ``name`` (``off``: what a 0
+    means for it, added to the message)."""
+    nyquist = 0.5 / control_dt
+    if not (0.0 < hz < nyquist):
+        raise ValueError(
+            f"{name} must be in (0, {nyquist:g}) Hz (the Nyquist frequency of the control "
+            f"rate){off}, got {hz!r}"
+        )
+    return float(hz)
+
+
 class IndiLoop:
     """The INDI torque increment of the attitude loop (see the module docstring).
 
@@ -102,12 +115,7 @@ class IndiLoop:
         adapt: float = 0.0,
         max_accel: float = MAX_ACCEL,
     ):
-        nyquist = 0.5 / control_dt
-        if not (0.0 < indi_hz < nyquist):
-            raise ValueError(
-                f"indi_hz must be in (0, {nyquist:g}) Hz (the Nyquist frequency of the control "
-                f"rate), got {indi_hz!r}"
-            )
+        below_nyquist("indi_hz", indi_hz, control_dt)
         if not (0.0 <= adapt <= 1.0):
             raise ValueError(f"indi_adapt must be a step in [0, 1], got {adapt!r}")
         self.J = np.asarray(airframe.inertia, dtype=float)  # kg·m², nominal, principal axes

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from residual_quad.controllers.indi import butterworth
+from residual_quad.controllers.indi import below_nyquist, butterworth
 from residual_quad.controllers.residual.application import commanded_axis_residual
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
@@ -73,15 +73,9 @@ class OuterIndi:
         *,
         max_accel: float = MAX_ACCEL,
     ):
-        nyquist = 0.5 / control_dt
-        if not (0.0 < hz < nyquist):
-            raise ValueError(
-                f"outer_indi_hz must be in (0, {nyquist:g}) Hz (the Nyquist frequency of the "
-                f"control rate), or 0 for no outer INDI; got {hz!r}"
-            )
+        self.hz = below_nyquist("outer_indi_hz", hz, control_dt, off=", or 0 for none")
         self.mass = float(airframe.mass)  # kg, nominal
         self.gravity = float(airframe.gravity)  # m/s²
-        self.hz = float(hz)
         b, a = butterworth(self.hz, float(control_dt))
         self._b0, self._b1, self._b2 = b.tolist()
         self._a1, self._a2 = a[1:].tolist()

@@ -71,6 +71,52 @@ def damage():
     return damaged
 
 
+def with_record(src, dest, **changes):
+    """A copy of the policy file ``src`` at ``dest`` whose ``residual_quad.json`` record has
+    ``changes``, written as it is (no check: the loader's checks are under test)."""
+    import json
+    import shutil
+    import zipfile
+
+    from residual_quad.controllers.policy_file import META_ENTRY, write_entry
+
+    shutil.copyfile(src, dest)
+    with zipfile.ZipFile(src) as archive:
+        record = json.loads(archive.read(META_ENTRY))
+    write_entry(dest, {**record, **changes})
+    return dest
+
+
+def fly_batch_and_singles(batch, singles, envs, steps, atol, each=None):
+    """Fly ``envs`` (reset with seeds 0, 1, ...) ``steps`` periods on the single controllers'
+    actions, asserting the batch's actions equal them (to ``atol``); ``each(i)`` is called
+    after each env's step (a further per-env check). Returns the last observations."""
+    import numpy as np
+
+    obs = np.array([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    for _ in range(steps):
+        actions = batch.policy_batch(obs)
+        for i, env in enumerate(envs):
+            a = singles[i].policy(obs[i])
+            np.testing.assert_allclose(actions[i], a, rtol=0, atol=atol)
+            if each is not None:
+                each(i)
+            obs[i] = env.step(a)[0]
+    return obs
+
+
+@pytest.fixture(scope="session")
+def batch_flight():
+    """The :func:`fly_batch_and_singles` function: batch = single over a flight."""
+    return fly_batch_and_singles
+
+
+@pytest.fixture(scope="session")
+def edited_policy():
+    """The :func:`with_record` function: a policy file with its record edited."""
+    return with_record
+
+
 @pytest.fixture(scope="session")
 def offpolicy_policy(tmp_path_factory):
     """Factory ``(algo) -> path`` of an untrained, seeded ``sac``/``tqc`` policy file (the

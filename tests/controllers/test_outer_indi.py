@@ -102,7 +102,7 @@ def test_behind_lag_the_body_z_part_acts_along_the_commanded_axis():
 
 
 @pytest.mark.parametrize("name", ["pid", "geo_rls", "geo_rls_dob", "hnewton_rls"])
-def test_batched_trackers_with_outer_indi_equal_the_single_ones(name):
+def test_batched_trackers_with_outer_indi_equal_the_single_ones(name, batch_flight):
     """On the realistic plant (rotor model, INDI, predictor) and the ideal one: the batch's
     actions equal the single trackers' flights (≤ 1e-9, the estimators' batch contract)."""
     for env in ({"preset": "realistic"}, {}):
@@ -113,13 +113,7 @@ def test_batched_trackers_with_outer_indi_equal_the_single_ones(name):
             ResidualQuadEnv(payload=p, wind="windy", trajectory=t, **env)
             for p, t in (("extra", "helix"), ("none", "figure8"))
         ]
-        obs = np.array([e.reset(seed=i)[0] for i, e in enumerate(envs)])
-        for _ in range(60):
-            actions = batch.policy_batch(obs)
-            for i, e in enumerate(envs):
-                a = singles[i].policy(obs[i])
-                np.testing.assert_allclose(actions[i], a, rtol=0, atol=1e-9)
-                obs[i] = e.step(a)[0]
+        batch_flight(batch, singles, envs, 60, atol=1e-9)
         assert singles[0].state.outer.estimate.any()
 
 

@@ -6,8 +6,6 @@ whatever plant it flies (the loop the policy learned)."""
 
 from __future__ import annotations
 
-import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,6 @@ from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains  #
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
 from residual_quad.controllers.driver import LawController  # noqa: E402
 from residual_quad.controllers.policy_file import (  # noqa: E402
-    META_ENTRY,
     PolicyFileError,
     default_policy_path,
     read_meta,
@@ -134,7 +131,7 @@ def test_zero_correction_over_the_plant_core_is_pid_with_the_plant_defaults():
         obs, *_ = env.step(a)
 
 
-def test_batched_plant_core_equals_the_single_one(plant_run):
+def test_batched_plant_core_equals_the_single_one(plant_run, batch_flight):
     """Corrections bit for bit, rotor actions ≤ 1e-9 (the INDI and predictor's batch
     contract), on a realistic flight the single controllers' observations drive."""
     batch = make_batch_controller("ppo_res", 2, LAGGED, path=plant_run)
@@ -143,36 +140,24 @@ def test_batched_plant_core_equals_the_single_one(plant_run):
         ResidualQuadEnv(payload=p, wind="windy", trajectory=t, **REALISTIC)
         for p, t in (("extra", "helix"), ("none", "figure8"))
     ]
-    obs = np.array([env.reset(seed=i)[0] for i, env in enumerate(envs)])
-    for _ in range(40):
-        actions = batch.policy_batch(obs)
-        for i, env in enumerate(envs):
-            a = singles[i].policy(obs[i])
-            assert np.array_equal(batch.state.policy.held[i], singles[i].state.policy.held)
-            np.testing.assert_allclose(actions[i], a, rtol=0, atol=1e-9)
-            obs[i] = env.step(a)[0]
 
+    def held_equal(i: int) -> None:
+        assert np.array_equal(batch.state.policy.held[i], singles[i].state.policy.held)
 
-def _rewrite(src: Path, dest: Path, **meta_changes) -> Path:
-    with zipfile.ZipFile(src) as archive:
-        entries = {name: archive.read(name) for name in archive.namelist()}
-    meta = json.loads(entries[META_ENTRY])
-    meta.update(meta_changes)
-    with zipfile.ZipFile(dest, "w") as archive:
-        for name, data in entries.items():
-            archive.writestr(name, json.dumps(meta) if name == META_ENTRY else data)
-    return dest
+    batch_flight(batch, singles, envs, 40, atol=1e-9, each=held_equal)
 
 
 @pytest.mark.parametrize("bad", ["Plant", "indi", "", None, 1, ["plant"]])
-def test_a_file_with_an_unknown_core_names_the_file_and_the_choices(plant_run, tmp_path, bad):
-    damaged = _rewrite(plant_run, tmp_path / "core.zip", core=bad)
+def test_a_file_with_an_unknown_core_names_the_file_and_the_choices(
+    plant_run, tmp_path, bad, edited_policy
+):
+    damaged = edited_policy(plant_run, tmp_path / "core.zip", core=bad)
     with pytest.raises(PolicyFileError, match=r"core\.zip.*valid choices: ideal, plant"):
         ResidualPPOController(path=damaged)
 
 
-def test_a_rotor_level_file_with_a_core_is_refused(tmp_path):
-    ppo_core = _rewrite(default_policy_path(), tmp_path / "ppo_core.zip", core="plant")
+def test_a_rotor_level_file_with_a_core_is_refused(tmp_path, edited_policy):
+    ppo_core = edited_policy(default_policy_path(), tmp_path / "ppo_core.zip", core="plant")
     with pytest.raises(PolicyFileError, match=r"ppo_core\.zip.*core is a ppo_res/ppo_acc entry"):
         make_controller("ppo", path=ppo_core)
 
