@@ -103,6 +103,17 @@ def test_pilot_evaluation_and_deployment_share_the_core():
         ideal.close()
 
 
+def test_ppo_acc_takes_the_plant_core_too():
+    """The setting is the acceleration policies': ``ppo_acc``'s pilot (its feed-forward tracker,
+    no PD) flies the training plant's attitude loop, rotor model and predictor as well."""
+    venv = make_training_env(_config(controller="ppo_acc", tracker="feedforward"))
+    try:
+        law = venv.venv.pilot.law
+        assert _is_plant_core(law) and law.kp == 0.0 and law.kd == 0.0
+    finally:
+        venv.close()
+
+
 def test_training_evaluation_flies_the_plant_core(plant_run):
     from residual_quad.controllers.policy_file import load_policy
 
