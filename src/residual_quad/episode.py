@@ -25,7 +25,6 @@ from residual_quad.controllers.specs import ControllerSpec, parse_spec
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.checks import integer, real
 from residual_quad.envs.observation import ObsLayout as L
-from residual_quad.envs.presets import CONTROL_OPTIONS, plant_options
 from residual_quad.envs.registration import ENV_ID
 from residual_quad.envs.trajectories import make_named_trajectory
 
@@ -48,15 +47,8 @@ def control_context(env_kwargs: dict[str, Any], airframe: Airframe | None = None
     ``airframe`` (default: the env's), the control period, the rotors' time constant and the
     latencies of the settings' plant options (``preset``, ``rotor_tau_s``, ``*_delay_steps``;
     the env's own checks)."""
-    told = {k: env_kwargs.get(k) for k in CONTROL_OPTIONS}
-    options = plant_options(env_kwargs.get("preset"), **told)
-    return ControlContext(
-        airframe=airframe or Airframe(),
-        control_dt=control_dt(env_kwargs),
-        rotor_tau_s=options.rotor_tau_s,
-        obs_delay_steps=options.obs_delay_steps,
-        action_delay_steps=options.action_delay_steps,
-    )
+    base = ControlContext(airframe=airframe or Airframe(), control_dt=control_dt(env_kwargs))
+    return base.on_plant(env_kwargs)
 
 
 @dataclass
