@@ -84,8 +84,8 @@ ACCELERATION_KINDS = {"ppo_res": RESIDUAL_TRACKERS, "ppo_acc": (FEEDFORWARD_TRAC
 #: the defaults an acceleration policy's tracker takes (its ``core``; the first: a file without
 #: the entry): ``ideal`` — the source's, whatever the plant (the PD attitude loop, no rotor
 #: model, no latency predictor); ``plant`` — the trackers' own defaults for the plant the
-#: controller is told about (behind lag: the lag-tuned gains, INDI, the rotor model, the
-#: predictor: ``docs/controllers.md``, "Lagged rotors")
+#: policy was trained on, wherever it flies (behind lag: the lag-tuned gains, INDI, the rotor
+#: model, the predictor: ``docs/controllers.md``, "Lagged rotors")
 CORE_DEFAULTS = ("ideal", "plant")
 #: policy kinds with shipped policies (``controllers/weights``)
 SHIPPED_KINDS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
