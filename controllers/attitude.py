@@ -11,6 +11,7 @@ and N envs in numpy: the tilt limit (:func:`tilt_limited_force`) and the attitud
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,10 +44,16 @@ class AttitudeGains:
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
 
 
-#: the gains behind lagging rotors (a 60 ms first-order lag and a period of latency each way, the
-#: ``realistic`` plant): half the roll/pitch bandwidth, more damping, a softer yaw loop and a
-#: 25° tilt limit that keeps the rotors out of saturation (docs/controllers.md, "Behind lag")
+#: the slowest gains behind lagging rotors, the schedule's floor (a 60 ms first-order lag and two
+#: periods of latency each way, or slower): half the default roll/pitch bandwidth, more damping, a
+#: softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation
+#: (docs/controllers.md, "Behind lag")
 LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
+
+#: s·rad/s, the behind-lag schedule's constant: roll/pitch ω_n = LAG_BANDWIDTH / lag, the lag
+#: ``τ + dead/2`` (rotor time constant plus half the dead time the latency predictor removes most
+#: of), within [LAG_TUNED_GAINS.wn_rp, AttitudeGains.wn_rp] (docs/controllers.md, "Behind lag")
+LAG_BANDWIDTH = 0.9
 
 
 #: INDI's inertia-identification step in the defaults behind lagging rotors (docs/controllers.md)
@@ -59,11 +66,19 @@ def default_attitude_loop(rotor_tau_s: float) -> str:
     return "indi" if rotor_tau_s > 0.0 else "pd"
 
 
-def default_attitude_gains(rotor_tau_s: float) -> AttitudeGains:
+def default_attitude_gains(rotor_tau_s: float, dead_time_s: float = 0.0) -> AttitudeGains:
     """The trackers' default attitude gains for rotors of nominal time constant ``rotor_tau_s``
-    (s): the source's :class:`AttitudeGains` for ideal rotors, :data:`LAG_TUNED_GAINS` behind
-    any lag (the default loop's 18 rad/s is unstable behind 60 ms)."""
-    return LAG_TUNED_GAINS if rotor_tau_s > 0.0 else AttitudeGains()
+    (s) behind ``dead_time_s`` (s) of command plus sensor latency: the source's
+    :class:`AttitudeGains` for ideal rotors; behind any lag :data:`LAG_TUNED_GAINS` with the
+    roll/pitch bandwidth scheduled on the lag, ``ω_n = LAG_BANDWIDTH / (τ + dead/2)`` between
+    the hand-tuned 10 rad/s and the source's 18 (the source's loop is unstable behind 60 ms; a
+    fixed 10 rad/s, which the position loop's 20 1/s² outruns, rings on every lag the schedule
+    stiffens)."""
+    if not rotor_tau_s > 0.0:
+        return AttitudeGains()
+    lag = rotor_tau_s + 0.5 * max(dead_time_s, 0.0)  # s
+    wn = min(max(LAG_BANDWIDTH / lag, LAG_TUNED_GAINS.wn_rp), AttitudeGains.wn_rp)  # rad/s
+    return dataclasses.replace(LAG_TUNED_GAINS, wn_rp=wn)
 
 
 def attitude_gains(value: Any) -> AttitudeGains:

@@ -48,6 +48,11 @@ class ControlContext:
     obs_delay_steps: int = 0  # control periods of sensor latency
     action_delay_steps: int = 0  # control periods of command latency
 
+    @property
+    def dead_time_s(self) -> float:
+        """s, the loop's dead time: the command plus the sensor latency."""
+        return (self.obs_delay_steps + self.action_delay_steps) * self.control_dt
+
     @classmethod
     def from_env(cls, env: Any) -> ControlContext:
         """Nominal airframe, control period, rotor time constant and latencies of a (possibly

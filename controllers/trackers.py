@@ -144,8 +144,8 @@ class Tracker(Law):
             model error Δa is exactly Δa/kp (0.129 m for +0.25 kg at kp = 20).
         kd: velocity gain, 1/s.
         attitude: inner-loop gains (``None``: the context's default,
-            :func:`~residual_quad.controllers.attitude.default_attitude_gains` — the lag-tuned
-            set behind rotors with a time constant).
+            :func:`~residual_quad.controllers.attitude.default_attitude_gains` — behind rotors
+            with a time constant, the lag-tuned set at a bandwidth scheduled on the lag).
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors;
             ``None``: the context's). With lagged rotors the tracker reads the thrusts through
             its first-order model of them (:mod:`~residual_quad.controllers.rotor_model`)
@@ -205,7 +205,7 @@ class Tracker(Law):
         tau = self.context.rotor_tau_s if rotor_tau_s is None else float(rotor_tau_s)  # s
         self.rotor_model = RotorModel(tau, self.dt) if tau else None
         if attitude is None:
-            attitude = default_attitude_gains(self.context.rotor_tau_s)
+            attitude = default_attitude_gains(self.context.rotor_tau_s, self.context.dead_time_s)
         self.inner = InnerLoop(self.airframe, attitude)
         if attitude_loop is None:
             attitude_loop = default_attitude_loop(self.context.rotor_tau_s)

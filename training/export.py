@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from residual_quad import configs
+from residual_quad.controllers.attitude import default_attitude_gains
 from residual_quad.controllers.obs_norm import obs_norm_stats
 from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
@@ -28,6 +29,7 @@ from residual_quad.controllers.policy_file import (
     save_model,
     write_meta,
 )
+from residual_quad.episode import control_context
 from residual_quad.training.ppo_config import PPOTrainConfig
 
 
@@ -43,6 +45,11 @@ def save_policy(
         if cfg.tracker != ACCELERATION_KINDS[cfg.controller][0]:  # a default: no entry
             kind["tracker"] = cfg.tracker
         gains = cfg.tracker_gains()
+        if gains is None and cfg.core == "plant":
+            # the plant's default gains, recorded: a later change of the defaults must not
+            # change the loop this policy learned over
+            told = control_context(dict(cfg.env_kwargs))
+            gains = default_attitude_gains(told.rotor_tau_s, told.dead_time_s)
         if gains is not None:  # files of the default inner loop carry no entry
             kind["attitude"] = dataclasses.asdict(gains)
         if cfg.core != CORE_DEFAULTS[0]:  # files of the source's defaults carry no entry

@@ -64,8 +64,13 @@ class EpisodeResult:
     wall_time: float  # s
     steps: int
     t: np.ndarray = field(repr=False)  # s, (N,)
-    pos: np.ndarray = field(repr=False)  # m, (N, 3)
-    ref: np.ndarray = field(repr=False)  # m, (N, 3)
+    #: m, world, (N, 3): the position the controller saw (behind sensor latency, the one measured
+    #: ``obs_delay_steps`` periods earlier)
+    pos: np.ndarray = field(repr=False)
+    ref: np.ndarray = field(repr=False)  # m, world, (N, 3): the reference at each step's time
+    #: m, (N,): the true ‖p − p_ref‖ at each step's time (``info["position_error"]``): what the
+    #: metrics measure, so a sensor's latency is not charged to the controller as tracking error
+    pos_error: np.ndarray = field(repr=False)
     thrusts: np.ndarray = field(repr=False)  # N, (N, 4)
     tilt: np.ndarray = field(repr=False)  # rad, (N,)
     residual_true: np.ndarray = field(repr=False)  # m/s², world, (N, 3)
@@ -74,8 +79,8 @@ class EpisodeResult:
 
     @property
     def error(self) -> np.ndarray:
-        """Position error norm over time, m."""
-        return np.linalg.norm(self.pos - self.ref, axis=1)
+        """True position error norm over time, m (:attr:`pos_error`)."""
+        return self.pos_error
 
     def metrics(self) -> dict[str, Any]:
         """The scalar results, JSON-friendly."""
@@ -248,9 +253,10 @@ def _fly(
     dt = base.control_dt
     t = np.empty(n)
     pos, ref, res, wnd = (np.empty((n, 3)) for _ in range(4))
+    err = np.empty(n)
     thr = np.empty((n, 4))
     cos_tilt = np.empty(n)  # R[2, 2]; the angle is taken once after the flight
-    t[0], pos[0], ref[0] = 0.0, obs[L.pos], obs[L.ref_pos]
+    t[0], pos[0], ref[0], err[0] = 0.0, obs[L.pos], obs[L.ref_pos], info["position_error"]
     thr[0], res[0], wnd[0] = obs[L.thrusts], info["residual_accel"], info["wind"]
     cos_tilt[0] = obs[L.R22]
     k = 0
@@ -261,12 +267,13 @@ def _fly(
         obs, _, terminated, truncated, info = env.step(action)
         k += 1
         if k == n:  # full: double the buffers
-            t, pos, ref, res, wnd, thr, cos_tilt = (
+            t, pos, ref, err, res, wnd, thr, cos_tilt = (
                 np.concatenate([a, np.empty_like(a)])
-                for a in (t, pos, ref, res, wnd, thr, cos_tilt)
+                for a in (t, pos, ref, err, res, wnd, thr, cos_tilt)
             )
             n *= 2
         t[k], pos[k], ref[k] = info["t"], obs[L.pos], obs[L.ref_pos]
+        err[k] = info["position_error"]
         thr[k], res[k], wnd[k] = obs[L.thrusts], info["residual_accel"], info["wind"]
         cos_tilt[k] = obs[L.R22]
         if callback is not None:
@@ -278,8 +285,9 @@ def _fly(
             break
     wall = time.perf_counter() - t0
     result = episode_result(
-        t, pos, ref, thr, cos_tilt, res, wnd, k, dt, bool(info["diverged"]), termination, wall
-    )
+        t, pos, ref, err, thr, cos_tilt, res, wnd, k, dt, bool(info["diverged"]), termination,
+        wall,
+    )  # fmt: skip
     if frame_every:
         result.extras["frames"] = frames
     return result
@@ -289,6 +297,7 @@ def episode_result(
     t: np.ndarray,
     pos: np.ndarray,
     ref: np.ndarray,
+    pos_error: np.ndarray,
     thrusts: np.ndarray,
     cos_tilt: np.ndarray,
     residual: np.ndarray,
@@ -315,6 +324,7 @@ def episode_result(
         t=t[sl].copy(),
         pos=pos[sl].copy(),
         ref=ref[sl].copy(),
+        pos_error=pos_error[sl].copy(),
         thrusts=thrusts[sl].copy(),
         tilt=np.arccos(np.clip(cos_tilt[sl], -1.0, 1.0)),
         residual_true=residual[sl].copy(),
@@ -500,10 +510,12 @@ def fly_batch(
         dt = venv.control_dt
         t = np.empty((steps + 1, n))
         pos, ref, res, wnd, est = (np.empty((steps + 1, n, 3)) for _ in range(5))
+        err = np.empty((steps + 1, n))
         thr = np.empty((steps + 1, n, 4))
         cos_tilt = np.empty((steps + 1, n))
         actions = np.empty((steps, n, 4)) if keep_actions else None
         t[0], pos[0], ref[0] = 0.0, obs[:, L.pos], obs[:, L.ref_pos]
+        err[0] = info["position_error"]
         thr[0], res[0], wnd[0] = obs[:, L.thrusts], info["residual_accel"], info["wind"]
         cos_tilt[0], est[0] = obs[:, L.R22], np.nan
         first_obs = obs.copy()
@@ -521,6 +533,7 @@ def fly_batch(
             obs, _, terminated, truncated, info = venv.step(action)
             k += 1
             t[k], pos[k], ref[k] = info["t"], obs[:, L.pos], obs[:, L.ref_pos]
+            err[k] = info["position_error"]
             thr[k], res[k], wnd[k] = obs[:, L.thrusts], info["residual_accel"], info["wind"]
             cos_tilt[k] = obs[:, L.R22]
             est[k] = np.nan if applied is None else applied
@@ -539,6 +552,7 @@ def fly_batch(
             t[:, i],
             pos[:, i],
             ref[:, i],
+            err[:, i],
             thr[:, i],
             cos_tilt[:, i],
             res[:, i],

@@ -5,6 +5,7 @@ option, where the ideal plant's gains crash."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import gymnasium as gym
@@ -12,7 +13,12 @@ import pytest
 
 import residual_quad  # noqa: F401  (registers ResidualQuad-v0)
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains
+from residual_quad.controllers.attitude import (
+    LAG_BANDWIDTH,
+    LAG_TUNED_GAINS,
+    AttitudeGains,
+    default_attitude_gains,
+)
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import make_batch_controller
 from residual_quad.controllers.residual.trackers import LAG_ESTIMATE_TAU_S
@@ -20,6 +26,9 @@ from residual_quad.episode import build_controller, control_context, run_episode
 
 TRACKERS = ["pid", "geo", "geo_res", "geo_rls", "geo_rls_dob", "hnewton", "hnewton_rls"]
 LAGGED = ControlContext(rotor_tau_s=0.06)
+#: the scheduled gains behind 60 ms rotors: no latency, and the realistic preset's period each way
+LAGGED_GAINS = default_attitude_gains(0.06)
+REALISTIC_GAINS = default_attitude_gains(0.06, 0.02)
 
 
 @pytest.mark.parametrize("name", TRACKERS)
@@ -27,7 +36,7 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     ideal = make_controller(name)
     assert ideal.inner.gains == AttitudeGains() and ideal.rotor_model is None
     lagged = make_controller(name, LAGGED)
-    assert lagged.inner.gains == LAG_TUNED_GAINS
+    assert lagged.inner.gains == LAGGED_GAINS
     assert (ideal.attitude_loop, ideal.indi) == ("pd", None)
     assert lagged.attitude_loop == "indi" and lagged.indi.adapt == 0.02
     if name in ("geo_res", "geo_rls", "geo_rls_dob", "hnewton_rls"):  # along the commanded axis
@@ -38,10 +47,24 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
         assert lagged.config.output_filter.tau == LAG_ESTIMATE_TAU_S == 0.2
     assert lagged.rotor_model is not None and lagged.rotor_model.tau_s == 0.06
     batch = make_batch_controller(name, 2, LAGGED)
-    assert batch.inner.gains == LAG_TUNED_GAINS and batch.rotor_model.tau_s == 0.06
+    assert batch.inner.gains == LAGGED_GAINS and batch.rotor_model.tau_s == 0.06
     if name.startswith("hnewton"):  # its own tilt bound (rad) follows too
         assert ideal.params.max_tilt == pytest.approx(math.radians(40.0))
         assert lagged.params.max_tilt == LAG_TUNED_GAINS.max_tilt
+
+
+def test_the_roll_pitch_bandwidth_is_scheduled_on_the_lag():
+    """``ω_n = LAG_BANDWIDTH / (τ + dead/2)`` between the hand-tuned 10 rad/s and the source's
+    18; every other gain the lag-tuned set's; ideal rotors keep the source's set."""
+    assert default_attitude_gains(0.0) == default_attitude_gains(0.0, 0.04) == AttitudeGains()
+    assert REALISTIC_GAINS.wn_rp == pytest.approx(LAG_BANDWIDTH / 0.07)
+    assert dataclasses.replace(REALISTIC_GAINS, wn_rp=LAG_TUNED_GAINS.wn_rp) == LAG_TUNED_GAINS
+    assert default_attitude_gains(0.08, 0.04) == LAG_TUNED_GAINS  # the floor: the slowest plants
+    assert default_attitude_gains(0.02).wn_rp == AttitudeGains().wn_rp  # the cap: the source's
+    taus = [0.01, 0.02, 0.04, 0.06, 0.08, 0.12]
+    for dead in (0.0, 0.02, 0.04):  # stiffer for less lag, never stiffer for more
+        wn = [default_attitude_gains(tau, dead).wn_rp for tau in taus]
+        assert wn == sorted(wn, reverse=True) and wn[0] > wn[-1]
 
 
 @pytest.mark.parametrize("name", ["pid", "geo_rls", "hnewton", "hnewton_rls"])
@@ -73,10 +96,10 @@ def test_every_way_to_build_a_controller_tells_it_the_plants_rotors():
     env = gym.make("ResidualQuad-v0", preset="realistic")
     assert ControlContext.from_env(env).rotor_tau_s == 0.06
     assert ControlContext.from_env(env).obs_delay_steps == 1
-    assert make_controller("geo", env).inner.gains == LAG_TUNED_GAINS
+    assert make_controller("geo", env).inner.gains == REALISTIC_GAINS
     env.close()
     built = build_controller("pid", {"preset": "realistic"})
-    assert built.inner.gains == LAG_TUNED_GAINS and built.rotor_model.tau_s == 0.06
+    assert built.inner.gains == REALISTIC_GAINS and built.rotor_model.tau_s == 0.06
 
 
 def test_the_residual_pilot_keeps_the_gains_it_trains_with():

@@ -248,7 +248,7 @@ def test_the_ppo_res_shipped_for_the_realistic_plant():
     its budget and the command that rebuilds it, and the controller flies over that core. On
     that plant it flies the held-out payload where the ideal plant's file, on the default gains,
     crashes."""
-    from residual_quad.controllers.attitude import LAG_TUNED_GAINS
+    from residual_quad.controllers.attitude import AttitudeGains, default_attitude_gains
     from residual_quad.controllers.policy_file import shipped_policy_path
     from residual_quad.episode import run_episode
 
@@ -256,7 +256,9 @@ def test_the_ppo_res_shipped_for_the_realistic_plant():
     meta = read_meta(path)
     committed = configs.load(PPOTrainConfig, "ppo_res_realistic")
     assert meta["env_kwargs"] == committed.env_kwargs and meta["tracker"] == "pid"
-    assert meta["core"] == committed.core == "plant" and "attitude" not in meta
+    assert meta["core"] == committed.core == "plant"
+    # the plant's default gains it trained over, recorded: a later default cannot change them
+    assert AttitudeGains(**meta["attitude"]) == default_attitude_gains(0.06, 0.02)
     budget = meta["budget"]
     assert budget["command"].startswith("rquad train ppo_res ppo_res_realistic ")
     assert budget["seed"] == 0 and budget["steps"] >= committed.total_steps
@@ -266,7 +268,7 @@ def test_the_ppo_res_shipped_for_the_realistic_plant():
     saved = configs.to_dict(configs.load(PPOTrainConfig, meta["config"]))
     assert saved == configs.to_dict(committed)
     ctrl = make_controller("ppo_res", plant="realistic")
-    assert ctrl.path == path and ctrl.inner.gains == LAG_TUNED_GAINS
+    assert ctrl.path == path and ctrl.inner.gains == AttitudeGains(**meta["attitude"])
     assert ctrl.attitude_loop == "indi" and ctrl.rotor_model and ctrl.predictor
     assert ctrl.outer is None  # the core it was trained over: a new plant default retrains it
     scenario = {"payload": "extra", "wind": "windy", "trajectory": "hover", "seed": 0}

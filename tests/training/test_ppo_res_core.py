@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 from residual_quad.controllers import make_controller  # noqa: E402
-from residual_quad.controllers.attitude import LAG_TUNED_GAINS, AttitudeGains  # noqa: E402
+from residual_quad.controllers.attitude import AttitudeGains, default_attitude_gains  # noqa: E402
 from residual_quad.controllers.batch import make_batch_controller  # noqa: E402
 from residual_quad.controllers.driver import LawController  # noqa: E402
 from residual_quad.controllers.policy_file import (  # noqa: E402
@@ -64,7 +64,7 @@ def plant_run(tmp_path_factory) -> Path:
 
 def _is_plant_core(law: ResidualPPOController) -> bool:
     """The tracker runs the realistic plant's defaults (checked field by field)."""
-    assert law.inner.gains == LAG_TUNED_GAINS
+    assert law.inner.gains == default_attitude_gains(0.06, 0.02)
     assert law.rotor_model is not None and law.rotor_model.tau_s == 0.06
     assert law.attitude_loop == "indi" and law.indi is not None
     assert law.predictor is not None
@@ -187,3 +187,14 @@ def test_a_rotor_level_file_with_a_core_is_refused(tmp_path, edited_policy):
 def test_bad_core_settings_fail_before_training(changes, message):
     with pytest.raises(ValueError, match=message):
         _config(**changes)
+
+
+def test_a_plant_core_file_records_the_gains_it_trained_over(plant_run):
+    """The plant's default gains are written into the file, so a later change of the defaults
+    cannot change the loop a policy learned over; its controller flies those."""
+    from residual_quad.controllers.policy_file import read_meta
+
+    meta = read_meta(plant_run)
+    assert AttitudeGains(**meta["attitude"]) == default_attitude_gains(0.06, 0.02)
+    ctrl = make_controller("ppo_res", LAGGED, path=str(plant_run))
+    assert ctrl.inner.gains == AttitudeGains(**meta["attitude"])
