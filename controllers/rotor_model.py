@@ -67,3 +67,56 @@ class RotorModel:
         out = np.array(obs, dtype=float)
         out[ok, L.thrusts] = a[ok]
         return RotorState(thrusts=a, known=state.known | ok), out
+
+
+class ThrustLine(NamedTuple):
+    """The thrusts of the last periods, one row per env."""
+
+    line: np.ndarray  # N, (n, d, 4): the thrusts of the last ``d`` observations, oldest first
+    known: np.ndarray  # (n,) bool: whether the line is filled (not before the first observation)
+
+
+class SensedThrusts:
+    """The thrusts of the sensed motion's own period, for the estimators.
+
+    Behind ``steps`` periods of sensor latency the observation's motion (position, velocity,
+    attitude, rates, accelerometer) was measured ``steps`` periods ago while its thrusts are the
+    last period's (the flight computer knows what it flew). A measurement that pairs the two —
+    INDI's torque increment, the residual's acceleration balance, the observers — would read
+    the motion of one period against the thrusts of another; this hands them the thrusts
+    ``steps`` observations back instead (after the rotor model, if any). Its state is a
+    :class:`ThrustLine` kept by the law."""
+
+    def __init__(self, steps: int):
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        self.steps = steps  # control periods of sensor latency
+
+    def init_state(self, n: int) -> ThrustLine:
+        """Not filled: the first observation's thrusts fill the line (the env starts in hover
+        with the sensed fields the reset's, repeated)."""
+        return ThrustLine(line=np.zeros((n, self.steps, 4)), known=np.zeros(n, dtype=bool))
+
+    def forget(self, state: ThrustLine, rows: np.ndarray) -> ThrustLine:
+        """The rows ``rows`` refilled from their next observation."""
+        known = state.known.copy()
+        known[rows] = False
+        return state._replace(known=known)
+
+    def pair_one(self, state: ThrustLine, obs: np.ndarray) -> tuple[ThrustLine, np.ndarray]:
+        """One vehicle: ``obs`` (a new array) with the thrusts of its sensed fields' period,
+        and the line with this observation's thrusts pushed."""
+        u = np.asarray(obs[L.thrusts], dtype=float)
+        line = state.line if state.known else np.repeat(u[None], self.steps, axis=0)
+        out = np.array(obs, dtype=float)
+        out[L.thrusts] = line[0]
+        return ThrustLine(np.concatenate((line[1:], u[None])), np.True_), out
+
+    def pair(self, state: ThrustLine, obs: np.ndarray) -> tuple[ThrustLine, np.ndarray]:
+        """:meth:`pair_one` of each row of ``obs`` (n, D)."""
+        u = obs[:, L.thrusts]
+        line = np.where(state.known[:, None, None], state.line, u[:, None, :])
+        out = np.array(obs, dtype=float)
+        out[:, L.thrusts] = line[:, 0]
+        line = np.concatenate((line[:, 1:], u[:, None]), axis=1)
+        return ThrustLine(line, np.ones_like(state.known)), out

@@ -41,7 +41,7 @@ from residual_quad.controllers.options import (
     Range,
 )
 from residual_quad.controllers.outer_indi import OuterIndi
-from residual_quad.controllers.rotor_model import RotorModel, RotorState
+from residual_quad.controllers.rotor_model import RotorModel, RotorState, SensedThrusts
 from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -133,6 +133,7 @@ class TrackerState(NamedTuple):
     outer: Any = None  # outer-loop INDI's filter (``outer_indi_hz``)
     #: m/s², world, (n, 3): the tracker's own residual estimate of the last step (outer INDI's)
     last_model: np.ndarray | None = None
+    sensed: Any = None  # the thrusts of the last periods (behind sensor latency)
 
 
 class Tracker(Law):
@@ -237,6 +238,9 @@ class Tracker(Law):
         )
         hz = float(outer_indi_hz)
         self.outer = OuterIndi(self.airframe, self.dt, hz) if hz else None
+        # behind sensor latency the estimators read the thrusts of the sensed motion's period
+        steps = self.context.obs_delay_steps
+        self.sensed_thrusts = SensedThrusts(steps) if steps else None
 
     def init_state(self, n: int) -> TrackerState:
         return TrackerState(
@@ -249,9 +253,12 @@ class Tracker(Law):
             latency=None if self.predictor is None else self.predictor.init_state(n),
             outer=None if self.outer is None else self.outer.init_state(n),
             last_model=None if self.outer is None else np.zeros((n, 3)),
+            sensed=None if self.sensed_thrusts is None else self.sensed_thrusts.init_state(n),
         )
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
+        if self.sensed_thrusts is not None:
+            state = state._replace(sensed=self.sensed_thrusts.forget(state.sensed, rows))
         if self.indi is not None:
             state = state._replace(indi=self.indi.forget(state.indi, rows))
         if self.predictor is not None:
@@ -259,6 +266,8 @@ class Tracker(Law):
         return state
 
     def forget_one(self, state: TrackerState) -> TrackerState:
+        if self.sensed_thrusts is not None:
+            state = state._replace(sensed=state.sensed._replace(known=np.False_))
         if self.indi is not None:
             state = state._replace(indi=self.indi.forget_one(state.indi))
         if self.predictor is not None:
@@ -351,6 +360,10 @@ class Tracker(Law):
             observe = self.rotor_model.observe_one if one else self.rotor_model.observe
             rotors, obs = observe(state.rotors, obs)
             state = state._replace(rotors=rotors)
+        if self.sensed_thrusts is not None:  # the thrusts of the sensed motion's period
+            pair = self.sensed_thrusts.pair_one if one else self.sensed_thrusts.pair
+            sensed, obs = pair(state.sensed, obs)
+            state = state._replace(sensed=sensed)
         state, torque_ff = self.torque_feedforward(state, obs)
         R = obs[..., L.rot].reshape(obs.shape[:-1] + (3, 3))
         law_obs, law_R = obs, R  # what the control law acts on: the predicted state if any
