@@ -125,7 +125,8 @@ def lag_table(rows: list[dict[str, Any]]) -> Table | None:
         note=(
             "Latency: command and sensor latency, each that many control periods (10 ms). Each "
             "controller flies its defaults for the plant it is told (behind lag the lag-tuned "
-            "set and its rotor model, behind latency the latency predictor; docs/controllers.md); "
+            "set at the bandwidth scheduled on the plant's lag and its rotor model, behind "
+            "latency the latency predictor; docs/controllers.md); "
             "a cell with crashes shows them next to the mean of the other runs."
         ),
     )

@@ -45,3 +45,10 @@ def test_batch_flight_measures_the_same_truth_as_single_flights():
         single = run_episode("geo", trajectory="helix", episode_s=6.0, seed=spec.seed, **PLANT)
         np.testing.assert_allclose(b.error, single.error, rtol=0, atol=1e-9)
         assert b.rmse == pytest.approx(single.rmse, abs=1e-9)
+
+
+def test_without_sensor_latency_the_true_error_is_the_observations():
+    """There the observation is the truth: the two agree to the last bit of the norm's formula
+    (``√(Δx² + Δy² + Δz²)`` against ``np.linalg.norm``), so the ideal plant's rows stay put."""
+    r = run_episode("pid", payload="heavy", wind="windy", trajectory="figure8", episode_s=5.0)
+    np.testing.assert_allclose(r.error, np.linalg.norm(r.pos - r.ref, axis=1), rtol=1e-15, atol=0)
