@@ -11,6 +11,7 @@ import pytest
 from scipy import signal
 
 from residual_quad.controllers import make_controller
+from residual_quad.controllers.attitude import LAG_TUNED_GAINS
 from residual_quad.controllers.batch import make_batch_controller
 from residual_quad.controllers.outer_indi import MAX_ACCEL, OuterIndi
 from residual_quad.envs.airframe import Airframe
@@ -86,19 +87,22 @@ def test_a_payload_the_model_misses_is_cancelled_to_the_millimetre():
     np.testing.assert_allclose(ctrl.state.outer.estimate[2], true_dz, rtol=0.01)
 
 
-def test_behind_lag_the_body_z_part_acts_along_the_commanded_axis():
+@pytest.mark.parametrize(("attitude", "ratio"), [(LAG_TUNED_GAINS, 3.0), (None, 1.5)])
+def test_behind_lag_the_body_z_part_acts_along_the_commanded_axis(attitude, ratio):
     """Isolated: 60 ms rotors, the extra payload, gusts. Applied along the commanded thrust
     axis the estimate flies the hover; the same estimate applied as measured (along the
-    achieved axis) feeds the payload's deficit back through the tilt and the vehicle orbits."""
+    achieved axis) feeds the payload's deficit back through the tilt and the vehicle orbits:
+    at over 3× the error on the hand-tuned 10 rad/s loop, 2× on the scheduled 15 rad/s."""
     env = {"rotor_tau_s": 0.06}
     scenario = dict(payload="extra", wind="windy", trajectory="hover", seed=0, **env)
     ctx = control_context(env)
-    commanded = run_episode(make_controller("geo", ctx, outer_indi_hz=1.0), **scenario)
-    achieved = make_controller("geo", ctx, outer_indi_hz=1.0)
+    gains = {} if attitude is None else {"attitude": attitude}
+    commanded = run_episode(make_controller("geo", ctx, outer_indi_hz=1.0, **gains), **scenario)
+    achieved = make_controller("geo", ctx, outer_indi_hz=1.0, **gains)
     achieved.law.outer.applied = lambda a_v, estimate, R: estimate
     orbit = run_episode(achieved, **scenario)
     assert not commanded.diverged and commanded.rmse < 0.08
-    assert orbit.rmse > 3 * commanded.rmse
+    assert orbit.rmse > ratio * commanded.rmse
 
 
 @pytest.mark.parametrize("name", ["pid", "geo_rls", "geo_rls_dob", "hnewton_rls"])
