@@ -44,9 +44,9 @@ class AttitudeGains:
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
 
 
-#: the slowest gains behind lagging rotors, the schedule's floor (a 60 ms first-order lag and two
-#: periods of latency each way, or slower): half the default roll/pitch bandwidth, more damping, a
-#: softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation
+#: the slowest gains behind lagging rotors, the schedule's floor (an 80 ms first-order lag behind
+#: a period of latency each way, or slower): half the default roll/pitch bandwidth, more damping,
+#: a softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation
 #: (docs/controllers.md, "Behind lag")
 LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
 
