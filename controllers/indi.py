@@ -75,6 +75,22 @@ def butterworth(indi_hz: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
     return b, a
 
 
+class Biquad:
+    """The low-pass of :func:`butterworth` as one second-order section in direct form II
+    transposed (:func:`scipy.signal.lfilter`'s arithmetic): the step every INDI filter takes,
+    on floats or arrays of any shape, its two states kept by the caller."""
+
+    def __init__(self, hz: float, dt: float):
+        self.b, self.a = butterworth(hz, dt)
+        self._c = (*self.b.tolist(), *self.a[1:].tolist())  # b0, b1, b2, a1, a2
+
+    def step(self, x: np.ndarray, z1: np.ndarray, z2: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The filter one sample on ``x``: the next states and the output, ``(z1, z2, y)``."""
+        b0, b1, b2, a1, a2 = self._c
+        y = b0 * x + z1
+        return b1 * x - a1 * y + z2, b2 * x - a2 * y, y
+
+
 def below_nyquist(name: str, hz: float, control_dt: float, off: str = "") -> float:
     """``hz`` (a filter's natural frequency, Hz) if it is in (0, Nyquist) of the control period
     ``control_dt`` (s); else a ``ValueError`` naming the option ``name`` (``off``: what a 0
@@ -124,9 +140,8 @@ class IndiLoop:
         self.indi_hz = float(indi_hz)
         self.lagged = bool(lagged)
         self.adapt = float(adapt)
-        self.b, self.a = butterworth(self.indi_hz, self.dt)
-        self._b0, self._b1, self._b2 = self.b.tolist()
-        self._a1, self._a2 = self.a[1:].tolist()
+        self.filter = Biquad(self.indi_hz, self.dt)  # the torque's and the rate's, synchronised
+        self.b, self.a = self.filter.b, self.filter.a
         self.max_accel_sq = float(max_accel) ** 2  # (rad/s²)²
         self.j_min, self.j_max = INERTIA_RANGE[0] * self.J, INERTIA_RANGE[1] * self.J
 
@@ -164,11 +179,8 @@ class IndiLoop:
     def _filtered(self, s: IndiState, a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
         """Both filters one step on ``a`` and ``w``, then the inertia's correction and the
         estimate: ``(za1, za2, zw1, zw2, a_f, w_f, inertia, estimate)``."""
-        b0, b1, b2, a1, a2 = self._b0, self._b1, self._b2, self._a1, self._a2
-        a_f = b0 * a + s.za1
-        za1, za2 = b1 * a - a1 * a_f + s.za2, b2 * a - a2 * a_f
-        w_f = b0 * w + s.zw1
-        zw1, zw2 = b1 * w - a1 * w_f + s.zw2, b2 * w - a2 * w_f
+        za1, za2, a_f = self.filter.step(a, s.za1, s.za2)
+        zw1, zw2, w_f = self.filter.step(w, s.zw1, s.zw2)
         inertia = s.inertia
         if self.adapt:
             dw, da = w_f - s.w_f, a_f - s.a_f

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from residual_quad.controllers.indi import below_nyquist, butterworth
+from residual_quad.controllers.indi import Biquad, below_nyquist
 from residual_quad.controllers.residual.application import commanded_axis_residual
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
@@ -76,9 +76,7 @@ class OuterIndi:
         self.hz = below_nyquist("outer_indi_hz", hz, control_dt, off=", or 0 for none")
         self.mass = float(airframe.mass)  # kg, nominal
         self.gravity = float(airframe.gravity)  # m/s²
-        b, a = butterworth(self.hz, float(control_dt))
-        self._b0, self._b1, self._b2 = b.tolist()
-        self._a1, self._a2 = a[1:].tolist()
+        self.filter = Biquad(self.hz, float(control_dt))
         self.max_accel_sq = float(max_accel) ** 2  # (m/s²)²
 
     def init_state(self, n: int) -> OuterIndiState:
@@ -105,8 +103,7 @@ class OuterIndi:
         self, s: OuterIndiState, x: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The filter one step on ``x``: ``(z1, z2, y)``."""
-        y = self._b0 * x + s.z1
-        return self._b1 * x - self._a1 * y + s.z2, self._b2 * x - self._a2 * y, y
+        return self.filter.step(x, s.z1, s.z2)
 
     def update(
         self, state: OuterIndiState, obs: np.ndarray, R: np.ndarray, model: np.ndarray

@@ -103,6 +103,10 @@ class SensedThrusts:
         known[rows] = False
         return state._replace(known=known)
 
+    def forget_one(self, state: ThrustLine) -> ThrustLine:
+        """One vehicle's line, refilled from its next observation."""
+        return state._replace(known=np.False_)
+
     def pair_one(self, state: ThrustLine, obs: np.ndarray) -> tuple[ThrustLine, np.ndarray]:
         """One vehicle: ``obs`` (a new array) with the thrusts of its sensed fields' period,
         and the line with this observation's thrusts pushed."""

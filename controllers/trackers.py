@@ -267,7 +267,7 @@ class Tracker(Law):
 
     def forget_one(self, state: TrackerState) -> TrackerState:
         if self.sensed_thrusts is not None:
-            state = state._replace(sensed=state.sensed._replace(known=np.False_))
+            state = state._replace(sensed=self.sensed_thrusts.forget_one(state.sensed))
         if self.indi is not None:
             state = state._replace(indi=self.indi.forget_one(state.indi))
         if self.predictor is not None:
