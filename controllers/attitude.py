@@ -6,7 +6,7 @@ come from the outer loop and the residual compensation only. It flies one vehicl
 and N envs in numpy: the tilt limit (:func:`tilt_limited_force`) and the attitude torque
 (:func:`geometric_torque`) are one formula for both (on the namespaces of
 :mod:`residual_quad.envs.xp`), the mixer :func:`mix_batch` is
-:func:`~residual_quad.envs.airframe.mix` row by row.
+:func:`~residual_quad.envs.airframe.rotor_thrusts` on arrays.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.envs.airframe import Airframe, mix
+from residual_quad.envs.airframe import Airframe, mix, rotor_thrusts
 from residual_quad.envs.xp import ARRAYS, FLOATS, Namespace
 
 
@@ -35,6 +35,10 @@ class AttitudeGains:
     Defaults: roll/pitch ω_n = 18 rad/s, ζ = 0.9 (ζ ≈ 0.71 with the ``extra`` payload's ×1.6
     inertia — the fix of [RES §7.1] was exactly to raise the rate damping); yaw ω_n = 6 rad/s,
     ζ = 1, soft enough that a 13° heading error stays inside the 0.14 N·m yaw budget.
+
+    The commanded tilt is limited to ``max_tilt``, and up to ``budget_tilt`` where that is wider
+    while the collective stays within ``thrust_budget`` of the rotors' total (the rest kept for
+    the attitude torque); with ``budget_tilt`` at or below ``max_tilt`` there is no budget.
     """
 
     wn_rp: float = 18.0  # rad/s
@@ -42,12 +46,15 @@ class AttitudeGains:
     wn_yaw: float = 6.0  # rad/s
     zeta_yaw: float = 1.0
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
+    budget_tilt: float = math.radians(35.0)  # rad, the wider limit within the thrust budget
+    thrust_budget: float = 0.77  # fraction of the rotors' total thrust (4·f_max)
 
 
 #: the slowest gains behind lagging rotors, the schedule's floor (an 80 ms first-order lag behind
 #: a period of latency each way, or slower): half the default roll/pitch bandwidth, more damping,
-#: a softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation
-#: (docs/controllers.md, "Behind lag")
+#: a softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation, widened to the
+#: default 35° while the collective stays within the thrust budget (docs/controllers.md, "Behind
+#: lag")
 LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
 
 #: s·rad/s, the behind-lag schedule's constant: roll/pitch ω_n = LAG_BANDWIDTH / lag, the lag
@@ -58,6 +65,18 @@ LAG_BANDWIDTH = 0.9
 
 #: INDI's inertia-identification step in the defaults behind lagging rotors (docs/controllers.md)
 LAG_INDI_ADAPT = 0.02
+
+
+#: the inner loop's mixers (:func:`~residual_quad.envs.airframe.rotor_thrusts`): the source's
+#: proportional squeeze, or the collective yielding to the torque at the top
+MIXERS = ("squeeze", "desaturate")
+
+
+def default_mixer(rotor_tau_s: float) -> str:
+    """The trackers' default mixer for rotors of nominal time constant ``rotor_tau_s`` (s): the
+    source's squeeze for ideal rotors, the desaturating one behind any lag (where a loaded
+    take-off saturates every rotor and the thrust budget of the tilt needs the torque kept)."""
+    return "desaturate" if rotor_tau_s > 0.0 else "squeeze"
 
 
 def default_attitude_loop(rotor_tau_s: float) -> str:
@@ -83,7 +102,8 @@ def default_attitude_gains(rotor_tau_s: float, dead_time_s: float = 0.0) -> Atti
 
 def attitude_gains(value: Any) -> AttitudeGains:
     """``value`` as :class:`AttitudeGains`: itself, or a mapping of its fields (a spec's YAML
-    form), every field a finite number > 0 and ``max_tilt`` below 90° (rad); else a
+    form), every field a finite number > 0, the tilts below 90° (rad) and ``thrust_budget`` at
+    most 1; else a
     ``ValueError``/``TypeError``."""
     if isinstance(value, AttitudeGains):
         return value
@@ -100,8 +120,11 @@ def attitude_gains(value: Any) -> AttitudeGains:
         x = getattr(gains, name)
         if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < x < math.inf):
             raise ValueError(f"attitude.{name} must be a finite number > 0, got {x!r}")
-    if gains.max_tilt >= math.pi / 2:
-        raise ValueError(f"attitude.max_tilt must be below π/2 rad, got {gains.max_tilt}")
+    for name in ("max_tilt", "budget_tilt"):
+        if getattr(gains, name) >= math.pi / 2:
+            raise ValueError(f"attitude.{name} must be below π/2 rad, got {getattr(gains, name)}")
+    if gains.thrust_budget > 1.0:
+        raise ValueError(f"attitude.thrust_budget must be at most 1, got {gains.thrust_budget}")
     return gains
 
 
@@ -114,17 +137,24 @@ def optional_attitude_gains(value: Any) -> AttitudeGains | None:
 class InnerLoop:
     """Acceleration command (world, m/s²) + heading (rad) → rotor thrusts (N).
 
-    ``F = m·(a_cmd + g·e_z)`` with its tilt limited to ``max_tilt`` (vertical component kept),
-    collective ``T = F·R·e_z``, desired attitude from ``F`` and the heading, the geometric PD
-    ``τ = −k_R·e_R − k_Ω·e_Ω + Ω × JΩ`` (Lee, Leok, McClamroch 2010) plus an optional torque
-    feed-forward, and the saturating mixer.
+    ``F = m·(a_cmd + g·e_z)`` with its tilt limited to ``max_tilt`` (vertical component kept;
+    wider within the gains' thrust budget), collective ``T = F·R·e_z``, desired attitude from
+    ``F`` and the heading, the geometric PD ``τ = −k_R·e_R − k_Ω·e_Ω + Ω × JΩ`` (Lee, Leok,
+    McClamroch 2010) plus an optional torque feed-forward, and the saturating mixer (``mixer``,
+    one of :data:`MIXERS`).
 
     Stateless: :meth:`command` (one vehicle, float code) and :meth:`command_batch` (N envs) also
     return whether the command saturated and the collective, which a law keeps in its state.
     """
 
-    def __init__(self, airframe: Airframe, gains: AttitudeGains | None = None):
+    def __init__(
+        self, airframe: Airframe, gains: AttitudeGains | None = None, mixer: str = "squeeze"
+    ):
+        if mixer not in MIXERS:
+            raise ValueError(f"mixer must be one of {', '.join(MIXERS)}, got {mixer!r}")
         self.airframe = airframe
+        self.mixer = mixer
+        self.desaturate = mixer == "desaturate"
         self.gains = g = gains or AttitudeGains()
         J = np.asarray(airframe.inertia, dtype=float)
         wn = np.array([g.wn_rp, g.wn_rp, g.wn_yaw])
@@ -134,11 +164,12 @@ class InnerLoop:
         self.k_W = J * 2.0 * zeta * wn  # N·m/(rad/s)
         self._J, self._kR, self._kW = J.tolist(), self.k_R.tolist(), self.k_W.tolist()
         self.tan_max_tilt = math.tan(g.max_tilt)
+        self.tilt_budget = TiltBudget.of(airframe, g)
 
     def thrust_vector(self, a_cmd: np.ndarray) -> tuple[np.ndarray, bool]:
         """Desired force (N, world) for ``a_cmd``, tilt-limited, and whether it was limited."""
         fx, fy, fz, saturated = tilt_limited_force(
-            FLOATS, self.airframe, *a_cmd.tolist(), self.tan_max_tilt
+            FLOATS, self.airframe, *a_cmd.tolist(), self.tan_max_tilt, self.tilt_budget
         )
         return np.array([fx, fy, fz]), saturated
 
@@ -170,7 +201,9 @@ class InnerLoop:
         r = np.ravel(R).tolist()
         ax, ay, az = a_cmd.tolist()
         frame = self.airframe
-        fx, fy, fz, saturated = tilt_limited_force(FLOATS, frame, ax, ay, az, self.tan_max_tilt)
+        fx, fy, fz, saturated = tilt_limited_force(
+            FLOATS, frame, ax, ay, az, self.tan_max_tilt, self.tilt_budget
+        )
         thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
         if thrust > frame.max_thrust:
             saturated = True
@@ -181,7 +214,7 @@ class InnerLoop:
             tx, ty, tz = torque
             ux, uy, uz = torque_ff.tolist()
             torque = (tx + ux, ty + uy, tz + uz)
-        return mix(frame, thrust, torque), saturated, thrust
+        return mix(frame, thrust, torque, self.desaturate), saturated, thrust
 
     def attitude_torque(
         self,
@@ -218,7 +251,7 @@ class InnerLoop:
         a = a_cmd.T
         frame = self.airframe
         fx, fy, fz, saturated = tilt_limited_force(
-            ARRAYS, frame, a[0], a[1], a[2], self.tan_max_tilt
+            ARRAYS, frame, a[0], a[1], a[2], self.tan_max_tilt, self.tilt_budget
         )
         thrust = fx * r[2] + fy * r[5] + fz * r[8]  # F · (R e_z)
         saturated = saturated | (thrust > frame.max_thrust)
@@ -229,7 +262,7 @@ class InnerLoop:
         )
         if torque_ff is not None:
             tx, ty, tz = tx + torque_ff[:, 0], ty + torque_ff[:, 1], tz + torque_ff[:, 2]
-        return mix_components(frame, thrust, tx, ty, tz), saturated, thrust
+        return mix_components(frame, thrust, tx, ty, tz, self.desaturate), saturated, thrust
 
     def attitude_torque_batch(
         self,
@@ -248,12 +281,35 @@ class InnerLoop:
         )
 
 
+@dataclass(frozen=True)
+class TiltBudget:
+    """The wider tilt limit of :class:`AttitudeGains` as :func:`tilt_limited_force` uses it."""
+
+    tan_tilt: float  # tan(budget_tilt)
+    force: float  # N, the collective the widened tilt may reach (thrust_budget · 4·f_max)
+
+    @staticmethod
+    def of(airframe: Airframe, gains: AttitudeGains) -> TiltBudget | None:
+        """The budget of ``gains``, or ``None`` where ``budget_tilt`` widens nothing."""
+        if gains.budget_tilt <= gains.max_tilt:
+            return None
+        return TiltBudget(math.tan(gains.budget_tilt), gains.thrust_budget * airframe.max_thrust)
+
+
 def tilt_limited_force(
-    xp: Namespace, frame: Airframe, ax: Any, ay: Any, az: Any, tan_max_tilt: float
+    xp: Namespace,
+    frame: Airframe,
+    ax: Any,
+    ay: Any,
+    az: Any,
+    tan_max_tilt: float,
+    budget: TiltBudget | None = None,
 ) -> tuple[Any, Any, Any, Any]:
     """Desired force ``(fx, fy, fz)`` (N, world) for the acceleration command ``(ax, ay, az)``
     (m/s², world) and whether it saturated: the vertical component is at least 5 % of hover
-    (never a downward thrust vector) and the horizontal one is scaled down to ``max_tilt``.
+    (never a downward thrust vector) and the horizontal one is scaled down to ``max_tilt``, or
+    with a ``budget`` to the widest tilt up to its ``budget_tilt`` whose force stays within the
+    budget's collective (never below ``max_tilt``).
 
     ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` for one vehicle (Python floats) or
     :class:`~residual_quad.envs.xp.ARRAYS` for a batch (arrays of shape (N,)): the one formula of
@@ -266,6 +322,12 @@ def tilt_limited_force(
     fz = xp.where(low, f_min, fz)
     h = xp.sqrt(fx * fx + fy * fy)
     h_max = fz * tan_max_tilt
+    if budget is not None:
+        room = budget.force * budget.force - fz * fz
+        h_room = xp.sqrt(xp.where(room > 0.0, room, 0.0))  # the horizontal force within it
+        h_wide = fz * budget.tan_tilt
+        h_room = xp.where(h_room < h_wide, h_room, h_wide)
+        h_max = xp.where(h_room > h_max, h_room, h_max)
     over = h > h_max
     h_safe = xp.where(over, h, 1.0)  # the quotient is used only where ``over``
     fx = xp.where(over, fx * h_max / h_safe, fx)
@@ -323,32 +385,29 @@ def geometric_torque(
 
 
 # ----------------------------------------------------------------------------- N envs
-def mix_batch(frame: Airframe, thrust: np.ndarray, torque: np.ndarray) -> np.ndarray:
+def mix_batch(
+    frame: Airframe, thrust: np.ndarray, torque: np.ndarray, desaturate: bool = False
+) -> np.ndarray:
     """:func:`residual_quad.envs.airframe.mix` of each env: collective (N,) N, torque (N, 3)
-    N·m → rotor thrusts (N, 4) N, with the same clip and proportional torque squeeze."""
-    return mix_components(frame, thrust, torque[:, 0], torque[:, 1], torque[:, 2])
+    N·m → rotor thrusts (N, 4) N, with the same saturation rule."""
+    return mix_components(frame, thrust, torque[:, 0], torque[:, 1], torque[:, 2], desaturate)
 
 
 def mix_components(
-    frame: Airframe, thrust: np.ndarray, tx: np.ndarray, ty: np.ndarray, tz: np.ndarray
+    frame: Airframe,
+    thrust: np.ndarray,
+    tx: np.ndarray,
+    ty: np.ndarray,
+    tz: np.ndarray,
+    desaturate: bool = False,
 ) -> np.ndarray:
     """:func:`mix_batch` with the torque as its three body components (N,) N·m each, as the
     inner loop computes them (no (N, 3) stack to build and take apart)."""
     fmax = frame.max_rotor_thrust
-    thrust = np.clip(thrust, 0.0, 4.0 * fmax)
-    base = 0.25 * thrust
+    base = 0.25 * np.clip(thrust, 0.0, 4.0 * fmax)
     delta = np.empty((thrust.shape[0], len(frame.mix_rows)))
     for k, (a, b, c) in enumerate(frame.mix_rows):
         delta[:, k] = a * tx + b * ty + c * tz
-    lo, hi = delta.min(axis=1), delta.max(axis=1)
-    fits = (base + lo >= 0.0) & (base + hi <= fmax)
-    if fits.all():
-        return base[:, None] + delta
-    s = np.ones_like(base)
-    up = hi > 1e-12
-    s = np.where(up, np.minimum(s, (fmax - base) / np.where(up, hi, 1.0)), s)
-    down = lo < -1e-12
-    s = np.where(down, np.minimum(s, -base / np.where(down, lo, -1.0)), s)
-    s = np.maximum(s, 0.0)
-    squeezed = np.clip(base[:, None] + s[:, None] * delta, 0.0, fmax)
-    return np.where(fits[:, None], base[:, None] + delta, squeezed)
+    if np.all((base + delta.min(axis=1) >= 0.0) & (base + delta.max(axis=1) <= fmax)):
+        return base[:, None] + delta  # every rotor inside its box: the mixer's exact branch
+    return np.stack(rotor_thrusts(ARRAYS, frame, thrust, tx, ty, tz, desaturate), axis=1)

@@ -20,11 +20,13 @@ import numpy as np
 
 from residual_quad.controllers.attitude import (
     LAG_INDI_ADAPT,
+    MIXERS,
     AttitudeGains,
     InnerLoop,
     attitude_gains,
     default_attitude_gains,
     default_attitude_loop,
+    default_mixer,
 )
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
@@ -71,6 +73,7 @@ NYQUIST_HZ = 50.0
 #: the options of the attitude loop every tracker takes
 LOOP_OPTIONS: dict[str, Domain] = {
     "attitude_loop": Choice(ATTITUDE_LOOPS),
+    "mixer": Choice(MIXERS),
     "indi_hz": Number(gt=0.0, lt=NYQUIST_HZ),  # Hz, the INDI filter's natural frequency
     "indi_adapt": Number(ge=0.0, le=1.0),  # the INDI inertia identification's step (0: off)
     "predict_latency": Flag(),  # the latency predictor (default: on behind latency)
@@ -80,8 +83,8 @@ LOOP_OPTIONS: dict[str, Domain] = {
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
 ATTITUDE = Instance(
     (AttitudeGains,),
-    "AttitudeGains or a mapping of its fields (wn_rp, zeta_rp, wn_yaw, zeta_yaw, max_tilt), "
-    "each finite and > 0",
+    "AttitudeGains or a mapping of its fields (wn_rp, zeta_rp, wn_yaw, zeta_yaw, max_tilt, "
+    "budget_tilt, thrust_budget), each finite and > 0",
     coerce=attitude_gains,
 )
 
@@ -154,6 +157,10 @@ class Tracker(Law):
         attitude_loop: ``"pd"`` (the geometric PD) or ``"indi"``: the PD plus the filtered torque
             the nominal rotational model misses (:mod:`~residual_quad.controllers.indi`);
             ``None``: the context's default (``"indi"`` behind lagging rotors).
+        mixer: ``"squeeze"`` (the source's: the torque scaled around the commanded collective)
+            or ``"desaturate"`` (at the top the collective yields to the torque;
+            :func:`~residual_quad.envs.airframe.rotor_thrusts`); ``None``: the context's
+            default (``"desaturate"`` behind lagging rotors).
         indi_hz: natural frequency of the INDI filter, Hz.
         indi_adapt: step of INDI's online inertia identification (0: the nominal inertia;
             ``None``: 0.02 behind lagging rotors, else 0).
@@ -194,6 +201,7 @@ class Tracker(Law):
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         attitude_loop: str | None = None,
+        mixer: str | None = None,
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
@@ -207,7 +215,9 @@ class Tracker(Law):
         self.rotor_model = RotorModel(tau, self.dt) if tau else None
         if attitude is None:
             attitude = default_attitude_gains(self.context.rotor_tau_s, self.context.dead_time_s)
-        self.inner = InnerLoop(self.airframe, attitude)
+        if mixer is None:
+            mixer = default_mixer(self.context.rotor_tau_s)
+        self.inner = InnerLoop(self.airframe, attitude, mixer)
         if attitude_loop is None:
             attitude_loop = default_attitude_loop(self.context.rotor_tau_s)
         if indi_adapt is None:  # the inertia is identified by default behind lag

@@ -1,7 +1,8 @@
 """Airframe parameters and rotor allocation (pure numpy, no MuJoCo import).
 
 Both the plant (``action_mode="ctbr"``) and the controllers' shared inner loop use the same
-allocation and the same saturation rule, so there is exactly one mixer in the project.
+allocation and the same saturation rule, so there is exactly one mixer in the project (its
+desaturating variant an option of the inner loop).
 
 Frame geometry follows a DJI F450-class X quadrotor: 0.225 m arms (0.45 m motor-to-motor
 diagonal) and 10-inch propellers. The inertia (7.5e-3, 7.5e-3, 1.3e-2 kg·m²) is the value commonly
@@ -25,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from residual_quad.envs.checks import real, vector
+from residual_quad.envs.xp import FLOATS, Namespace
 
 GRAVITY = 9.81  # m/s², +z up
 
@@ -111,31 +114,66 @@ def allocation_matrix(frame: Airframe) -> np.ndarray:
     )
 
 
-def mix(frame: Airframe, thrust: float, torque: Sequence[float]) -> np.ndarray:
-    """Rotor thrusts (N) for a collective thrust (N) and body torque (N·m), with saturation.
+def mix(
+    frame: Airframe, thrust: float, torque: Sequence[float], desaturate: bool = False
+) -> np.ndarray:
+    """Rotor thrusts (4,) N for a collective thrust (N) and body torque (N·m), with saturation
+    (:func:`rotor_thrusts` for one vehicle)."""
+    tx, ty, tz = (float(v) for v in torque)
+    return np.array(rotor_thrusts(FLOATS, frame, float(thrust), tx, ty, tz, desaturate))
 
-    The collective is first clipped to ``[0, 4·f_max]``; if the exact solution leaves the rotor box,
-    the torque vector is scaled down as a whole (direction kept) by the largest factor that fits,
-    then the result is clipped. This is the classic proportional "squeeze": a large yaw demand
-    takes roll/pitch authority with it, which is the failure the prioritized allocation of the
-    ``hnewton`` controller removes.
+
+def rotor_thrusts(
+    xp: Namespace,
+    frame: Airframe,
+    thrust: Any,
+    tx: Any,
+    ty: Any,
+    tz: Any,
+    desaturate: bool = False,
+) -> list[Any]:
+    """The four rotor thrusts (N) for the collective ``thrust`` (N) and the body torque
+    ``(tx, ty, tz)`` (N·m), each within ``[0, f_max]``: the one mixer of the project.
+
+    The collective is clipped to ``[0, 4·f_max]`` and split evenly, the torque added through the
+    allocation. Where that leaves the rotor box, the torque is scaled down as a whole (direction
+    kept) and the result clipped:
+
+    * the **squeeze** (the default, the source's): the largest factor that fits around the
+      commanded collective. A large yaw demand takes roll/pitch authority with it -- the failure
+      the prioritized allocation of ``hnewton`` removes -- and with every rotor asked for its
+      full thrust (a loaded vehicle's take-off, a wide tilt) no torque is left at all;
+    * with ``desaturate``, **at the top the collective yields** (the thrust-reducing
+      desaturation of flight stacks such as PX4): the largest factor that fits above *some*
+      collective no higher than the commanded one, the collective lowered only as far as that
+      needs. At the bottom it is the squeeze (the collective is never raised).
+
+    ``xp`` is :class:`~residual_quad.envs.xp.FLOATS` for one vehicle (Python floats) or
+    :class:`~residual_quad.envs.xp.ARRAYS` for a batch (arrays of shape (N,)).
     """
     fmax = frame.max_rotor_thrust
-    thrust = min(max(float(thrust), 0.0), 4.0 * fmax)
-    tx, ty, tz = (float(v) for v in torque)
-    base = 0.25 * thrust  # the collective splits evenly
+    thrust = xp.where(thrust < 0.0, 0.0, xp.where(thrust > 4.0 * fmax, 4.0 * fmax, thrust))
+    base = 0.25 * thrust
     delta = [a * tx + b * ty + c * tz for a, b, c in frame.mix_rows]
-    lo, hi = min(delta), max(delta)
-    if base + lo >= 0.0 and base + hi <= fmax:
-        return np.array([base + d for d in delta])
-    # largest s in [0, 1] with 0 <= base + s·delta <= fmax for every rotor
-    s = 1.0
-    if hi > 1e-12:
-        s = min(s, (fmax - base) / hi)
-    if lo < -1e-12:
-        s = min(s, -base / lo)
-    s = max(s, 0.0)
-    return np.array([min(max(base + s * d, 0.0), fmax) for d in delta])
+    lo, hi = xp.amin(*delta), xp.amax(*delta)
+    fits = (base + lo >= 0.0) & (base + hi <= fmax)
+    # the squeeze: largest s in [0, 1] with 0 <= base + s·delta <= fmax for every rotor
+    up, down = hi > 1e-12, lo < -1e-12
+    s_up = xp.where(up, (fmax - base) / xp.where(up, hi, 1.0), 1.0)
+    s_down = xp.where(down, -base / xp.where(down, lo, -1.0), 1.0)
+    s = xp.where(s_up < s_down, s_up, s_down)
+    if desaturate:  # at the top: the largest s whose spread fits above a collective <= base
+        span = hi - lo
+        wide = span > fmax
+        s_span = xp.where(wide, fmax / xp.where(wide, span, 1.0), 1.0)
+        top = base + hi > fmax
+        s = xp.where(top, xp.where(s_span < s_down, s_span, s_down), s)
+    s = xp.where(fits | (s > 1.0), 1.0, xp.where(s < 0.0, 0.0, s))
+    if desaturate:
+        lowered = fmax - s * hi
+        base = xp.where(top & (lowered < base), lowered, base)
+    out = [base + s * d for d in delta]
+    return [xp.where(v < 0.0, 0.0, xp.where(v > fmax, fmax, v)) for v in out]
 
 
 def wrench(frame: Airframe, rotor_thrusts: np.ndarray) -> np.ndarray:

@@ -58,6 +58,11 @@ class FLOATS:
         return max(values)
 
     @staticmethod
+    def amin(*values: float) -> float:
+        """The smallest of ``values``."""
+        return min(values)
+
+    @staticmethod
     def cube(x: float) -> float:
         """``x**3``."""
         return x**3
@@ -83,6 +88,11 @@ class ARRAYS:
         """Elementwise largest of ``values`` (a NaN: numpy's NaN, Python's ``max`` depends on the
         order; the formulas use it only where a NaN entry is rejected anyway)."""
         return np.maximum.reduce(values)
+
+    @staticmethod
+    def amin(*values: np.ndarray) -> np.ndarray:
+        """Elementwise smallest of ``values`` (NaN as in :meth:`amax`)."""
+        return np.minimum.reduce(values)
 
     @staticmethod
     def cube(x: np.ndarray) -> np.ndarray:

@@ -110,7 +110,8 @@ class PPOTrainConfig:
     # ppo_acc: feedforward (the reference's acceleration, no feedback); null: the first of these
     tracker: str | None = None
     # ppo_res: the tracker's inner-loop gains (AttitudeGains fields: wn_rp, zeta_rp, wn_yaw,
-    # zeta_yaw, max_tilt); null: the defaults. A plant with lagging rotors needs softer ones
+    # zeta_yaw, max_tilt, budget_tilt, thrust_budget); null: the defaults. A plant with lagging
+    # rotors needs softer ones
     attitude: dict[str, float] | None = None
     # ppo_res / ppo_acc: the defaults the tracker takes where attitude and its other options are
     # not given — ideal: the source's on any plant; plant: its own for the training plant (behind

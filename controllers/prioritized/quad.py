@@ -179,9 +179,9 @@ class HNewtonTracker(Tracker):
         "(docs/hnewton.md), no recorded search",
         action="prioritized thrust vector (hierarchical Newton) → the shared attitude loop",
     )
-    OPTIONS: dict[str, Domain] = {
+    OPTIONS: dict[str, Domain] = {  # no mixer: the prioritized allocation takes its place
         "method": HNEWTON_PARAM_OPTIONS["method"],
-        **Tracker.OPTIONS,
+        **{k: v for k, v in Tracker.OPTIONS.items() if k != "mixer"},
         **HNEWTON_PARAM_OPTIONS,
     }
 
@@ -196,6 +196,8 @@ class HNewtonTracker(Tracker):
         rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         **params: Any,
     ):
+        if "mixer" in params:
+            raise ValueError(f"{self.name} allocates with its prioritized allocator: no mixer")
         context = context or ControlContext()
         newton = {
             k: params.pop(k) for k in list(params) if k in HNewtonQuadParams.__dataclass_fields__
@@ -336,7 +338,7 @@ class HNewtonRLSTracker(EstimatorParts, HNewtonTracker):
     )
     OPTIONS: dict[str, Domain] = {
         **HNewtonTracker.OPTIONS,
-        **RESIDUAL_TRACKER_OPTIONS,
+        **{k: v for k, v in RESIDUAL_TRACKER_OPTIONS.items() if k != "mixer"},
         "residual": Section("residual", RESIDUAL_TRACKER_OPTIONS),
     }
 

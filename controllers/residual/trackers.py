@@ -158,9 +158,9 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors; ``None``:
             the context's); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
-        attitude_loop, indi_hz, indi_adapt, predict_latency, outer_indi_hz: the attitude loop
-            (``"pd"`` or ``"indi"``), the latency predictor and outer-loop INDI, as every
-            tracker's.
+        attitude_loop, mixer, indi_hz, indi_adapt, predict_latency, outer_indi_hz: the attitude
+            loop (``"pd"`` or ``"indi"``), the mixer, the latency predictor and outer-loop INDI,
+            as every tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
     The estimator's state is ``state.estimator`` of the driver (:class:`~residual_quad.
@@ -199,6 +199,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         attitude: AttitudeGains | None = None,
         rotor_tau_s: float | None = None,  # s, the rotors' time constant (None: the context's)
         attitude_loop: str | None = None,
+        mixer: str | None = None,
         indi_hz: float = DEFAULT_INDI_HZ,  # Hz
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
@@ -216,6 +217,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
             attitude=attitude,
             rotor_tau_s=rotor_tau_s,
             attitude_loop=attitude_loop,
+            mixer=mixer,
             indi_hz=indi_hz,
             indi_adapt=indi_adapt,
             predict_latency=predict_latency,

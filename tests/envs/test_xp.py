@@ -48,9 +48,10 @@ def test_unary_operations_match_bit_for_bit(values):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(NO_NAN, NO_NAN, ANY), min_size=1, max_size=20))
-def test_amax_and_where_match_bit_for_bit(rows):
+def test_amax_amin_and_where_match_bit_for_bit(rows):
     a, b, c = (np.array(col) for col in zip(*rows, strict=True))
     assert _bits(ARRAYS.amax(a, b)) == _bits([FLOATS.amax(x, y) for x, y, _ in rows])
+    assert _bits(ARRAYS.amin(a, b)) == _bits([FLOATS.amin(x, y) for x, y, _ in rows])
     cond = a > b
     assert _bits(ARRAYS.where(cond, a, c)) == _bits(
         [

@@ -205,7 +205,7 @@ def test_pid_tracker_file_flies_pid_plus_its_correction(pid_run, res_run):
     path = pid_run[0] / "final.zip"
     with zipfile.ZipFile(path) as archive:
         meta = json.loads(archive.read(META_ENTRY))
-    assert meta["tracker"] == "pid" and meta["attitude"] == LAG
+    assert meta["tracker"] == "pid" and AttitudeGains(**meta["attitude"]) == AttitudeGains(**LAG)
     ctrl = make_controller("ppo_res", path=path)
     assert ctrl.tracker == "pid" and ctrl.ki == PIDTracker().ki > 0
     assert ctrl.attitude == AttitudeGains(**LAG)
