@@ -38,7 +38,8 @@ class AttitudeGains:
 
     The commanded tilt is limited to ``max_tilt``, and up to ``budget_tilt`` where that is wider
     while the collective stays within ``thrust_budget`` of the rotors' total (the rest kept for
-    the attitude torque); with ``budget_tilt`` at or below ``max_tilt`` there is no budget.
+    the attitude torque); with ``budget_tilt`` at or below ``max_tilt`` (the default 0) there is
+    no budget.
     """
 
     wn_rp: float = 18.0  # rad/s
@@ -46,7 +47,7 @@ class AttitudeGains:
     wn_yaw: float = 6.0  # rad/s
     zeta_yaw: float = 1.0
     max_tilt: float = math.radians(35.0)  # rad, limit on the commanded thrust-vector tilt
-    budget_tilt: float = math.radians(35.0)  # rad, the wider limit within the thrust budget
+    budget_tilt: float = 0.0  # rad, the wider limit within the thrust budget (0: none)
     thrust_budget: float = 0.77  # fraction of the rotors' total thrust (4·f_max)
 
 
@@ -55,7 +56,14 @@ class AttitudeGains:
 #: a softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation, widened to the
 #: default 35° while the collective stays within the thrust budget (docs/controllers.md, "Behind
 #: lag")
-LAG_TUNED_GAINS = AttitudeGains(wn_rp=10.0, zeta_rp=1.2, wn_yaw=2.0, zeta_yaw=1.0, max_tilt=0.44)
+LAG_TUNED_GAINS = AttitudeGains(
+    wn_rp=10.0,
+    zeta_rp=1.2,
+    wn_yaw=2.0,
+    zeta_yaw=1.0,
+    max_tilt=0.44,
+    budget_tilt=math.radians(35.0),
+)
 
 #: s·rad/s, the behind-lag schedule's constant: roll/pitch ω_n = LAG_BANDWIDTH / lag, the lag
 #: ``τ + dead/2`` (rotor time constant plus half the dead time the latency predictor removes most
@@ -102,8 +110,8 @@ def default_attitude_gains(rotor_tau_s: float, dead_time_s: float = 0.0) -> Atti
 
 def attitude_gains(value: Any) -> AttitudeGains:
     """``value`` as :class:`AttitudeGains`: itself, or a mapping of its fields (a spec's YAML
-    form), every field a finite number > 0, the tilts below 90° (rad) and ``thrust_budget`` at
-    most 1; else a
+    form), every field a finite number > 0 (``budget_tilt`` ≥ 0), the tilts below 90° (rad) and
+    ``thrust_budget`` at most 1; else a
     ``ValueError``/``TypeError``."""
     if isinstance(value, AttitudeGains):
         return value
@@ -118,8 +126,11 @@ def attitude_gains(value: Any) -> AttitudeGains:
     gains = AttitudeGains(**value)
     for name in AttitudeGains.__dataclass_fields__:
         x = getattr(gains, name)
-        if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < x < math.inf):
-            raise ValueError(f"attitude.{name} must be a finite number > 0, got {x!r}")
+        zero_ok = name == "budget_tilt"  # 0: no budget
+        number = not isinstance(x, bool) and isinstance(x, int | float) and x < math.inf
+        if not (number and (x >= 0 if zero_ok else x > 0)):
+            bound = "≥ 0" if zero_ok else "> 0"
+            raise ValueError(f"attitude.{name} must be a finite number {bound}, got {x!r}")
     for name in ("max_tilt", "budget_tilt"):
         if getattr(gains, name) >= math.pi / 2:
             raise ValueError(f"attitude.{name} must be below π/2 rad, got {getattr(gains, name)}")

@@ -84,7 +84,7 @@ LOOP_OPTIONS: dict[str, Domain] = {
 ATTITUDE = Instance(
     (AttitudeGains,),
     "AttitudeGains or a mapping of its fields (wn_rp, zeta_rp, wn_yaw, zeta_yaw, max_tilt, "
-    "budget_tilt, thrust_budget), each finite and > 0",
+    "budget_tilt, thrust_budget), each finite and > 0 (budget_tilt ≥ 0)",
     coerce=attitude_gains,
 )
 

@@ -70,9 +70,10 @@ def test_the_budget_fields_are_checked():
     with pytest.raises(ValueError, match="budget_tilt"):
         attitude_gains({"budget_tilt": 1.6})
     with pytest.raises(ValueError, match="budget_tilt"):
-        attitude_gains({"budget_tilt": 0.0})
-    # a budget tilt at or below max_tilt widens nothing
+        attitude_gains({"budget_tilt": -0.1})
+    # a budget tilt at or below max_tilt widens nothing; gains given without one have none
     assert TiltBudget.of(FRAME, attitude_gains({"max_tilt": 0.7, "budget_tilt": 0.6})) is None
+    assert TiltBudget.of(FRAME, attitude_gains({"max_tilt": 0.44})) is None
 
 
 ACCEL = st.floats(-60.0, 60.0)
