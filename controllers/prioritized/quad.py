@@ -168,7 +168,9 @@ class HNewtonTracker(Tracker):
         **params: any :class:`HNewtonQuadParams` field (``max_tilt``, ``rate_tilt``, ...); any
             other keyword is the tracker's (:class:`~residual_quad.controllers.trackers.Tracker`).
             Behind lagging rotors (the context's ``rotor_tau_s`` > 0) ``max_tilt`` defaults to
-            the lag-tuned attitude loop's (0.44 rad).
+            the lag-tuned attitude loop's widest, its ``budget_tilt`` (35°): the levels keep the
+            vertical acceleration before the horizontal and the allocation the attitude before
+            the collective, what the trackers' thrust budget and desaturating mixer provide.
     """
 
     name = "hnewton"
@@ -203,7 +205,7 @@ class HNewtonTracker(Tracker):
             k: params.pop(k) for k in list(params) if k in HNewtonQuadParams.__dataclass_fields__
         }
         if context.rotor_tau_s > 0.0:  # behind lag its own tilt bound is the attitude loop's
-            newton.setdefault("max_tilt", LAG_TUNED_GAINS.max_tilt)
+            newton.setdefault("max_tilt", LAG_TUNED_GAINS.budget_tilt)
         self.params = HNewtonQuadParams(method=method, **newton)
         # the single cycle and allocator: one vehicle's solvers, and those of the rows the
         # batch algorithm leaves; each call loads the row of the state it works on

@@ -51,7 +51,7 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     assert batch.inner.gains == LAGGED_GAINS and batch.rotor_model.tau_s == 0.06
     if name.startswith("hnewton"):  # its own tilt bound (rad) follows too
         assert ideal.params.max_tilt == pytest.approx(math.radians(40.0))
-        assert lagged.params.max_tilt == LAG_TUNED_GAINS.max_tilt
+        assert lagged.params.max_tilt == LAG_TUNED_GAINS.budget_tilt == math.radians(35.0)
 
 
 def test_the_roll_pitch_bandwidth_is_scheduled_on_the_lag():
