@@ -29,6 +29,7 @@ from residual_quad.controllers.attitude import (
     default_mixer,
 )
 from residual_quad.controllers.base import ControlContext, InformationUse, to_rotor_action
+from residual_quad.controllers.feedforward import FeedforwardLead
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ, IndiLoop
 from residual_quad.controllers.latency import LatencyPredictor
 from residual_quad.controllers.law import Law
@@ -78,6 +79,7 @@ LOOP_OPTIONS: dict[str, Domain] = {
     "indi_adapt": Number(ge=0.0, le=1.0),  # the INDI inertia identification's step (0: off)
     "predict_latency": Flag(),  # the latency predictor (default: on behind latency)
     "outer_indi_hz": Number(ge=0.0, lt=NYQUIST_HZ),  # Hz, outer-loop INDI's filter (0: none)
+    "ff_lead_s": Number(ge=0.0, le=1.0),  # s, the feed-forward's lead by the jerk (0: none)
 }
 
 #: the inner-loop gains option: :class:`AttitudeGains` or a mapping of its fields
@@ -137,6 +139,7 @@ class TrackerState(NamedTuple):
     #: m/s², world, (n, 3): the tracker's own residual estimate of the last step (outer INDI's)
     last_model: np.ndarray | None = None
     sensed: Any = None  # the thrusts of the last periods (behind sensor latency)
+    lead: Any = None  # the feed-forward lead's previous reference acceleration (``ff_lead_s``)
 
 
 class Tracker(Law):
@@ -171,6 +174,10 @@ class Tracker(Law):
         outer_indi_hz: outer-loop INDI (:mod:`~residual_quad.controllers.outer_indi`): the
             filtered accelerometer residual the tracker's own estimate misses is added to it;
             the filter's natural frequency, Hz (0: none, the default).
+        ff_lead_s: the reference's acceleration handed to the outer loop led by its jerk,
+            ``a_ref + lead·j_ref`` (:mod:`~residual_quad.controllers.feedforward`), s (0: none);
+            ``None``: :attr:`lag_ff_lead_s` behind lagging rotors (0.15 s for the trackers with
+            a residual estimate, 0 for the others), else 0.
 
     A tracker reads the observation's base fields (no preview). Subclasses override the hooks
     :meth:`command`/:meth:`command_one` (outer loop), :meth:`residual`/:meth:`residual_one`
@@ -191,6 +198,9 @@ class Tracker(Law):
     }
     #: option path → search range of ``rquad tune``
     TUNABLE: dict[str, Range] = GAIN_RANGES
+    #: s, the feed-forward's lead behind lagging rotors (``ff_lead_s``'s default there): none
+    #: without a residual estimate, where it was measured to cost (docs/controllers.md)
+    lag_ff_lead_s = 0.0
 
     def __init__(
         self,
@@ -206,6 +216,7 @@ class Tracker(Law):
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
         outer_indi_hz: float = 0.0,  # Hz (0: no outer-loop INDI)
+        ff_lead_s: float | None = None,  # s (None: the context's default)
     ):
         self.context = context or ControlContext()
         self.airframe = self.context.airframe
@@ -248,6 +259,10 @@ class Tracker(Law):
         )
         hz = float(outer_indi_hz)
         self.outer = OuterIndi(self.airframe, self.dt, hz) if hz else None
+        if ff_lead_s is None:
+            ff_lead_s = self.lag_ff_lead_s if self.context.rotor_tau_s > 0.0 else 0.0
+        lead = float(ff_lead_s)
+        self.lead = FeedforwardLead(lead, self.dt) if lead else None
         # behind sensor latency the estimators read the thrusts of the sensed motion's period
         steps = self.context.obs_delay_steps
         self.sensed_thrusts = SensedThrusts(steps) if steps else None
@@ -264,6 +279,7 @@ class Tracker(Law):
             outer=None if self.outer is None else self.outer.init_state(n),
             last_model=None if self.outer is None else np.zeros((n, 3)),
             sensed=None if self.sensed_thrusts is None else self.sensed_thrusts.init_state(n),
+            lead=None if self.lead is None else self.lead.init_state(n),
         )
 
     def forget(self, state: TrackerState, rows: np.ndarray) -> TrackerState:
@@ -273,6 +289,8 @@ class Tracker(Law):
             state = state._replace(indi=self.indi.forget(state.indi, rows))
         if self.predictor is not None:
             state = state._replace(latency=self.predictor.forget(state.latency, rows))
+        if self.lead is not None:
+            state = state._replace(lead=self.lead.forget(state.lead, rows))
         return state
 
     def forget_one(self, state: TrackerState) -> TrackerState:
@@ -282,6 +300,8 @@ class Tracker(Law):
             state = state._replace(indi=self.indi.forget_one(state.indi))
         if self.predictor is not None:
             state = state._replace(latency=self.predictor.forget_one(state.latency))
+        if self.lead is not None:
+            state = state._replace(lead=self.lead.forget_one(state.lead))
         return state
 
     # -- hooks: N envs -------------------------------------------------------------------------
@@ -381,6 +401,9 @@ class Tracker(Law):
             latency, law_obs = self.predictor.predict(state.latency, obs)
             state = state._replace(latency=latency)
             law_R = law_obs[..., L.rot].reshape(R.shape)
+        if self.lead is not None:  # the feed-forward led over the lag by the reference's jerk
+            lead, law_obs = self.lead.apply(state.lead, obs, law_obs)
+            state = state._replace(lead=lead)
         e_p = law_obs[..., L.ref_pos] - law_obs[..., L.pos]
         e_v = law_obs[..., L.ref_vel] - law_obs[..., L.vel]
         state, a_cmd = (self.command_one if one else self.command)(state, law_obs, e_p, e_v)

@@ -24,6 +24,7 @@ import numpy as np
 
 from residual_quad.controllers.attitude import AttitudeGains
 from residual_quad.controllers.base import ControlContext, InformationUse
+from residual_quad.controllers.feedforward import LAG_FF_LEAD_S
 from residual_quad.controllers.indi import DEFAULT_INDI_HZ
 from residual_quad.controllers.options import (
     NON_NEGATIVE,
@@ -101,6 +102,8 @@ class EstimatorParts:
     sets ``self.estimator`` before the base's ``__init__``."""
 
     estimator: ResidualEstimator
+    #: s, the feed-forward's lead behind lagging rotors
+    lag_ff_lead_s = LAG_FF_LEAD_S
 
     def init_state(self, n: int) -> TrackerState:
         state = super().init_state(n)  # type: ignore[misc]
@@ -158,9 +161,9 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         rotor_tau_s: the rotors' time constant the tracker is told, s (0: ideal rotors; ``None``:
             the context's); the
             residual is then measured against its model of the lagged thrusts (:class:`Tracker`).
-        attitude_loop, mixer, indi_hz, indi_adapt, predict_latency, outer_indi_hz: the attitude
-            loop (``"pd"`` or ``"indi"``), the mixer, the latency predictor and outer-loop INDI,
-            as every tracker's.
+        attitude_loop, mixer, indi_hz, indi_adapt, predict_latency, outer_indi_hz, ff_lead_s:
+            the attitude loop (``"pd"`` or ``"indi"``), the mixer, the latency predictor,
+            outer-loop INDI and the feed-forward's lead, as every tracker's.
         **overrides: settings overriding the config (see :func:`residual_config`).
 
     The estimator's state is ``state.estimator`` of the driver (:class:`~residual_quad.
@@ -204,6 +207,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
         indi_adapt: float | None = None,
         predict_latency: bool | None = None,
         outer_indi_hz: float = 0.0,  # Hz (0: no outer-loop INDI)
+        ff_lead_s: float | None = None,  # s (None: the context's default)
         **overrides: Any,
     ):
         context = context or ControlContext()
@@ -222,6 +226,7 @@ class ResidualGeoTracker(EstimatorParts, GeoTracker):
             indi_adapt=indi_adapt,
             predict_latency=predict_latency,
             outer_indi_hz=outer_indi_hz,
+            ff_lead_s=ff_lead_s,
         )
 
     @classmethod

@@ -21,6 +21,7 @@ from residual_quad.controllers.attitude import (
 )
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.batch import make_batch_controller
+from residual_quad.controllers.feedforward import LAG_FF_LEAD_S
 from residual_quad.controllers.residual.trackers import LAG_ESTIMATE_TAU_S
 from residual_quad.episode import build_controller, control_context, run_episode
 
@@ -40,6 +41,13 @@ def test_ideal_rotors_keep_the_source_gains_and_lag_brings_the_lag_tuned_set(nam
     assert (ideal.attitude_loop, ideal.indi) == ("pd", None)
     assert lagged.attitude_loop == "indi" and lagged.indi.adapt == 0.02
     assert (ideal.inner.mixer, lagged.inner.mixer) == ("squeeze", "desaturate")
+    # the feed-forward's lead: behind lag for the trackers with a residual estimate only
+    assert ideal.lead is None
+    if name in ("geo_res", "geo_rls", "geo_rls_dob", "hnewton_rls"):
+        assert lagged.lead.lead_s == LAG_FF_LEAD_S == 0.15
+        assert make_controller(name, LAGGED, ff_lead_s=0.0).lead is None
+    else:
+        assert lagged.lead is None
     if name in ("geo_res", "geo_rls", "geo_rls_dob", "hnewton_rls"):  # along the commanded axis
         assert ideal.config.thrust_axis == "achieved"
         assert lagged.config.thrust_axis == "commanded"
