@@ -54,7 +54,7 @@ class AttitudeGains:
 #: the slowest gains behind lagging rotors, the schedule's floor (an 80 ms first-order lag behind
 #: a period of latency each way, or slower): half the default roll/pitch bandwidth, more damping,
 #: a softer yaw loop and a 25° tilt limit that keeps the rotors out of saturation, widened to the
-#: default 35° while the collective stays within the thrust budget (docs/controllers.md, "Behind
+#: source's 35° while the collective stays within the thrust budget (docs/controllers.md, "Behind
 #: lag")
 LAG_TUNED_GAINS = AttitudeGains(
     wn_rp=10.0,
