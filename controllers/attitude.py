@@ -414,11 +414,4 @@ def mix_components(
 ) -> np.ndarray:
     """:func:`mix_batch` with the torque as its three body components (N,) N·m each, as the
     inner loop computes them (no (N, 3) stack to build and take apart)."""
-    fmax = frame.max_rotor_thrust
-    base = 0.25 * np.clip(thrust, 0.0, 4.0 * fmax)
-    delta = np.empty((thrust.shape[0], len(frame.mix_rows)))
-    for k, (a, b, c) in enumerate(frame.mix_rows):
-        delta[:, k] = a * tx + b * ty + c * tz
-    if np.all((base + delta.min(axis=1) >= 0.0) & (base + delta.max(axis=1) <= fmax)):
-        return base[:, None] + delta  # every rotor inside its box: the mixer's exact branch
     return np.stack(rotor_thrusts(ARRAYS, frame, thrust, tx, ty, tz, desaturate), axis=1)

@@ -63,12 +63,12 @@ class FeedforwardLead:
         self, state: LeadState, obs: np.ndarray, law_obs: np.ndarray
     ) -> tuple[LeadState, np.ndarray]:
         """The jerk from ``obs``'s ``ref_acc`` against the state's, and ``law_obs`` (what the
-        law acts on: ``obs`` or the latency predictor's) with its ``ref_acc`` led by it (a
-        copy; the caller's array is left alone)."""
+        law acts on: ``obs`` or the latency predictor's) with its ``ref_acc`` led by it: a copy
+        of ``obs`` (which the estimators read too), or the predictor's own array in place."""
         acc = obs[..., L.ref_acc]
         jerk = (acc - state.prev_acc) / self.dt  # m/s³
         have = np.asarray(state.have_prev)
         jerk = np.where(have[..., None], jerk, 0.0)
-        out = np.array(law_obs, dtype=float)
+        out = np.array(law_obs, dtype=float) if law_obs is obs else law_obs
         out[..., L.ref_acc] = law_obs[..., L.ref_acc] + self.lead_s * jerk
         return LeadState(prev_acc=np.array(acc, dtype=float), have_prev=np.ones_like(have)), out

@@ -157,6 +157,8 @@ def rotor_thrusts(
     delta = [a * tx + b * ty + c * tz for a, b, c in frame.mix_rows]
     lo, hi = xp.amin(*delta), xp.amax(*delta)
     fits = (base + lo >= 0.0) & (base + hi <= fmax)
+    if xp.every(fits):  # every rotor inside its box: the exact split (most calls end here)
+        return [base + d for d in delta]
     # the squeeze: largest s in [0, 1] with 0 <= base + s·delta <= fmax for every rotor
     up, down = hi > 1e-12, lo < -1e-12
     s_up = xp.where(up, (fmax - base) / xp.where(up, hi, 1.0), 1.0)

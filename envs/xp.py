@@ -63,6 +63,11 @@ class FLOATS:
         return min(values)
 
     @staticmethod
+    def every(cond: bool) -> bool:
+        """Whether ``cond`` holds (for every vehicle: the one)."""
+        return cond
+
+    @staticmethod
     def cube(x: float) -> float:
         """``x**3``."""
         return x**3
@@ -93,6 +98,11 @@ class ARRAYS:
     def amin(*values: np.ndarray) -> np.ndarray:
         """Elementwise smallest of ``values`` (NaN as in :meth:`amax`)."""
         return np.minimum.reduce(values)
+
+    @staticmethod
+    def every(cond: np.ndarray) -> bool:
+        """Whether ``cond`` holds for every vehicle (a branch all of a batch takes)."""
+        return bool(cond.all())
 
     @staticmethod
     def cube(x: np.ndarray) -> np.ndarray:

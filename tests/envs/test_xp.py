@@ -69,3 +69,6 @@ def test_the_float_operations_are_maths():
         assert getattr(ARRAYS, op) is getattr(np, op)
     assert FLOATS.where(True, 1.0, 2.0) == 1.0 and FLOATS.where(False, 1.0, 2.0) == 2.0
     assert FLOATS.cube(3.0) == 27.0 and FLOATS.amax(1.0, 5.0, -2.0) == 5.0
+    assert FLOATS.every(True) is True and FLOATS.every(False) is False
+    assert ARRAYS.every(np.array([True, True])) is True
+    assert ARRAYS.every(np.array([True, False])) is False
