@@ -63,9 +63,15 @@ MAX_META_BYTES = 16 * 2**20  # the record is a few kB
 #: (4), ``ppo_res`` and ``ppo_acc`` on a tracker's desired acceleration (3, heading frame;
 #: :mod:`residual_quad.controllers.ppo_res`, :mod:`residual_quad.controllers.ppo_acc`)
 ACTION_DIMS = {"ppo": 4, "ppo_res": 3, "ppo_acc": 3, "ppo_adapt": 4, "sac": 4, "tqc": 4}
-#: the learner of each policy kind (the record's ``algo``): ``sac``/``tqc`` policies are trained
-#: off-policy [SAC] [TQC] and fly env actions as ``ppo`` ones do
-POLICY_ALGOS = {kind: "ppo" for kind in ACTION_DIMS} | {"sac": "sac", "tqc": "tqc"}
+#: the learners a policy kind's file may be trained by (the record's ``algo``; the first: a
+#: record without the entry): ``sac``/``tqc`` policies are trained off-policy [SAC] [TQC] and
+#: fly env actions as ``ppo`` ones do; an acceleration policy (``ppo_res``, ``ppo_acc``) may be
+#: trained by either kind of learner, its law reads the actor the same way
+POLICY_ALGOS: dict[str, tuple[str, ...]] = (
+    {kind: ("ppo",) for kind in ACTION_DIMS}
+    | {"sac": ("sac",), "tqc": ("tqc",)}
+    | {kind: ("ppo", "sac", "tqc") for kind in ("ppo_res", "ppo_acc")}
+)
 CONTRIB_INSTALL_HINT = "pip install 'residual-quad[rl]' (sb3-contrib)"
 MAX_ACCEL_SCALE = 20.0  # m/s², largest ppo_res correction bound a policy file may carry
 MAX_CORRECTION_RATE = 1000.0  # m/s³, largest ppo_res correction rate a policy file may carry
@@ -210,7 +216,7 @@ def require_file(path: str | Path, what: str) -> Path:
 def policy_file_name(kind: str) -> str:
     """What a policy file of ``kind`` is called in messages: its learner's name
     (``PPO policy file``, ``SAC policy file``, ``TQC policy file``)."""
-    return f"{POLICY_ALGOS.get(kind, 'ppo').upper()} policy file"
+    return f"{POLICY_ALGOS.get(kind, ('ppo',))[0].upper()} policy file"
 
 
 def read_meta(path: str | Path, kind: str = "ppo") -> dict[str, Any]:
@@ -320,9 +326,10 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
         for entry in ("correction_rate", "tracker", "attitude", "core"):
             if entry in meta:
                 raise fail(f"{entry} is a ppo_res/ppo_acc entry, not a {kind!r} one")
-    algo = meta.get("algo", "ppo")
-    if algo != POLICY_ALGOS[kind]:
-        raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {POLICY_ALGOS[kind]!r}")
+    algo = meta.get("algo", POLICY_ALGOS[kind][0])
+    if algo not in POLICY_ALGOS[kind]:
+        learners = " or ".join(repr(a) for a in POLICY_ALGOS[kind])
+        raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {learners}")
     privileged = meta.get("privileged_columns", [])
     if not (isinstance(privileged, list) and all(isinstance(c, str) for c in privileged)):
         raise fail("privileged_columns must be a list of column names")
@@ -504,7 +511,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
             f"{path} is a {found!r} policy, not a {kind!r} one: fly it with the {found!r} "
             "controller"
         )
-    algo = POLICY_ALGOS[kind]
+    algo = meta.get("algo", POLICY_ALGOS[kind][0])  # read_meta checked it
     loader = sb3.PPO if algo == "ppo" else algo_module(algo)
     try:
         model = loader.load(path, device=device)

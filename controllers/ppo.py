@@ -148,7 +148,7 @@ class PPOController(Law):
         training_seed: int | None = None,
         plant: str | None = None,
     ):
-        algo_module(POLICY_ALGOS[self.kind])  # first: without it the install hint answers
+        algo_module(POLICY_ALGOS[self.kind][0])  # first: without it the install hint answers
         self.path = policy_path(self.kind, path, training_seed, plant)
         policy = load_policy(self.path, self.kind, device)
         self.meta, self.model, self.normalizer, self.network = policy

@@ -100,9 +100,13 @@ def export_policy(
     budget["policy_saved_at_steps"] = meta.get("steps")
     budget["selection"] = which
     budget["eval_at_selection"] = meta.get("eval")
-    algo = meta.get("algo", "ppo")
-    kind = algo if algo in ("sac", "tqc") else meta.get("controller", "ppo")
-    budget["command"] = command or f"rquad train {kind} --out {run_dir} --seed {summary['seed']}"
+    kind = meta.get("controller", "ppo")  # a rotor-level sac/tqc run's files name their learner
+    # an acceleration policy learned off-policy: its kind's default config is PPO's, so the
+    # command names the run's own
+    config = "" if meta.get("algo", "ppo") in (kind, "ppo") else f" {run_dir}/config.yaml"
+    budget["command"] = (
+        command or f"rquad train {kind}{config} --out {run_dir} --seed {summary['seed']}"
+    )
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(src.read_bytes())
     meta.pop("format", None), meta.pop("feature_version", None)

@@ -443,10 +443,10 @@ class PPOTrainConfig:
         self.offpolicy.check()  # a section that cannot run is an error whichever algo is used
         if self.algo == "ppo":
             return
-        if self.controller != "ppo":
+        if self.controller not in OFFPOLICY_CONTROLLERS:
             raise ValueError(
-                f"algo {self.algo!r} trains env actions (controller 'ppo'); ppo_res and "
-                f"ppo_adapt are PPO only, got controller {self.controller!r}"
+                f"algo {self.algo!r} trains env actions (controller 'ppo') or an acceleration "
+                f"(ppo_res, ppo_acc); ppo_adapt is PPO only, got controller {self.controller!r}"
             )
         if self.privileged_critic:
             raise ValueError(
@@ -455,8 +455,10 @@ class PPOTrainConfig:
             )
 
     def deployed_name(self) -> str:
-        """The controller the run's policy files fly as (``ppo``, ``ppo_res``, ``sac``, ``tqc``)."""
-        return self.controller if self.algo == "ppo" else self.algo
+        """The controller the run's policy files fly as (``ppo``, ``ppo_res``, ``ppo_acc``,
+        ``ppo_adapt``; ``sac``/``tqc`` for env actions learned off-policy: an acceleration
+        policy flies as its kind whichever learner trained it)."""
+        return self.algo if self.algo != "ppo" and self.controller == "ppo" else self.controller
 
     def tracker_gains(self) -> AttitudeGains | None:
         """``ppo_res``'s tracker inner-loop gains (``None``: the defaults), which the training's
@@ -541,4 +543,7 @@ SUBPROC_RETIRED = (
 )
 #: what a training run's policy file flies as
 POLICY_CONTROLLERS = ("ppo", "ppo_res", "ppo_acc", "ppo_adapt")
+#: the controllers an off-policy learner (``algo: sac | tqc``) may train: env actions, or a
+#: tracker's desired acceleration (``ppo_adapt``'s estimator pairing is PPO's only)
+OFFPOLICY_CONTROLLERS = ("ppo", "ppo_res", "ppo_acc")
 MAX_VECTOR_ENVS = 4096  # vector backend: envs in one ResidualQuadVectorEnv

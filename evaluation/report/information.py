@@ -176,6 +176,15 @@ def with_policy_record(info: InformationUse, record: dict[str, Any]) -> Informat
     estimate = info.residual_estimate
     if features.get("estimate"):
         estimate = "; ".join(filter(None, (estimate, "a disturbance estimate input")))
+    algo = str(record.get("algo", "ppo"))
+    if algo != "ppo" and info.tuning_trials:  # a PPO kind's file learned off-policy: the
+        # declared tries were PPO's, not this learner's
+        info = replace(
+            info,
+            tuning=f"{algo.upper()} (the file's learner), its settings in the file's config; "
+            "no tries documented",
+            tuning_trials=0,
+        )
     return replace(
         info,
         preview_k=max(info.preview_k, recorded_preview_k(record)),

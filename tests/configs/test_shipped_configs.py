@@ -192,6 +192,28 @@ SHIPPED = {
             "ppo": "ppo_res's update size, a fixed gSDE exploration scale",
         },
     ),
+    "sac_acc": (
+        PPOTrainConfig,
+        {
+            "controller": "ppo_acc, learned off-policy (docs/ppo.md, the L2F-style try)",
+            "algo": "SAC",
+            "offpolicy": "L2F's sizes: 64×64 networks, a replay ratio of 0.1",
+            "normalize_reward": "off: a fixed reward scale for the replay",
+            "tracker": "ppo_acc's",
+            "accel_scale": "ppo_acc's",
+            "total_steps": "2 M decisions",
+            "action_repeat": "ppo_acc's",
+            "payloads": "ppo_acc's",
+            "trajectories": "ppo_acc's",
+            "trajectory_draw": "ppo_acc's",
+            "reward": "ppo_acc's",
+            "precision": "ppo_acc's",
+            "env_kwargs": "ppo_acc's",
+            "features": "ppo_acc's",
+            "eval_freq": "every 250 k steps: the learning curve against wall time",
+            "checkpoint_freq": "every 250 k steps",
+        },
+    ),
     "ppo_realistic": (
         PPOTrainConfig,
         {

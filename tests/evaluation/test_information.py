@@ -203,6 +203,9 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
     shaped = with_policy_record(info, {"config": {"position_log": [1.0, 0.01], "winds": []}})
     assert shaped.objective.endswith("+ log-shaped position cost")
     assert with_policy_record(info, {}).decision_hz == 100.0  # nothing recorded: declared
+    off = with_policy_record(info, {**record, "algo": "sac"})  # a PPO kind learned by SAC
+    assert off.tuning.startswith("SAC (the file's learner)") and off.tuning_trials == 0
+    assert with_policy_record(info, {**record, "algo": "ppo"}).tuning_trials == 7
 
 
 def test_every_shipped_row_says_how_it_was_made():

@@ -42,7 +42,7 @@ def test_gradient_steps_scale_with_the_envs():
     ("kw", "match"),
     [
         ({"algo": "dqn"}, r"algo must be one of \('ppo', 'sac', 'tqc'\)"),
-        ({"algo": "sac", "controller": "ppo_res"}, "ppo_res and ppo_adapt are PPO only"),
+        ({"algo": "sac", "controller": "ppo_adapt"}, "ppo_adapt is PPO only"),
         ({"algo": "sac", "privileged_critic": True}, "PPO only"),
         ({"algo": "sac", "offpolicy": {"ent_coef": "x"}}, "ent_coef"),
         ({"algo": "sac", "offpolicy": {"ent_coef": -1.0}}, "ent_coef"),
@@ -238,3 +238,48 @@ def test_rquad_train_sac_exports_and_refuses_resume(tmp_path, capsys):
     (run / "final.zip").unlink()  # an "interrupted" run with its config
     assert main(["train", "sac", "--out", str(run), "--resume", "--no-progress"]) == 2
     assert "resume is PPO only" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ALGO_PARAMS)
+def test_an_acceleration_policy_learned_off_policy_flies_as_its_kind(tmp_path, algo):
+    """SAC/TQC at the trackers' action level: the file is a ``ppo_acc`` one that records its
+    learner, flies through ``ppo_acc``'s law (its numpy forward is SB3's deterministic action)
+    and exports a command that names the run's own config (the kind's default is PPO's)."""
+    from residual_quad.episode import run_episode
+    from residual_quad.training.ppo import export_policy, train
+
+    pytest.importorskip("sb3_contrib" if algo == "tqc" else "stable_baselines3")
+    cfg = _tiny(algo, controller="ppo_acc", checkpoint_freq=0, total_steps=256)
+    assert cfg.deployed_name() == "ppo_acc"
+    train(cfg, tmp_path / "run", progress=False)
+    meta = read_meta(tmp_path / "run" / "final.zip", "ppo_acc")
+    assert (meta["controller"], meta["algo"]) == ("ppo_acc", algo)
+    ctrl = make_controller("ppo_acc", path=tmp_path / "run" / "final.zip")
+    assert ctrl.network is not None and ctrl.network.squash
+    x = np.random.default_rng(0).normal(0.0, 2.0, (5, ctrl.normalizer.mean.size))
+    x = x.astype(np.float32)
+    expected, _ = ctrl.model.predict(x, deterministic=True)
+    np.testing.assert_allclose(ctrl.actions(x), expected, atol=3e-6)
+    result = run_episode(ctrl, payload="light", wind="breezy", trajectory="hover", episode_s=4.0)
+    assert result.steps > 0 and (
+        result.diverged or np.isfinite(result.rmse)
+    )  # untrained: may crash
+    with pytest.raises(PolicyFileError, match="a 'ppo_acc' policy"):
+        make_controller(algo, path=tmp_path / "run" / "final.zip")
+    budget = export_policy(tmp_path / "run", tmp_path / "acc.zip", which="final")
+    assert budget["command"].startswith(f"rquad train ppo_acc {tmp_path / 'run'}/config.yaml")
+
+
+def test_a_ppo_adapt_record_learned_off_policy_is_refused(offpolicy_policy, tmp_path):
+    """Only acceleration kinds may be learned off-policy: a ``ppo_adapt`` record naming SAC is
+    a one-line error naming both learners' rule."""
+    import shutil
+
+    from residual_quad.controllers.policy_file import write_meta
+
+    path = shutil.copy(offpolicy_policy("sac"), tmp_path / "adapt.zip")
+    meta = {"controller": "ppo_adapt", "algo": "sac", "action_mode": "rotor", "obs_norm": None}
+    write_meta(path, meta)
+    with pytest.raises(PolicyFileError, match="algo 'sac': a 'ppo_adapt' policy is trained with"):
+        read_meta(path, "ppo_adapt")

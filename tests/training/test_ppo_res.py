@@ -418,8 +418,11 @@ def test_policy_files_of_the_other_kind_or_damaged_name_the_file(res_run, tmp_pa
     kind = _rewrite(path, tmp_path / "kind.zip", controller="td3")
     with pytest.raises(PolicyFileError, match="kind.zip.*controller 'td3'"):
         ResidualPPOController(path=kind)
-    algo = _rewrite(path, tmp_path / "algo.zip", algo="sac")  # a ppo_res file is PPO's
-    with pytest.raises(PolicyFileError, match="algo.zip.*algo 'sac'"):
+    algo = _rewrite(path, tmp_path / "algo.zip", algo="td3")  # no learner of ppo_res files
+    with pytest.raises(PolicyFileError, match="algo.zip.*algo 'td3'.*'ppo' or 'sac' or 'tqc'"):
+        ResidualPPOController(path=algo)
+    algo = _rewrite(path, tmp_path / "algo.zip", algo="sac")  # PPO's network, SAC's record
+    with pytest.raises(PolicyFileError, match=r"cannot load SAC policy .*algo\.zip"):
         ResidualPPOController(path=algo)
     # a ppo_res record on a 4-action network
     four = _rewrite(_ppo_file(), tmp_path / "four.zip", controller="ppo_res", accel_scale=5.0)
