@@ -52,11 +52,11 @@ class AccelerationPPOController(ResidualPPOController):
     OPTIONS = POLICY_OPTIONS
     INFORMATION = InformationUse(
         feedforward_accel=True,
-        tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances and "
-        "smoothness: 12 tries of 2 M steps (docs/ppo.md)",
+        tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances, "
+        "smoothness and the learning rate's end: 20 tries of 1–6 M steps (docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
-        tuning_trials=12,
+        tuning_trials=20,
     )
 
     # -- the policy's acceleration is the command; there is no residual -----------------------
