@@ -213,6 +213,11 @@ def require_file(path: str | Path, what: str) -> Path:
     return path
 
 
+def recorded_algo(meta: dict[str, Any], kind: str) -> str:
+    """The learner a ``kind`` policy's record names (its kind's first learner when absent)."""
+    return meta.get("algo", POLICY_ALGOS[kind][0])
+
+
 def policy_file_name(kind: str) -> str:
     """What a policy file of ``kind`` is called in messages: its learner's name
     (``PPO policy file``, ``SAC policy file``, ``TQC policy file``)."""
@@ -326,7 +331,7 @@ def check_meta(meta: dict[str, Any], path: str | Path) -> None:
         for entry in ("correction_rate", "tracker", "attitude", "core"):
             if entry in meta:
                 raise fail(f"{entry} is a ppo_res/ppo_acc entry, not a {kind!r} one")
-    algo = meta.get("algo", POLICY_ALGOS[kind][0])
+    algo = recorded_algo(meta, kind)
     if algo not in POLICY_ALGOS[kind]:
         learners = " or ".join(repr(a) for a in POLICY_ALGOS[kind])
         raise fail(f"algo {algo!r}: a {kind!r} policy is trained with {learners}")
@@ -511,7 +516,7 @@ def load_policy(path: Path, kind: str, device: str = "cpu") -> tuple[Any, ...]:
             f"{path} is a {found!r} policy, not a {kind!r} one: fly it with the {found!r} "
             "controller"
         )
-    algo = meta.get("algo", POLICY_ALGOS[kind][0])  # read_meta checked it
+    algo = recorded_algo(meta, kind)  # read_meta checked it
     loader = sb3.PPO if algo == "ppo" else algo_module(algo)
     try:
         model = loader.load(path, device=device)

@@ -25,7 +25,9 @@ from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
     ACTION_DIMS,
     CORE_DEFAULTS,
+    POLICY_ALGOS,
     read_meta,
+    recorded_algo,
     save_model,
     write_meta,
 )
@@ -103,7 +105,7 @@ def export_policy(
     kind = meta.get("controller", "ppo")  # a rotor-level sac/tqc run's files name their learner
     # an acceleration policy learned off-policy: its kind's default config is PPO's, so the
     # command names the run's own
-    config = "" if meta.get("algo", "ppo") in (kind, "ppo") else f" {run_dir}/config.yaml"
+    config = "" if recorded_algo(meta, kind) == POLICY_ALGOS[kind][0] else f" {run_dir}/config.yaml"
     budget["command"] = (
         command or f"rquad train {kind}{config} --out {run_dir} --seed {summary['seed']}"
     )
