@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from residual_quad.numerics import blas_core, fingerprint
+from residual_quad.numerics import blas_core, fingerprint, processor
 
 
 def test_fingerprint_names_the_blas_kernels_and_library_versions():
     f = fingerprint()
-    assert set(f) == {"blas_core", "numpy_simd", "numpy", "scipy", "mujoco", "torch"}
+    assert set(f) == {"cpu", "blas_core", "numpy_simd", "numpy", "scipy", "mujoco", "torch"}
+    assert f["cpu"] == processor() and isinstance(f["cpu"], str) and f["cpu"]
     assert isinstance(f["numpy_simd"], list)
     assert f["blas_core"] == blas_core() and isinstance(f["blas_core"], str) and f["blas_core"]
     assert f["numpy"] and f["mujoco"]

@@ -5,7 +5,9 @@ OpenBLAS picks for the processor (``DYNAMIC_ARCH``: Haswell, SkylakeX, ...), the
 dispatches to (AVX2, AVX-512, ...) and the library versions change the last bits of the
 arithmetic, and a closed-loop flight carries them along: most flights damp them to below 1e-11
 (relative), a few amplify them (a flight near a crash by percents; measured per committed row in
-``docs/reproducibility.md``). :func:`fingerprint` names these dependencies so that committed
+``docs/reproducibility.md``). Processors of one kernel family can still differ in the last bit
+(the vector and the local backend agree bit for bit on some, to ≤ 1e-9 on others), so the
+processor is named too. :func:`fingerprint` names these dependencies so that committed
 results can record where they were produced.
 """
 
@@ -60,10 +62,23 @@ def numpy_simd() -> list[str]:
     return [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
 
 
+def processor() -> str:
+    """The processor's microarchitecture as LLVM names it (e.g. ``"skylake-avx512"``), which the
+    compiled substep wrench is built for and which the kernel family alone does not pin down
+    (two processors of the SkylakeX family gave rows a few ulp apart); ``"unknown"`` where LLVM
+    cannot say."""
+    try:
+        from llvmlite import binding  # numba's, a core dependency
+    except ImportError:
+        return "unknown"
+    return str(binding.get_host_cpu_name()) or "unknown"
+
+
 def fingerprint() -> dict[str, Any]:
-    """The BLAS kernel family, numpy's SIMD targets and the versions of the numerical
-    libraries."""
+    """The processor, the BLAS kernel family, numpy's SIMD targets and the versions of the
+    numerical libraries."""
     return {
+        "cpu": processor(),
         "blas_core": blas_core(),
         "numpy_simd": numpy_simd(),
         "numpy": _version("numpy"),
