@@ -133,11 +133,12 @@ class PPOController(Law):
     name = "ppo"
     INFORMATION = InformationUse(
         feedforward_accel=True,
-        tuning="PPO hyper-parameters: a first policy and 3 update-size tries within a 30 min "
-        "budget (docs/ppo.md)",
+        tuning="PPO's update size: a first policy and 3 tries; the learning rate's end: 2 tries; "
+        "the recipe (reward, inputs, scenarios, episode lengths, masses, exploration, tilt "
+        "limit): 9 tries of 3–6 M steps (docs/ppo.md)",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=4,
+        tuning_trials=15,
     )
 
     def __init__(

@@ -49,7 +49,7 @@ class AblationVariant:
     """One design point: a training config and the keys it changes."""
 
     name: str  # folder name and table key: lower case, digits, ``_``
-    base: str = "ppo"  # training config: a shipped name (``ppo``, ``ppo_res``…) or a YAML path
+    base: str = "ppo_memoryless"  # training config: a shipped name (``ppo_res``…) or a YAML path
     overrides: dict[str, Any] = field(default_factory=dict)  # merged into base (mappings by key)
     seeds: list[int] | None = None  # training seeds of this variant (default: the ablation's)
     label: str = ""  # the table's row label (default: name)

@@ -363,9 +363,11 @@ def test_batch_of_one_equals_the_single_controller_bit_for_bit_for_geo():
 
 @pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="rl extra")
 def test_ppo_batches_its_forward_pass():
-    obs = hover_obs(3, seed=6)
-    batch = make_batch_controller("ppo", 3)
     singles = [make_controller("ppo") for _ in range(3)]
+    k = singles[0].env_kwargs.get("preview", (0, 0.0))[0]  # the shipped file's preview points
+    preview = 0.1 * np.random.default_rng(7).normal(size=(3, 6 * k))
+    obs = np.hstack((hover_obs(3, seed=6), preview))
+    batch = make_batch_controller("ppo", 3)
     for k in range(3):
         step = obs + 0.01 * k
         expected = np.stack([c.policy(o) for c, o in zip(singles, step, strict=True)])

@@ -212,8 +212,11 @@ def test_bad_records_and_configs_are_value_errors():
         PPOTrainConfig(features=FeatureConfig(preview_k=2))
     with pytest.raises(ValueError, match=r"features: unknown key\(s\) \['history'\]"):
         configs.load(PPOTrainConfig, {"features": {"history": 2}})
-    assert configs.load(PPOTrainConfig, "ppo_adapt").features.spec() == FeatureSpec(
-        10, 4, False, True
+    written = {"preview_k": 10, "action_history": 4, "error_integral": True, "estimate": True}
+    loaded = configs.load(
+        PPOTrainConfig,
+        {"controller": "ppo_adapt", "env_kwargs": {"preview": [10, 0.06]}, "features": written},
     )
+    assert loaded.features.spec() == FeatureSpec(10, 4, True, True) == FeatureSpec(**written)
     with pytest.raises(ValueError, match="period_s"):
         PolicyInputs(FeatureSpec(), 1, period_s=0.0)

@@ -16,6 +16,7 @@ from residual_quad.controllers.batch import batch_from_spec
 from residual_quad.controllers.policy_file import (
     ACTION_DIMS,
     PolicyFileError,
+    read_meta,
     save_model,
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
@@ -25,6 +26,7 @@ from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.controllers.specs import parse_spec
 from residual_quad.envs.airframe import Airframe
 from residual_quad.envs.observation import ObsLayout as L
+from residual_quad.episode import observation_env
 
 pytest.importorskip("stable_baselines3", reason="needs the rl extra (stable-baselines3)")
 
@@ -148,8 +150,12 @@ def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, m
     assert ctrl.estimator.config == geo_rls.config  # geo_rls's network and RLS settings
 
 
-def test_shipped_files_read_as_the_empty_spec_and_act_as_before():
-    ctrl = make_controller("ppo")
+def test_a_file_without_a_features_record_reads_as_the_empty_spec_and_acts_as_before(tmp_path):
+    """Files written before the inputs existed carry no ``features`` key: they read as the
+    empty spec and act through the path without inputs."""
+    path = tiny_policy(tmp_path / "old.zip", "ppo", FeatureSpec())
+    assert "features" not in read_meta(path)
+    ctrl = make_controller("ppo", path=path)
     assert ctrl.spec == FeatureSpec()
     rng = np.random.default_rng(0)
     for _ in range(5):
@@ -198,7 +204,8 @@ def test_the_shipped_ppo_adapt_flies_with_its_preview_and_estimate():
     from residual_quad.episode import run_episode
 
     ctrl = make_controller("ppo_adapt")
-    assert ctrl.env_kwargs == {"preview": [10, 0.06]} and ctrl.spec.estimate
+    assert ctrl.spec.estimate and ctrl.spec.preview_k == 10
+    assert observation_env(ctrl) == {"preview": [10, 0.06]}  # the env run_episode makes
     r = run_episode(ctrl, payload="heavy", wind="windy", trajectory="hover", seed=0, episode_s=8)
     assert not r.diverged and r.rmse < 0.3
     last = ctrl.state.estimator.last_estimate

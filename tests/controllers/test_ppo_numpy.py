@@ -13,6 +13,7 @@ from residual_quad.controllers.driver import LawBatch, LawController  # noqa: E4
 from residual_quad.controllers.numpy_policy import NumpyPolicy  # noqa: E402
 from residual_quad.controllers.ppo import PPOController  # noqa: E402
 from residual_quad.controllers.specs import make_controller, parse_spec  # noqa: E402
+from residual_quad.episode import observation_env  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -20,9 +21,14 @@ def shipped():
     return PPOController()
 
 
+def _width(law: PPOController) -> int:
+    """The network's input width (the shipped file's observation layout)."""
+    return int(law.model.observation_space.shape[0])
+
+
 def test_numpy_forward_equals_sb3_predict_to_float32_rounding(shipped):
     assert shipped.network is not None
-    x = np.random.default_rng(0).standard_normal((500, 35)) * 2.0
+    x = np.random.default_rng(0).standard_normal((500, _width(shipped))) * 2.0
     ours = shipped.network(x)
     theirs, _ = shipped.model.predict(x.astype(np.float32), deterministic=True)
     assert np.abs(ours - np.clip(theirs, -1.0, 1.0)).max() < 1e-5
@@ -30,18 +36,20 @@ def test_numpy_forward_equals_sb3_predict_to_float32_rounding(shipped):
 
 
 def test_one_observation_and_a_batch_give_bit_identical_actions(shipped):
-    x = np.random.default_rng(1).standard_normal((64, 35))
+    x = np.random.default_rng(1).standard_normal((64, _width(shipped)))
     batch = shipped.network(x)
     for i in range(len(x)):
         assert np.array_equal(shipped.network(x[i : i + 1])[0], batch[i])
 
 
-def test_batched_ppo_equals_single_controllers_bit_for_bit_in_closed_loop():
+def test_batched_ppo_equals_single_controllers_bit_for_bit_in_closed_loop(shipped):
     from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 
     n = 3
     env = ResidualQuadVectorEnv(
-        n, scenarios=[{"payload": p, "wind": "windy"} for p in ("none", "heavy", "extra")]
+        n,
+        scenarios=[{"payload": p, "wind": "windy"} for p in ("none", "heavy", "extra")],
+        **observation_env(shipped),
     )
     obs, _ = env.reset(seed=0)
     batch = batch_from_spec(parse_spec("ppo"), n)
@@ -88,13 +96,17 @@ def test_a_controller_without_the_numpy_forward_flies_per_env_in_a_batch(shipped
     assert isinstance(batch, LawBatch) and batch.law.network is None
     singles = [make_controller("ppo") for _ in range(n)]
     assert all(c.network is None for c in singles)
-    x = np.random.default_rng(4).standard_normal((n, 35)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((n, _width(shipped))).astype(np.float32)
     alone = np.concatenate(
         [shipped.model.predict(x[i : i + 1], deterministic=True)[0] for i in range(n)]
     )
     rows = batch.law.actions(x)
     assert np.array_equal(rows, np.clip(alone, -1.0, 1.0))  # row by row, not the batch's
-    env = ResidualQuadVectorEnv(n, scenarios=[{"payload": p} for p in ("none", "heavy", "extra")])
+    env = ResidualQuadVectorEnv(
+        n,
+        scenarios=[{"payload": p} for p in ("none", "heavy", "extra")],
+        **observation_env(shipped),
+    )
     obs, _ = env.reset(seed=0)
     for k in range(12):
         fed = obs.copy()

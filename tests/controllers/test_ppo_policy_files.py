@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from residual_quad.controllers import make_controller
-from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_file import (
     META_ENTRY,
     PolicyFileError,
@@ -28,6 +27,7 @@ from residual_quad.controllers.policy_file import (
     read_meta,
 )
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.episode import observation_env
 
 pytest.importorskip("stable_baselines3", reason="needs the rl extra (stable-baselines3)")
 
@@ -63,6 +63,7 @@ def _edited(**changes: Any) -> dict[str, Any]:
 
 
 norm = _meta()["obs_norm"]
+DIM = len(norm["mean"])  # the shipped network's input width
 CASES = {
     "record-is-a-list": [1, 2],
     "record-is-a-string": "policy",
@@ -77,12 +78,12 @@ CASES = {
     "env_kwargs-unknown": _edited(env_kwargs={"gravity": 3}),
     "env_kwargs-reserved": _edited(env_kwargs={"payload": "heavy"}),
     "obs_norm-short-mean": _edited(obs_norm={**norm, "mean": norm["mean"][:-1]}),
-    "obs_norm-nan-var": _edited(obs_norm={**norm, "var": [float("nan")] * FEATURE_DIM}),
-    "obs_norm-negative-var": _edited(obs_norm={**norm, "var": [-1.0] * FEATURE_DIM}),
-    "obs_norm-string-mean": _edited(obs_norm={**norm, "mean": ["0"] * FEATURE_DIM}),
+    "obs_norm-nan-var": _edited(obs_norm={**norm, "var": [float("nan")] * DIM}),
+    "obs_norm-negative-var": _edited(obs_norm={**norm, "var": [-1.0] * DIM}),
+    "obs_norm-string-mean": _edited(obs_norm={**norm, "mean": ["0"] * DIM}),
     "obs_norm-no-clip": _edited(obs_norm={k: v for k, v in norm.items() if k != "clip"}),
     "obs_norm-zero-clip": _edited(obs_norm={**norm, "clip": 0}),
-    "obs_norm-list": _edited(obs_norm=[0.0] * FEATURE_DIM),
+    "obs_norm-list": _edited(obs_norm=[0.0] * DIM),
 }
 
 
@@ -137,10 +138,13 @@ def workdir(tmp_path_factory) -> Path:
 def envs():
     made: dict[str, ResidualQuadEnv] = {}
 
-    def get(action_mode: str) -> ResidualQuadEnv:
-        if action_mode not in made:
-            made[action_mode] = ResidualQuadEnv(trajectory="helix", action_mode=action_mode)
-        return made[action_mode]
+    def get(ctrl: Any) -> ResidualQuadEnv:
+        """An env of the controller's action mode with the observations it was trained on."""
+        shaping = observation_env(ctrl)
+        key = json.dumps([ctrl.action_mode, shaping], sort_keys=True)
+        if key not in made:
+            made[key] = ResidualQuadEnv(trajectory="helix", action_mode=ctrl.action_mode, **shaping)
+        return made[key]
 
     yield get
     for env in made.values():
@@ -156,7 +160,7 @@ def _load_and_fly(path: Path, envs: Any) -> None:
         event("rejected")
         return
     event("loaded")
-    env = envs(ctrl.action_mode)
+    env = envs(ctrl)
     obs, _ = env.reset(seed=0)
     ctrl.reset(0)
     for _ in range(4):

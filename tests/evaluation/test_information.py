@@ -11,14 +11,17 @@ from residual_quad.controllers.base import (
     InformationUse,
     resolve_factory,
 )
+from residual_quad.controllers.policy_file import read_meta, shipped_policy_path
 from residual_quad.evaluation.report.document import write_report
 from residual_quad.evaluation.report.information import (
+    declared_information,
     differences,
     equal_information,
     information_groups,
     information_notes,
     information_of,
     information_table,
+    training_scenarios_of,
     with_policy_record,
 )
 
@@ -198,7 +201,8 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
     table = information_table(["ppo"], read_policy=lambda t, o: record)
     row = dict(zip(table.headers, table.rows[0], strict=True))
     assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"
-    assert row["tuning trials"] == "4"  # ppo's declared tries; the record does not change it
+    declared = declared_information("ppo").tuning_trials
+    assert row["tuning trials"] == str(declared)  # ppo's own count; the record does not change it
     assert row["samples"] == "3.00 M policy steps" and row["wall time"] == "20.0 min"
     shaped = with_policy_record(info, {"config": {"position_log": [1.0, 0.01], "winds": []}})
     assert shaped.objective.endswith("+ log-shaped position cost")
@@ -214,6 +218,11 @@ def test_every_shipped_row_says_how_it_was_made():
     assert rows["pid"]["decisions"] == "100 Hz" and rows["pid"]["samples"] == "–"
     assert rows["geo_rls"]["samples"].endswith("samples")
     assert rows["ppo"]["action"] == "rotor thrusts" and rows["ppo"]["decisions"] == "50 Hz"
-    assert rows["ppo_res"]["tuning trials"] == "56"
-    assert "randomized" in rows["ppo_res"]["training scenarios"]  # off the matrix
-    assert "matrix's shapes" in rows["ppo"]["training scenarios"]
+    # each RL row: its kind's declared tries, and the scenarios its shipped file's config drew
+    for kind in ("ppo", "ppo_res"):
+        assert rows[kind]["tuning trials"] == str(declared_information(kind).tuning_trials)
+        config = read_meta(shipped_policy_path(kind))["config"]
+        assert rows[kind]["training scenarios"] == training_scenarios_of(config)
+        off_matrix = config.get("trajectory_draw") == "randomized"
+        assert ("seeds off the matrix's" in rows[kind]["training scenarios"]) == off_matrix
+        assert ("the matrix's shapes" in rows[kind]["training scenarios"]) != off_matrix

@@ -20,6 +20,7 @@ from residual_quad.controllers.features import FEATURE_DIM, FEATURE_NAMES, ppo_f
 from residual_quad.controllers.policy_file import INSTALL_HINT, default_policy_path, read_meta
 from residual_quad.envs.observation import ObsLayout as L
 from residual_quad.envs.residual_quad_env import ResidualQuadEnv
+from residual_quad.episode import observation_env
 from residual_quad.training.ppo import export_policy, train
 from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig
 from residual_quad.training.tb_logging import read_scalars
@@ -121,9 +122,8 @@ def test_seeded_training_is_reproducible(tmp_path):
 def test_adapter_returns_valid_deterministic_actions(which, smoke_run):
     path = smoke_run[0] / "final.zip" if which == "smoke" else None
     ctrl = make_controller("ppo", path=path)
-    env = ResidualQuadEnv(
-        payload="heavy", wind="windy", trajectory="helix", action_mode=ctrl.action_mode
-    )
+    scenario = dict(payload="heavy", wind="windy", trajectory="helix", **observation_env(ctrl))
+    env = ResidualQuadEnv(action_mode=ctrl.action_mode, **scenario)
     obs, _ = env.reset(seed=0)
     ctrl.reset(0)
     actions = []
@@ -135,9 +135,7 @@ def test_adapter_returns_valid_deterministic_actions(which, smoke_run):
         if terminated or truncated:
             break
     # deterministic: the same observations after a reset give the same actions
-    env2 = ResidualQuadEnv(
-        payload="heavy", wind="windy", trajectory="helix", action_mode=ctrl.action_mode
-    )
+    env2 = ResidualQuadEnv(action_mode=ctrl.action_mode, **scenario)
     obs, _ = env2.reset(seed=0)
     ctrl.reset(0)
     for expected in actions:

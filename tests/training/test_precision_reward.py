@@ -159,14 +159,15 @@ def test_a_record_names_its_reward():
     assert recorded_reward(record).startswith("precision (unreadable settings")
 
 
-def test_the_shipped_policies_read_as_trained_on_the_env_reward():
+@pytest.mark.parametrize("kind", ["ppo", "ppo_res", "ppo_acc", "ppo_adapt"])
+def test_a_shipped_policy_names_the_reward_of_its_committed_config(kind):
+    """Whatever reward a committed config trains with, its shipped file says so (a file
+    older than the ``reward`` key reads as the env reward, which is what it was trained on)."""
     pytest.importorskip("stable_baselines3")
     from residual_quad.controllers.policy_file import read_meta, shipped_policy_path
 
-    for kind in ("ppo", "ppo_res", "ppo_adapt"):
-        meta = read_meta(shipped_policy_path(kind))
-        # files older than the ``reward`` key record no reward: the env's, as today
-        assert meta["config"].get("reward", "env") == "env" and recorded_reward(meta) == "env"
+    committed = {"config": configs.to_dict(configs.load(PPOTrainConfig, kind))}
+    assert recorded_reward(read_meta(shipped_policy_path(kind))) == recorded_reward(committed)
 
 
 # ---------------------------------------------------------------------------- the training env
