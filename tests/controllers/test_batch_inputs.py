@@ -23,6 +23,7 @@ from residual_quad.controllers.batch import (
 from residual_quad.controllers.driver import LawBatch, LawController
 from residual_quad.controllers.extras import UNSHIPPED_POLICY_CONTROLLERS
 from residual_quad.controllers.law import Law
+from residual_quad.controllers.policy_inputs import PREVIEW_WIDTH
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.controllers.specs import parse_spec
 from residual_quad.controllers.trackers import GeoTracker, PIDTracker
@@ -364,8 +365,8 @@ def test_batch_of_one_equals_the_single_controller_bit_for_bit_for_geo():
 @pytest.mark.skipif(importlib.util.find_spec("stable_baselines3") is None, reason="rl extra")
 def test_ppo_batches_its_forward_pass():
     singles = [make_controller("ppo") for _ in range(3)]
-    k = singles[0].env_kwargs.get("preview", (0, 0.0))[0]  # the shipped file's preview points
-    preview = 0.1 * np.random.default_rng(7).normal(size=(3, 6 * k))
+    width = PREVIEW_WIDTH * singles[0].spec.preview_k  # the shipped file's preview, if any
+    preview = 0.1 * np.random.default_rng(7).normal(size=(3, width))
     obs = np.hstack((hover_obs(3, seed=6), preview))
     batch = make_batch_controller("ppo", 3)
     for k in range(3):
