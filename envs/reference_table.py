@@ -3,10 +3,11 @@ per env: the built-in trajectories tabulated on the control-time grid.
 
 A built-in trajectory (:data:`~residual_quad.envs.trajectories.TRAJECTORIES`) is a pure function
 of its parameters and of the time, and an env only reads it at control times ``k · control_dt``.
-:class:`BatchReferences` evaluates each distinct built-in trajectory once per step ``k`` — with
-:func:`~residual_quad.envs.trajectories.reference_fields`, the single env's own ``math`` code, so
-the rows are the single env's bits on every CPU (no numpy transcendental, whose last bit depends
-on the SIMD kernel) — and then serves any batch of ``(env, step)`` pairs with one array index, in
+:class:`BatchReferences` evaluates each distinct built-in trajectory once per step ``k`` — a
+block of steps at a time with :func:`~residual_quad.envs.trajectories.fields_at`, the
+trajectory's own formula evaluated on an array of times by the rules of
+:mod:`~residual_quad.envs.xp`, so the rows are the single env's bits on every CPU — and then
+serves any batch of ``(env, step)`` pairs with one array index, in
 lockstep or not. Rows are filled lazily (doubling up to the episode length), so an episode that
 ends early costs only the steps it reached.
 
@@ -22,7 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.envs.trajectories import TRAJECTORIES, check_reference, reference_fields
+from residual_quad.envs.trajectories import (
+    TRAJECTORIES,
+    check_reference,
+    fields_at,
+    reference_fields,
+)
 
 REFERENCE_SIZE = 11
 """Entries of :func:`~residual_quad.envs.trajectories.reference_fields`."""
@@ -179,7 +185,13 @@ class BatchReferences:
         trajectory = self._trajectory_of(slot)
         rows = self._rows[slot]
         dt = self.control_dt
-        for k in range(start, stop):
+        block = fields_at(trajectory, np.arange(start, stop) * dt)
+        finite = np.isfinite(block).all(axis=1)
+        exact = stop if finite.all() else start + int(np.argmin(finite))
+        rows[start:exact] = block[: exact - start]
+        # from the first non-finite row on, the float path decides where the table ends (it
+        # may raise there, or carry an overflow to inf as the single env does)
+        for k in range(exact, stop):
             try:
                 rows[k] = reference_fields(trajectory, k * dt)
             except (ArithmeticError, TypeError, ValueError):

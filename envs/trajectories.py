@@ -10,10 +10,17 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from residual_quad.envs.checks import real, vector
+from residual_quad.envs.xp import ARRAYS, FLOATS, Namespace
+
+Motion = tuple[Any, ...]
+"""A built-in trajectory's :meth:`~Helix.motion`: the 11 entries ``x y z`` (m), ``vx vy vz``
+(m/s), ``ax ay az`` (m/s², world) and the heading and its rate (rad, rad/s, unwrapped), each a
+float (one time) or a float64 array (one element per time; a constant entry may stay a float)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +59,13 @@ class Hover(Trajectory):
         vector("hover point", self.point, 3, "m")
         real("hover heading", self.heading, unit="rad")
 
+    def motion(self, t: Any, xp: Namespace = FLOATS) -> Motion:
+        """The reference entries at ``t`` (s; a float, or an array with ``xp`` ARRAYS)."""
+        x, y, z = (float(v) for v in self.point)
+        return x, y, z, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, self.heading, 0.0
+
     def __call__(self, t: float) -> Reference:
-        z = np.zeros(3)
-        return Reference(np.array(self.point, dtype=float), z, z.copy(), self.heading)
+        return reference_of(self.motion(t))
 
 
 @dataclass(frozen=True)
@@ -80,17 +91,30 @@ class Helix(Trajectory):
         real("helix z_low", self.z_low, unit="m")
         real("helix z_high", self.z_high, unit="m")
 
-    def __call__(self, t: float) -> Reference:
+    def motion(self, t: Any, xp: Namespace = FLOATS) -> Motion:
+        """The reference entries at ``t`` (s; a float, or an array with ``xp`` ARRAYS)."""
         w = 2.0 * math.pi / self.period
-        c, s = math.cos(w * t), math.sin(w * t)
+        c, s = xp.cos(w * t), xp.sin(w * t)
         r = self.radius
         half = 0.5 * (self.z_high - self.z_low)
         wz = math.pi / (self.turns * self.period)
-        cz, sz = math.cos(wz * t), math.sin(wz * t)
-        pos = np.array([r * c, r * s, self.z_low + half * (1.0 - cz)])
-        vel = np.array([-r * w * s, r * w * c, half * wz * sz])
-        acc = np.array([-r * w * w * c, -r * w * w * s, half * wz * wz * cz])
-        return Reference(pos, vel, acc, w * t + 0.5 * math.pi, w)
+        cz, sz = xp.cos(wz * t), xp.sin(wz * t)
+        return (
+            r * c,
+            r * s,
+            self.z_low + half * (1.0 - cz),
+            -r * w * s,
+            r * w * c,
+            half * wz * sz,
+            -r * w * w * c,
+            -r * w * w * s,
+            half * wz * wz * cz,
+            w * t + 0.5 * math.pi,
+            w,
+        )
+
+    def __call__(self, t: float) -> Reference:
+        return reference_of(self.motion(t))
 
 
 @dataclass(frozen=True)
@@ -115,14 +139,27 @@ class Figure8(Trajectory):
         real("figure8 z", self.z, unit="m")
         real("figure8 heading", self.heading, unit="rad")
 
-    def __call__(self, t: float) -> Reference:
+    def motion(self, t: Any, xp: Namespace = FLOATS) -> Motion:
+        """The reference entries at ``t`` (s; a float, or an array with ``xp`` ARRAYS)."""
         w = 2.0 * math.pi / self.period
-        s, c = math.sin(w * t), math.cos(w * t)
-        s2, c2 = math.sin(2 * w * t), math.cos(2 * w * t)
-        pos = np.array([self.a * s, 0.5 * self.b * s2, self.z])
-        vel = np.array([self.a * w * c, self.b * w * c2, 0.0])
-        acc = np.array([-self.a * w * w * s, -2.0 * self.b * w * w * s2, 0.0])
-        return Reference(pos, vel, acc, self.heading)
+        s, c = xp.sin(w * t), xp.cos(w * t)
+        s2, c2 = xp.sin(2 * w * t), xp.cos(2 * w * t)
+        return (
+            self.a * s,
+            0.5 * self.b * s2,
+            float(self.z),
+            self.a * w * c,
+            self.b * w * c2,
+            0.0,
+            -self.a * w * w * s,
+            -2.0 * self.b * w * w * s2,
+            0.0,
+            self.heading,
+            0.0,
+        )
+
+    def __call__(self, t: float) -> Reference:
+        return reference_of(self.motion(t))
 
 
 @dataclass(frozen=True)
@@ -156,21 +193,27 @@ class Lissajous(Trajectory):
         real("lissajous z", self.z, unit="m")
         real("lissajous heading", self.heading, unit="rad")
 
-    def __call__(self, t: float) -> Reference:
+    def motion(self, t: Any, xp: Namespace = FLOATS) -> Motion:
+        """The reference entries at ``t`` (s; a float, or an array with ``xp`` ARRAYS)."""
         w = 2.0 * math.pi / self.period
         amps = (self.a, self.b, self.c)
         rates = (self.f_x * w, self.f_y * w, self.f_z * w)
         angles = [rate * t for rate in rates]
-        angles[0] += self.phase
-        pos = np.array([amp * math.sin(ang) for amp, ang in zip(amps, angles, strict=True)])
-        pos[2] += self.z
-        vel = np.array(
-            [amp * r * math.cos(ang) for amp, r, ang in zip(amps, rates, angles, strict=True)]
+        angles[0] = angles[0] + self.phase
+        sines = [xp.sin(ang) for ang in angles]
+        cosines = [xp.cos(ang) for ang in angles]
+        pos = [amp * s for amp, s in zip(amps, sines, strict=True)]
+        pos[2] = pos[2] + self.z
+        return (
+            *pos,
+            *(amp * r * c for amp, r, c in zip(amps, rates, cosines, strict=True)),
+            *(-amp * r * r * s for amp, r, s in zip(amps, rates, sines, strict=True)),
+            self.heading,
+            0.0,
         )
-        acc = np.array(
-            [-amp * r * r * math.sin(ang) for amp, r, ang in zip(amps, rates, angles, strict=True)]
-        )
-        return Reference(pos, vel, acc, self.heading)
+
+    def __call__(self, t: float) -> Reference:
+        return reference_of(self.motion(t))
 
 
 SPLINE_BOX_LIMIT_M = 1000.0  # m, the largest half-width and centre height of a spline's box
@@ -222,16 +265,23 @@ class Spline(Trajectory):
         object.__setattr__(self, "_d1", spline.derivative(1))
         object.__setattr__(self, "_d2", spline.derivative(2))
 
+    def motion(self, t: Any, xp: Namespace = FLOATS) -> Motion:
+        """The reference entries at ``t`` (s; a float, or an array with ``xp`` ARRAYS): scipy
+        evaluates the spline point by point, so an array of times gets each time's own bits."""
+        if xp is FLOATS:
+            tau = math.fmod(t, self.period)
+            if tau < 0.0:
+                tau += self.period
+        else:  # fmod is exact, so numpy's and math's agree
+            tau = np.fmod(t, self.period)
+            tau[tau < 0.0] += self.period
+        pos = np.asarray(self._spline(tau), dtype=float)  # type: ignore[attr-defined]
+        vel = np.asarray(self._d1(tau), dtype=float)  # type: ignore[attr-defined]
+        acc = np.asarray(self._d2(tau), dtype=float)  # type: ignore[attr-defined]
+        return (*pos.T, *vel.T, *acc.T, self.heading, 0.0)
+
     def __call__(self, t: float) -> Reference:
-        tau = math.fmod(t, self.period)
-        if tau < 0.0:
-            tau += self.period
-        return Reference(
-            np.asarray(self._spline(tau), dtype=float),  # type: ignore[attr-defined]
-            np.asarray(self._d1(tau), dtype=float),  # type: ignore[attr-defined]
-            np.asarray(self._d2(tau), dtype=float),  # type: ignore[attr-defined]
-            self.heading,
-        )
+        return reference_of(self.motion(t))
 
 
 #: the built-in trajectories by name; the evaluation matrix flies hover, helix and figure-8,
@@ -338,6 +388,40 @@ def reference_fields(trajectory: Trajectory, t: float) -> list[float]:
     except (AttributeError, TypeError, ValueError):
         check_reference(trajectory, ref, t)
         raise
+
+
+def reference_of(motion: Motion) -> Reference:
+    """The :class:`Reference` of a built-in trajectory's :meth:`~Helix.motion` at one time."""
+    return Reference(
+        np.array(motion[0:3], dtype=float),
+        np.array(motion[3:6], dtype=float),
+        np.array(motion[6:9], dtype=float),
+        motion[9],
+        motion[10],
+    )
+
+
+def fields_at(trajectory: Trajectory, times: np.ndarray) -> np.ndarray:
+    """:func:`reference_fields` of a built-in trajectory (one of :data:`TRAJECTORIES`) at each
+    of ``times`` (s), shape ``(len(times), 11)``, bit for bit: its :meth:`~Helix.motion` on
+    arrays (:class:`~residual_quad.envs.xp.ARRAYS`, the same expressions as on floats) and the
+    heading wrapped by :func:`math.remainder`, element by element. A time whose reference
+    overflows gets non-finite entries here where the float path may raise; callers that must
+    raise there check the rows (:class:`~residual_quad.envs.reference_table.BatchReferences`)."""
+    with np.errstate(all="ignore"):
+        entries = trajectory.motion(times, ARRAYS)  # type: ignore[attr-defined]
+    rows = np.empty((len(times), len(entries)))
+    for j, entry in enumerate(entries):
+        rows[:, j] = entry
+    yaw = entries[9]
+    wrap = 2.0 * math.pi
+    if isinstance(yaw, np.ndarray):
+        rows[:, 9] = [
+            math.remainder(v, wrap) if math.isfinite(v) else math.nan for v in yaw.tolist()
+        ]
+    else:  # a constant heading (the float path's value, wrapped once)
+        rows[:, 9] = math.remainder(yaw, wrap) if math.isfinite(yaw) else math.nan
+    return rows
 
 
 def fields_of(ref: Reference) -> list[float]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from residual_quad.envs.observation import ObsLayout
 from residual_quad.envs.reference_table import REFERENCE_SIZE, BatchReferences, table_key
@@ -14,6 +18,7 @@ from residual_quad.envs.trajectories import (
     Helix,
     Hover,
     Reference,
+    make_named_trajectory,
     reference_fields,
 )
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
@@ -166,3 +171,67 @@ def test_without_table_memory_every_reference_is_a_call_with_the_same_bits():
         a, b = tabled.step(_flying(2))[0], called.step(_flying(2))[0]
     with pytest.raises(ValueError, match="reference_table_bytes"):
         ResidualQuadVectorEnv(1, reference_table_bytes=-1)
+
+
+def _parameter(field: dataclasses.Field) -> st.SearchStrategy:
+    """Any value a built-in trajectory's parameter may take, extremes included (tiny periods,
+    huge amplitudes: references that overflow)."""
+    if field.name == "seed":
+        return st.integers(0, 2**31)
+    if field.name == "waypoints":
+        return st.integers(3, 12)
+    if field.name == "point":
+        return st.tuples(*[st.floats(-1e6, 1e6, allow_nan=False)] * 3)
+    return st.one_of(
+        st.floats(-50.0, 50.0),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([0.0, -0.0, 1e-300, 5e-324, 1e300]),
+    )
+
+
+@st.composite
+def _any_built_in(draw):
+    name = draw(st.sampled_from(sorted(TRAJECTORIES)))
+    fields = dataclasses.fields(TRAJECTORIES[name])
+    params = {f.name: draw(_parameter(f)) for f in fields if draw(st.booleans())}
+    try:
+        return make_named_trajectory(name, **params)
+    except ValueError:
+        assume(False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(trajectory=_any_built_in(), steps=st.lists(st.integers(0, 300), min_size=1, max_size=8))
+def test_a_table_block_is_the_float_paths_bits_or_its_error(trajectory, steps):
+    """A table is filled a block of steps at a time (the trajectory's formula on an array of
+    times): every step reads the single env's float bits, an overflowing reference included,
+    and a step where the float path raises raises there too."""
+    refs = BatchReferences(1, DT, 300)
+    refs.set(0, trajectory)
+    assert refs.slot[0] == 0
+    failed = np.zeros(1, dtype=bool)
+    for k in steps:
+        try:
+            want = np.array(reference_fields(trajectory, k * DT))
+        except (ArithmeticError, TypeError, ValueError) as err:
+            with pytest.raises(type(err)):
+                refs.rows(np.array([0]), np.array([k]), failed)
+            continue
+        got = refs.rows(np.array([0]), np.array([k]), failed)[0]
+        assert got.tobytes() == want.tobytes()
+
+
+def test_an_overflow_ends_the_table_where_the_float_path_raises():
+    """A helix whose climb rate overflows: the float path's ``cos(inf)`` raises from step 1
+    on, so the table holds step 0 only and later steps raise the clear error."""
+    helix = Helix(period=1e-300, turns=1e-10)
+    with pytest.raises(ValueError):
+        reference_fields(helix, DT)
+    refs = BatchReferences(1, DT, 100)
+    refs.set(0, helix)
+    failed = np.zeros(1, dtype=bool)
+    row = refs.rows(np.array([0]), np.array([0]), failed)[0]
+    assert refs._filled[0] == 1
+    assert row.tobytes() == np.array(reference_fields(helix, 0.0)).tobytes()
+    with pytest.raises(ValueError):
+        refs.rows(np.array([0]), np.array([5]), failed)
