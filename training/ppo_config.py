@@ -37,7 +37,11 @@ from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.training.offpolicy_config import ACTIVATIONS as _ACTIVATIONS
 from residual_quad.training.offpolicy_config import OffPolicyHyperparams
 from residual_quad.training.precision import PrecisionReward
-from residual_quad.training.scenarios import FIRST_OFF_MATRIX_SEED, check_families
+from residual_quad.training.scenarios import (
+    FIRST_OFF_MATRIX_SEED,
+    check_families,
+    trajectory_ranges,
+)
 
 HELD_OUT_PAYLOADS = ("extra",)
 #: ``reward_weights``'s default: the env reward's weights training uses
@@ -136,6 +140,9 @@ class PPOTrainConfig:
     # start offset) and env seeds from FIRST_OFF_MATRIX_SEED (10 000) up: training never flies
     # a scenario of the matrix (docs/rl.md)
     trajectory_draw: str = "fixed"
+    # randomized only: some families' parameter ranges replaced ({helix: {period: [4.0, 12.0]}};
+    # the rest keep training/scenarios.py's TRAJECTORY_RANGES, which rquad tune draws from)
+    trajectory_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     episode_s: float = 20.0  # s per training episode
     # s: each episode's length drawn uniformly from this list (an entry listed k times k times
     # as often; each ≤ episode_s), ending as a time limit: more starts per sample without losing
@@ -364,6 +371,19 @@ class PPOTrainConfig:
             )
         if self.trajectory_draw == "randomized":
             check_families("trajectories", self.trajectories)
+        if self.trajectory_ranges:
+            if self.trajectory_draw != "randomized":
+                raise ValueError(
+                    "trajectory_ranges replaces the ranges of randomized trajectories; it needs "
+                    f"trajectory_draw: randomized, not {self.trajectory_draw!r}"
+                )
+            trajectory_ranges(self.trajectory_ranges)
+            undrawn = sorted(set(self.trajectory_ranges) - set(self.trajectories))
+            if undrawn:
+                raise ValueError(
+                    f"trajectory_ranges: {undrawn} not drawn (trajectories: "
+                    f"{', '.join(self.trajectories)})"
+                )
 
     def env_seed_offset(self) -> int:
         """What the training envs' seeds start from: 0 (``trajectory_draw: fixed``, env ``i``

@@ -31,7 +31,13 @@ def training_sampler(cfg: PPOTrainConfig) -> Any:
     if cfg.trajectory_draw == "randomized":
         from residual_quad.training.scenarios import OffMatrixSampler
 
-        return OffMatrixSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)
+        return OffMatrixSampler(
+            cfg.payloads,
+            cfg.winds,
+            cfg.trajectories,
+            cfg.start_pos_noise,
+            cfg.trajectory_ranges,
+        )
     from residual_quad.training.ppo_vec import ScenarioSampler
 
     return ScenarioSampler(cfg.payloads, cfg.winds, cfg.trajectories, cfg.start_pos_noise)

@@ -12,12 +12,13 @@ matrix's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from residual_quad.envs.checks import real
 from residual_quad.envs.trajectories import Trajectory, make_named_trajectory
 from residual_quad.training.blas import blas_threads
 
@@ -61,16 +62,55 @@ def check_families(key: str, families: Sequence[str]) -> None:
         raise ValueError(f"{key}: unknown {unknown}; valid choices: {', '.join(TRAJECTORY_RANGES)}")
 
 
-def draw_trajectory(rng: np.random.Generator, families: Sequence[str]) -> TrajectoryDraw:
+def trajectory_ranges(
+    overrides: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    key: str = "trajectory_ranges",
+) -> dict[str, dict[str, tuple[float, float]]]:
+    """:data:`TRAJECTORY_RANGES` with some families' parameter ranges replaced (``{"helix":
+    {"period": [4.0, 12.0]}}``): the parameters keep their order, so a generator state draws the
+    same parameters in the same order. An unknown family or parameter, a range that is not two
+    finite numbers ``lo < hi`` (one value could be the matrix's own), or one whose ends make no
+    valid trajectory, is a ``ValueError`` naming ``key`` and the valid choices."""
+    ranges = {name: dict(params) for name, params in TRAJECTORY_RANGES.items()}
+    for name, params in (overrides or {}).items():
+        if name not in ranges:
+            raise ValueError(
+                f"{key}: unknown family {name!r}; valid choices: {', '.join(TRAJECTORY_RANGES)}"
+            )
+        if not isinstance(params, Mapping):
+            raise ValueError(f"{key}.{name} must map parameters to [low, high], got {params!r}")
+        for param, bounds in params.items():
+            if param not in ranges[name]:
+                valid = ", ".join(ranges[name]) or "none (a hover draws only its start offset)"
+                raise ValueError(f"{key}.{name}: unknown parameter {param!r}; valid: {valid}")
+            where = f"{key}.{name}.{param}"
+            if isinstance(bounds, str) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+                raise ValueError(f"{where} must be [low, high], got {bounds!r}")
+            lo, hi = (real(where, b) for b in bounds)
+            if not lo < hi:  # a range, not one value (which could be the matrix's own)
+                raise ValueError(f"{where} must have low < high, got [{lo:g}, {hi:g}]")
+            for end in (lo, hi):  # both ends make a valid trajectory (a period > 0, …)
+                try:
+                    make_named_trajectory(name, **{param: end})
+                except ValueError as err:
+                    raise ValueError(f"{where}: {err}") from None
+            ranges[name][param] = (lo, hi)
+    return ranges
+
+
+def draw_trajectory(
+    rng: np.random.Generator,
+    families: Sequence[str],
+    ranges: Mapping[str, Mapping[str, tuple[float, float]]] = TRAJECTORY_RANGES,
+) -> TrajectoryDraw:
     """One trajectory off the matrix from ``rng``: a family uniform over ``families`` (an entry
-    listed k times is drawn k times as often), each parameter uniform in its range
-    (:data:`TRAJECTORY_RANGES`, rounded to 6 decimals), a spline's waypoint seed, and a hover's
-    start offset uniform in ±:data:`HOVER_OFFSET_M` per axis. The draws come in this order, so
-    one generator state gives one trajectory."""
+    listed k times is drawn k times as often), each parameter uniform in its range (``ranges``:
+    :data:`TRAJECTORY_RANGES`, or :func:`trajectory_ranges`'s; rounded to 6 decimals), a
+    spline's waypoint seed, and a hover's start offset uniform in ±:data:`HOVER_OFFSET_M` per
+    axis. The draws come in this order, so one generator state gives one trajectory."""
     name = families[int(rng.integers(len(families)))]
     params: tuple[tuple[str, Any], ...] = tuple(
-        (key, round(float(rng.uniform(lo, hi)), _DIGITS))
-        for key, (lo, hi) in TRAJECTORY_RANGES[name].items()
+        (key, round(float(rng.uniform(lo, hi)), _DIGITS)) for key, (lo, hi) in ranges[name].items()
     )
     if name == "spline":  # its own random waypoints
         params = (*params, ("seed", int(rng.integers(_SPLINE_SEEDS))))
@@ -91,7 +131,8 @@ class OffMatrixSampler:
     scenario's ``trajectory`` is the trajectory object, a hover's start offset its
     ``position_offset``. With ``start_pos_noise > 0`` every scenario also gets
     ``ScenarioSampler``'s uniform start offset (m; the vertical one not below
-    ``-start_pos_noise / 2``), added to a hover's.
+    ``-start_pos_noise / 2``), added to a hover's. ``ranges`` replaces some families'
+    parameter ranges (:func:`trajectory_ranges`).
     """
 
     def __init__(
@@ -100,16 +141,18 @@ class OffMatrixSampler:
         winds: Sequence[str],
         families: Sequence[str],
         start_pos_noise: float = 0.0,  # m
+        ranges: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
     ):
         check_families("trajectories", families)
         self.conditions = [(p, w) for p in payloads for w in winds]
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
+        self.ranges = trajectory_ranges(ranges)
 
     def draw(self, rng: np.random.Generator) -> tuple[Any, str, TrajectoryDraw, np.ndarray]:
         """One episode's payload, wind, trajectory draw and start offset (m)."""
         payload, wind = self.conditions[int(rng.integers(len(self.conditions)))]
-        trajectory = draw_trajectory(rng, self.families)
+        trajectory = draw_trajectory(rng, self.families, self.ranges)
         offset = np.array(trajectory.offset_m, dtype=float)
         if self.start_pos_noise > 0:
             n = self.start_pos_noise

@@ -127,7 +127,12 @@ def training_scenarios_of(config: dict[str, Any]) -> str:
         parts.append("/".join(map(str, config["winds"])))
     trajectories = "/".join(map(str, config.get("trajectories") or ()))
     if config.get("trajectory_draw") == "randomized":
-        parts.append(f"randomized {trajectories} (seeds off the matrix's)")
+        ranges = "".join(
+            f", {name} {param} {lo:g}–{hi:g}"
+            for name, params in (config.get("trajectory_ranges") or {}).items()
+            for param, (lo, hi) in params.items()
+        )
+        parts.append(f"randomized {trajectories}{ranges} (seeds off the matrix's)")
     elif trajectories:
         parts.append(f"{trajectories} (the matrix's shapes)")
     return ", ".join(parts) or "not recorded"

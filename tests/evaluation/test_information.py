@@ -198,6 +198,11 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
     assert done.training_scenarios == (
         "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's)"
     )
+    faster = {**record["config"], "trajectory_ranges": {"spline": {"period": [6.0, 9.5]}}}
+    assert with_policy_record(info, {**record, "config": faster}).training_scenarios == (
+        "payload 0–0.5 kg, windy, randomized lissajous/spline, spline period 6–9.5 (seeds off "
+        "the matrix's)"
+    )
     table = information_table(["ppo"], read_policy=lambda t, o: record)
     row = dict(zip(table.headers, table.rows[0], strict=True))
     assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"

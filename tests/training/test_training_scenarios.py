@@ -24,6 +24,7 @@ from residual_quad.training.scenarios import (  # noqa: E402
     TRAJECTORY_RANGES,
     OffMatrixSampler,
     draw_trajectory,
+    trajectory_ranges,
 )
 from residual_quad.training.tune import TuneConfig, tuning_scenarios  # noqa: E402
 
@@ -236,6 +237,66 @@ def test_families_without_ranges_are_refused():
         OffMatrixSampler(["none"], ["calm"], ["helix", "spiral"])
     with pytest.raises(ValueError, match="trajectories must list at least one of hover"):
         OffMatrixSampler(["none"], ["calm"], [])
+
+
+def test_trajectory_ranges_replace_only_the_named_ranges():
+    """No override draws today's trajectories bit for bit; an override moves only its own
+    parameter into its range and keeps the draw order (the same generator state, the same
+    family, the same other parameters)."""
+    assert trajectory_ranges() == TRAJECTORY_RANGES
+    faster = trajectory_ranges({"helix": {"period": [4.0, 5.0]}})
+    assert faster["helix"] == {"radius": TRAJECTORY_RANGES["helix"]["radius"], "period": (4.0, 5.0)}
+    assert list(faster["helix"]) == list(TRAJECTORY_RANGES["helix"])  # the draw order
+    rng_a, rng_b, rng_c = (np.random.default_rng(11) for _ in range(3))
+    helices = 0
+    for _ in range(300):
+        base = draw_trajectory(rng_a, FAMILIES)
+        assert draw_trajectory(rng_b, FAMILIES, trajectory_ranges()) == base
+        mine = draw_trajectory(rng_c, FAMILIES, faster)
+        assert mine.name == base.name
+        if mine.name != "helix":
+            assert mine == base
+            continue
+        helices += 1
+        params, theirs = dict(mine.params), dict(base.params)
+        assert params["radius"] == theirs["radius"] and 4.0 <= params["period"] <= 5.0
+    assert helices > 30
+
+
+def test_a_training_config_draws_from_its_trajectory_ranges():
+    sampler = training_sampler(_config(trajectory_ranges={"figure8": {"period": [6.0, 6.5]}}))
+    rng = np.random.default_rng(2)
+    periods = [
+        s["trajectory"].period
+        for s in (sampler(rng) for _ in range(200))
+        if type(s["trajectory"]).__name__ == "Figure8"
+    ]
+    assert len(periods) > 20 and all(6.0 <= p <= 6.5 for p in periods)
+
+
+@pytest.mark.parametrize(
+    ("ranges", "message"),
+    [
+        ({"spiral": {"period": [1, 2]}}, "unknown family 'spiral'; valid choices: hover, helix"),
+        ({"helix": {"perid": [1, 2]}}, "helix: unknown parameter 'perid'; valid: radius, period"),
+        ({"hover": {"x": [1, 2]}}, "valid: none (a hover draws only its start offset)"),
+        ({"helix": {"period": [3.0, 2.0]}}, "helix.period must have low < high"),
+        ({"helix": {"period": [8.0, 8.0]}}, "helix.period must have low < high"),
+        ({"helix": {"period": [0.0, 2.0]}}, "helix.period: helix period must be a finite real"),
+        ({"helix": {"period": [1.0]}}, "trajectory_ranges.helix.period"),
+        ({"helix": {"period": [1.0, float("inf")]}}, "trajectory_ranges.helix.period"),
+        ({"lissajous": {"period": [10.0, 12.0]}}, "['lissajous'] not drawn"),
+    ],
+)
+def test_bad_trajectory_ranges_are_named(ranges, message):
+    with pytest.raises(ValueError) as err:
+        _config(trajectories=["hover", "helix"], trajectory_ranges=ranges)
+    assert message in str(err.value)
+
+
+def test_trajectory_ranges_need_the_randomized_draw():
+    with pytest.raises(ValueError, match="needs trajectory_draw: randomized, not 'fixed'"):
+        _config(trajectory_draw="fixed", trajectory_ranges={"helix": {"period": [4.0, 5.0]}})
 
 
 def test_smoke_training_off_the_matrix(tmp_path):
