@@ -89,7 +89,8 @@ def trajectory_ranges(
             lo, hi = (real(where, b) for b in bounds)
             if not lo < hi:  # a range, not one value (which could be the matrix's own)
                 raise ValueError(f"{where} must have low < high, got [{lo:g}, {hi:g}]")
-            for end in (lo, hi):  # both ends make a valid trajectory (a period > 0, …)
+            # both ends, as a draw rounds them, make a valid trajectory (a period > 0, …)
+            for end in (round(lo, _DIGITS), round(hi, _DIGITS)):
                 try:
                     make_named_trajectory(name, **{param: end})
                 except ValueError as err:

@@ -283,6 +283,7 @@ def test_a_training_config_draws_from_its_trajectory_ranges():
         ({"helix": {"period": [3.0, 2.0]}}, "helix.period must have low < high"),
         ({"helix": {"period": [8.0, 8.0]}}, "helix.period must have low < high"),
         ({"helix": {"period": [0.0, 2.0]}}, "helix.period: helix period must be a finite real"),
+        ({"helix": {"period": [1e-7, 2.0]}}, "helix.period: helix period must be a finite real"),
         ({"helix": {"period": [1.0]}}, "trajectory_ranges.helix.period"),
         ({"helix": {"period": [1.0, float("inf")]}}, "trajectory_ranges.helix.period"),
         ({"lissajous": {"period": [10.0, 12.0]}}, "['lissajous'] not drawn"),
