@@ -200,6 +200,9 @@ def _any_built_in(draw):
         assume(False)
 
 
+# extreme parameters make degenerate splines, whose construction scipy warns about: the bits
+# must agree all the same
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::scipy.linalg.LinAlgWarning")
 @settings(max_examples=150, deadline=None)
 @given(trajectory=_any_built_in(), steps=st.lists(st.integers(0, 300), min_size=1, max_size=8))
 def test_a_table_block_is_the_float_paths_bits_or_its_error(trajectory, steps):
