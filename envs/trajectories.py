@@ -413,15 +413,17 @@ def fields_at(trajectory: Trajectory, times: np.ndarray) -> np.ndarray:
     rows = np.empty((len(times), len(entries)))
     for j, entry in enumerate(entries):
         rows[:, j] = entry
-    yaw = entries[9]
-    wrap = 2.0 * math.pi
-    if isinstance(yaw, np.ndarray):
-        rows[:, 9] = [
-            math.remainder(v, wrap) if math.isfinite(v) else math.nan for v in yaw.tolist()
-        ]
-    else:  # a constant heading (the float path's value, wrapped once)
-        rows[:, 9] = math.remainder(yaw, wrap) if math.isfinite(yaw) else math.nan
+    yaw = entries[9]  # a constant heading (a float) is wrapped once
+    rows[:, 9] = (
+        [_wrapped(v) for v in yaw.tolist()] if isinstance(yaw, np.ndarray) else _wrapped(yaw)
+    )
     return rows
+
+
+def _wrapped(yaw: float) -> float:
+    """The heading wrapped to ``[-π, π]`` as :func:`fields_of` wraps it; NaN where it is not
+    finite (the float path raises there)."""
+    return math.remainder(yaw, 2.0 * math.pi) if math.isfinite(yaw) else math.nan
 
 
 def fields_of(ref: Reference) -> list[float]:
