@@ -31,7 +31,7 @@ from residual_quad.controllers.policy_file import (
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
-from residual_quad.envs.checks import integer
+from residual_quad.envs.checks import integer, real
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.training.offpolicy_config import ACTIVATIONS as _ACTIVATIONS
@@ -94,6 +94,24 @@ class FeatureConfig:
     def spec(self) -> FeatureSpec:
         """The :class:`FeatureSpec` of this section."""
         return FeatureSpec(self.preview_k, self.action_history, self.error_integral, self.estimate)
+
+
+@dataclass
+class FocusDraw:
+    """The ``focus`` section (``trajectory_draw: randomized`` only): a share of training episodes
+    drawn from lists of their own — rare hard cases made common (a heavy vehicle from rest
+    behind a fast reference) without changing the mix of the other episodes. A list left null
+    is the main one; ``trajectory_ranges`` replaces ranges on top of the main config's."""
+
+    fraction: float = 0.0  # of episodes, in [0, 1); 0: no focus draw (the main lists only)
+    payloads: list[Any] | None = None  # kg or level names, all lighter than the held-out ones
+    winds: list[str] | None = None
+    trajectories: list[str] | None = None  # families of the randomized draw
+    trajectory_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def active(self) -> bool:
+        """Whether any episode is drawn from the focus."""
+        return self.fraction > 0
 
 
 @dataclass
@@ -165,6 +183,8 @@ class PPOTrainConfig:
     # decision paying in (0, 1] (training/precision.py, docs/rl_reward.md)
     reward: str = "env"
     precision: PrecisionReward = field(default_factory=PrecisionReward)  # reward: precision
+    # randomized only: this fraction of episodes drawn from the section's own lists (FocusDraw)
+    focus: FocusDraw = field(default_factory=FocusDraw)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -191,28 +211,89 @@ class PPOTrainConfig:
     # ppo: the critic also sees PRIVILEGED_NAMES (truth from the env's info), the actor never
     privileged_critic: bool = False
 
-    def _check_payloads(self) -> None:
+    def _check_payloads(self, payloads: list[Any] | None = None, key: str = "payloads") -> None:
         """Names or masses (kg), each lighter than every held-out payload: the held-out mass is
         never trained on, nor anything at or beyond it (that would make it an interpolation)."""
-        if not self.payloads:
-            raise ValueError("payloads must not be empty")
+        payloads = self.payloads if payloads is None else payloads
+        if not payloads:
+            raise ValueError(f"{key} must not be empty")
         lightest_held = min(PAYLOAD_LEVELS[h] for h in HELD_OUT_PAYLOADS)
-        for p in self.payloads:
+        for p in payloads:
             if isinstance(p, str) and p not in PAYLOAD_LEVELS:
                 raise ValueError(
-                    f"unknown payloads [{p!r}]; valid: {', '.join(PAYLOAD_LEVELS)} or a mass in kg"
+                    f"unknown {key} [{p!r}]; valid: {', '.join(PAYLOAD_LEVELS)} or a mass in kg"
                 )
             if p in HELD_OUT_PAYLOADS:
-                raise ValueError(
-                    f"payload(s) [{p!r}] are held out for evaluation; never train on them"
-                )
-            mass = resolve_payload(p)  # a ValueError for a bool, NaN, inf or a negative mass
+                raise ValueError(f"{key} [{p!r}] are held out for evaluation; never train on them")
+            try:  # a ValueError for a bool, NaN, inf or a negative mass
+                mass = resolve_payload(p)
+            except ValueError as err:
+                raise ValueError(f"{key}: {err}") from None
             if mass >= lightest_held:
                 held = ", ".join(f"{h} ({PAYLOAD_LEVELS[h]:g} kg)" for h in HELD_OUT_PAYLOADS)
                 raise ValueError(
-                    f"payload {p!r} ({mass:g} kg) reaches the held-out {held}: training payloads "
+                    f"{key}: {p!r} ({mass:g} kg) reaches the held-out {held}: training payloads "
                     "must stay lighter"
                 )
+
+    def _check_focus(self) -> None:
+        """``focus``: a :class:`FocusDraw` whose fraction is in [0, 1); with a fraction > 0 it
+        needs the randomized draw, and its lists and ranges pass the main lists' checks; with
+        0 its lists are refused (they would draw nothing)."""
+        focus = self.focus
+        if not isinstance(focus, FocusDraw):
+            raise ValueError(
+                "focus must be a mapping of FocusDraw's fields (fraction, payloads, winds, "
+                f"trajectories, trajectory_ranges), got {focus!r}"
+            )
+        real("focus.fraction", focus.fraction, low=0.0, high=1.0, high_open=True)
+        lists = ("payloads", "winds", "trajectories", "trajectory_ranges")
+        if not focus.active():
+            given = [k for k in lists if getattr(focus, k)]
+            if given:
+                raise ValueError(
+                    f"focus.fraction is 0, so focus.{', focus.'.join(given)} would draw nothing: "
+                    "give the fraction of episodes to draw from them"
+                )
+            return
+        if self.trajectory_draw != "randomized":
+            raise ValueError(
+                "focus mixes in a second randomized draw; it needs trajectory_draw: randomized, "
+                f"not {self.trajectory_draw!r}"
+            )
+        if focus.payloads is not None:
+            self._check_payloads(focus.payloads, "focus.payloads")
+        if focus.winds is not None:
+            if not focus.winds:
+                raise ValueError("focus.winds must not be empty (null: the main winds)")
+            bad = [w for w in focus.winds if w not in WIND_LEVELS]
+            if bad:
+                raise ValueError(f"focus.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
+        lists = self.focus_lists()
+        check_families("focus.trajectories", lists["families"])
+        trajectory_ranges(focus.trajectory_ranges, "focus.trajectory_ranges")
+        undrawn = sorted(set(focus.trajectory_ranges) - set(lists["families"]))
+        if undrawn:
+            raise ValueError(
+                f"focus.trajectory_ranges: {undrawn} not drawn (focus trajectories: "
+                f"{', '.join(lists['families'])})"
+            )
+        trajectory_ranges(lists["ranges"], "focus.trajectory_ranges")
+
+    def focus_lists(self) -> dict[str, Any]:
+        """The focus draw's payloads, winds, families and parameter-range overrides, the main
+        config's where the section leaves them null (the focus's ranges on top of the main's,
+        family by family)."""
+        focus = self.focus
+        ranges = {name: dict(params) for name, params in self.trajectory_ranges.items()}
+        for name, params in focus.trajectory_ranges.items():
+            ranges[name] = {**ranges.get(name, {}), **params}
+        return {
+            "payloads": self.payloads if focus.payloads is None else focus.payloads,
+            "winds": self.winds if focus.winds is None else focus.winds,
+            "families": self.trajectories if focus.trajectories is None else focus.trajectories,
+            "ranges": ranges,
+        }
 
     def __post_init__(self) -> None:
         for name in ("seed", "eval_seed"):
@@ -259,6 +340,7 @@ class PPOTrainConfig:
             if bad:
                 raise ValueError(f"unknown {kind} {bad}; valid: {', '.join(valid)}")
         self._check_trajectory_draw()
+        self._check_focus()
         for sc in self.eval_scenarios:
             if len(sc) != 3:
                 raise ValueError(f"eval_scenarios entries are [payload, wind, trajectory]: {sc}")

@@ -134,6 +134,12 @@ class OffMatrixSampler:
     ``ScenarioSampler``'s uniform start offset (m; the vertical one not below
     ``-start_pos_noise / 2``), added to a hover's. ``ranges`` replaces some families'
     parameter ranges (:func:`trajectory_ranges`).
+
+    ``focus`` (another sampler) and ``focus_fraction`` in [0, 1) mix in a second draw: each
+    episode first draws ``u`` uniform in [0, 1) and, below the fraction, takes the focus's
+    payload, wind and trajectory (a share of rare hard episodes — a heavy vehicle from rest
+    behind a fast reference — without changing the others' mix). Without a focus no ``u`` is
+    drawn, so a generator state draws what it drew before focus existed.
     """
 
     def __init__(
@@ -143,15 +149,26 @@ class OffMatrixSampler:
         families: Sequence[str],
         start_pos_noise: float = 0.0,  # m
         ranges: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+        focus: OffMatrixSampler | None = None,
+        focus_fraction: float = 0.0,
     ):
         check_families("trajectories", families)
         self.conditions = [(p, w) for p in payloads for w in winds]
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
         self.ranges = trajectory_ranges(ranges)
+        fraction = real("focus_fraction", focus_fraction)
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"focus_fraction must be in [0, 1), got {fraction:g}")
+        if (focus is None) != (fraction == 0.0):
+            raise ValueError("a focus draw needs focus_fraction > 0, and focus_fraction a focus")
+        self.focus = focus
+        self.focus_fraction = fraction
 
     def draw(self, rng: np.random.Generator) -> tuple[Any, str, TrajectoryDraw, np.ndarray]:
         """One episode's payload, wind, trajectory draw and start offset (m)."""
+        if self.focus is not None and rng.random() < self.focus_fraction:
+            return self.focus.draw(rng)
         payload, wind = self.conditions[int(rng.integers(len(self.conditions)))]
         trajectory = draw_trajectory(rng, self.families, self.ranges)
         offset = np.array(trajectory.offset_m, dtype=float)

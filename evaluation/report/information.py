@@ -133,9 +133,27 @@ def training_scenarios_of(config: dict[str, Any]) -> str:
             for param, (lo, hi) in params.items()
         )
         parts.append(f"randomized {trajectories}{ranges} (seeds off the matrix's)")
+        focus = config.get("focus") or {}
+        if focus.get("fraction"):
+            parts.append(_focus_of(focus, config))
     elif trajectories:
         parts.append(f"{trajectories} (the matrix's shapes)")
     return ", ".join(parts) or "not recorded"
+
+
+def _focus_of(focus: dict[str, Any], config: dict[str, Any]) -> str:
+    """A recorded focus draw: its share of the episodes and what it draws (its lists, the main
+    ones where it leaves them null; the parameter ranges it replaces)."""
+    payloads = focus.get("payloads") or config.get("payloads") or ()
+    winds = "/".join(map(str, focus.get("winds") or config.get("winds") or ()))
+    trajectories = "/".join(map(str, focus.get("trajectories") or config.get("trajectories") or ()))
+    ranges = "".join(
+        f", {name} {param} {lo:g}–{hi:g}"
+        for name, params in (focus.get("trajectory_ranges") or {}).items()
+        for param, (lo, hi) in params.items()
+    )
+    what = ", ".join(p for p in (_kg_range(payloads) if payloads else "", winds) if p)
+    return f"{100 * focus['fraction']:g} % of episodes: {what}, {trajectories}{ranges}"
 
 
 def objective_of(config: dict[str, Any]) -> str:

@@ -203,6 +203,20 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
         "payload 0–0.5 kg, windy, randomized lissajous/spline, spline period 6–9.5 (seeds off "
         "the matrix's)"
     )
+    focused = {
+        **record["config"],
+        "focus": {
+            "fraction": 0.15,
+            "payloads": [0.5, 0.7],
+            "winds": None,
+            "trajectories": None,
+            "trajectory_ranges": {"lissajous": {"period": [5.0, 8.0]}},
+        },
+    }
+    assert with_policy_record(info, {**record, "config": focused}).training_scenarios == (
+        "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's), 15 % of "
+        "episodes: payload 0.5–0.7 kg, windy, lissajous/spline, lissajous period 5–8"
+    )
     table = information_table(["ppo"], read_policy=lambda t, o: record)
     row = dict(zip(table.headers, table.rows[0], strict=True))
     assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"

@@ -16,7 +16,11 @@ from residual_quad.envs.disturbances import PAYLOAD_LEVELS, resolve_payload  # n
 from residual_quad.envs.trajectories import TRAJECTORIES  # noqa: E402
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv  # noqa: E402
 from residual_quad.training.ppo import train  # noqa: E402
-from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig  # noqa: E402
+from residual_quad.training.ppo_config import (  # noqa: E402
+    FocusDraw,
+    PPOHyperparams,
+    PPOTrainConfig,
+)
 from residual_quad.training.ppo_model import make_training_env, training_sampler  # noqa: E402
 from residual_quad.training.ppo_vec import ScenarioSampler, _MaskedVectorEnv  # noqa: E402
 from residual_quad.training.scenarios import (  # noqa: E402
@@ -298,6 +302,107 @@ def test_bad_trajectory_ranges_are_named(ranges, message):
 def test_trajectory_ranges_need_the_randomized_draw():
     with pytest.raises(ValueError, match="needs trajectory_draw: randomized, not 'fixed'"):
         _config(trajectory_draw="fixed", trajectory_ranges={"helix": {"period": [4.0, 5.0]}})
+
+
+#: a focus draw: heavy vehicles behind fast helices and figure-8s, calm air only
+FOCUS = FocusDraw(
+    fraction=0.25,
+    payloads=[0.6, 0.65],
+    winds=["calm"],
+    trajectories=["helix", "figure8"],
+    trajectory_ranges={"helix": {"period": [4.0, 5.0]}},
+)
+
+
+def _is_focus(scenario) -> bool:
+    trajectory = scenario["trajectory"]
+    return (
+        scenario["payload"] in (0.6, 0.65)
+        and scenario["wind"] == "calm"
+        and (
+            trajectory.name == "figure8"
+            or (trajectory.name == "helix" and trajectory.period <= 5.0)
+        )
+    )
+
+
+def test_a_focus_draws_its_share_from_its_own_lists():
+    """A quarter of 4 000 episodes from the focus's lists and ranges (its helices fast, its
+    figure-8s on the main ranges), the rest as the main lists draw them; the main helices keep
+    the main periods. With no focus, no extra number is drawn: the same generator state gives
+    the episode it gave before focus existed."""
+    main = _config(trajectory_ranges={"figure8": {"period": [8.0, 9.0]}})
+    sampler = training_sampler(dataclasses.replace(main, focus=FOCUS))
+    assert sampler.focus.ranges["figure8"]["period"] == (8.0, 9.0)  # the main's, kept
+    rng = np.random.default_rng(4)
+    scenarios = [sampler(rng) for _ in range(4000)]
+    focus = [s for s in scenarios if _is_focus(s)]
+    assert 0.22 < len(focus) / len(scenarios) < 0.30  # the focus's 25 % (+ main draws like it)
+    fast = [s["trajectory"].period for s in focus if s["trajectory"].name == "helix"]
+    assert len(fast) > 300 and all(4.0 <= p <= 5.0 for p in fast)
+    slow = [s["trajectory"].period for s in scenarios if s["trajectory"].name == "helix"]
+    assert sum(p > 6.0 for p in slow) > 300  # the main helices, on TRAJECTORY_RANGES's 6–12 s
+    assert all(
+        8.0 <= s["trajectory"].period <= 9.0 for s in scenarios if s["trajectory"].name == "figure8"
+    )
+    plain, zero = (
+        training_sampler(main),
+        OffMatrixSampler(
+            main.payloads, main.winds, FAMILIES, 0.0, main.trajectory_ranges, None, 0.0
+        ),
+    )
+    rng_a, rng_b = np.random.default_rng(9), np.random.default_rng(9)
+    for _ in range(200):
+        assert plain.draw(rng_a)[:3] == zero.draw(rng_b)[:3]
+
+
+def test_a_focus_range_replaces_one_parameter_on_top_of_the_main_ranges():
+    cfg = _config(
+        trajectory_ranges={"helix": {"radius": [2.0, 2.5], "period": [6.0, 7.0]}},
+        focus=dataclasses.replace(FOCUS, trajectory_ranges={"helix": {"period": [4.0, 5.0]}}),
+    )
+    assert cfg.focus_lists()["ranges"]["helix"] == {"radius": [2.0, 2.5], "period": [4.0, 5.0]}
+    assert cfg.focus_lists()["payloads"] == [0.6, 0.65]
+    unset = _config(focus=FocusDraw(fraction=0.1))  # every list the main one
+    assert unset.focus_lists()["payloads"] == unset.payloads
+    assert unset.focus_lists()["winds"] == unset.winds
+    assert unset.focus_lists()["families"] == unset.trajectories
+
+
+@pytest.mark.parametrize(
+    ("focus", "message"),
+    [
+        (FocusDraw(fraction=1.0), "focus.fraction must be a finite real number in [0, 1)"),
+        (FocusDraw(fraction=-0.1), "focus.fraction must be a finite real number in [0, 1)"),
+        (FocusDraw(fraction=float("nan")), "focus.fraction must be a finite real number"),
+        (FocusDraw(payloads=[0.6]), "focus.fraction is 0, so focus.payloads would draw nothing"),
+        (FocusDraw(fraction=0.1, payloads=["extra"]), "focus.payloads ['extra'] are held out"),
+        (FocusDraw(fraction=0.1, payloads=[0.75]), "focus.payloads: 0.75 (0.75 kg) reaches"),
+        (FocusDraw(fraction=0.1, payloads=[]), "focus.payloads must not be empty"),
+        (FocusDraw(fraction=0.1, payloads=[-1.0]), "focus.payloads: "),
+        (FocusDraw(fraction=0.1, winds=[]), "focus.winds must not be empty"),
+        (FocusDraw(fraction=0.1, winds=["gale"]), "focus.winds: unknown ['gale']; valid: calm"),
+        (FocusDraw(fraction=0.1, trajectories=["spiral"]), "focus.trajectories: unknown"),
+        (
+            FocusDraw(fraction=0.1, trajectories=["helix"], trajectory_ranges={"figure8": {}}),
+            "focus.trajectory_ranges: ['figure8'] not drawn (focus trajectories: helix)",
+        ),
+        (
+            FocusDraw(fraction=0.1, trajectory_ranges={"helix": {"period": [0.0, 2.0]}}),
+            "focus.trajectory_ranges.helix.period: helix period must be a finite real",
+        ),
+        ({"fraction": 0.1}, "focus must be a mapping of FocusDraw's fields"),
+    ],
+)
+def test_bad_focus_draws_are_named(focus, message):
+    with pytest.raises(ValueError) as err:
+        _config(focus=focus)
+    assert message in str(err.value)
+
+
+def test_a_focus_needs_the_randomized_draw():
+    with pytest.raises(ValueError, match="needs trajectory_draw: randomized, not 'fixed'"):
+        _config(trajectory_draw="fixed", trajectories=["helix"], focus=FocusDraw(fraction=0.1))
 
 
 def test_smoke_training_off_the_matrix(tmp_path):
