@@ -135,10 +135,11 @@ class PPOController(Law):
         feedforward_accel=True,
         tuning="PPO's update size: a first policy and 3 tries; the learning rate's end: 2 tries; "
         "the recipe (reward, inputs, scenarios, episode lengths, masses, exploration, tilt "
-        "limit): 9 tries of 3–6 M steps (docs/ppo.md)",
+        "limit): 9 tries of 3–6 M steps, then 8 not shipped (tilt limits, faster shapes, a "
+        "focus draw, 100 Hz, a gain penalty; docs/ppo.md)",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=15,
+        tuning_trials=23,
     )
 
     def __init__(
