@@ -247,9 +247,12 @@ class PPOTrainConfig:
                 f"trajectories, trajectory_ranges), got {focus!r}"
             )
         real("focus.fraction", focus.fraction, low=0.0, high=1.0, high_open=True)
-        lists = ("payloads", "winds", "trajectories", "trajectory_ranges")
         if not focus.active():
-            given = [k for k in lists if getattr(focus, k)]
+            given = [
+                k
+                for k in ("payloads", "winds", "trajectories", "trajectory_ranges")
+                if getattr(focus, k)
+            ]
             if given:
                 raise ValueError(
                     f"focus.fraction is 0, so focus.{', focus.'.join(given)} would draw nothing: "
