@@ -31,7 +31,7 @@ from residual_quad.controllers.policy_file import (
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.envs.actions import ACTION_MODES
-from residual_quad.envs.checks import integer, real
+from residual_quad.envs.checks import integer
 from residual_quad.envs.disturbances import PAYLOAD_LEVELS, WIND_LEVELS, resolve_payload
 from residual_quad.envs.trajectories import TRAJECTORIES
 from residual_quad.training.offpolicy_config import ACTIVATIONS as _ACTIVATIONS
@@ -39,6 +39,7 @@ from residual_quad.training.offpolicy_config import OffPolicyHyperparams
 from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.scenarios import (
     FIRST_OFF_MATRIX_SEED,
+    FocusDraw,
     check_families,
     trajectory_ranges,
 )
@@ -94,24 +95,6 @@ class FeatureConfig:
     def spec(self) -> FeatureSpec:
         """The :class:`FeatureSpec` of this section."""
         return FeatureSpec(self.preview_k, self.action_history, self.error_integral, self.estimate)
-
-
-@dataclass
-class FocusDraw:
-    """The ``focus`` section (``trajectory_draw: randomized`` only): a share of training episodes
-    drawn from lists of their own — rare hard cases made common (a heavy vehicle from rest
-    behind a fast reference) without changing the mix of the other episodes. A list left null
-    is the main one; ``trajectory_ranges`` replaces ranges on top of the main config's."""
-
-    fraction: float = 0.0  # of episodes, in [0, 1); 0: no focus draw (the main lists only)
-    payloads: list[Any] | None = None  # kg or level names, all lighter than the held-out ones
-    winds: list[str] | None = None
-    trajectories: list[str] | None = None  # families of the randomized draw
-    trajectory_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-
-    def active(self) -> bool:
-        """Whether any episode is drawn from the focus."""
-        return self.fraction > 0
 
 
 @dataclass
@@ -237,66 +220,23 @@ class PPOTrainConfig:
                 )
 
     def _check_focus(self) -> None:
-        """``focus``: a :class:`FocusDraw` whose fraction is in [0, 1); with a fraction > 0 it
-        needs the randomized draw, and its lists and ranges pass the main lists' checks; with
-        0 its lists are refused (they would draw nothing)."""
-        focus = self.focus
-        if not isinstance(focus, FocusDraw):
+        """``focus``: a :class:`~residual_quad.training.scenarios.FocusDraw` (checked by its
+        ``check`` against this config's draw and lists; its payloads as the main ones)."""
+        if not isinstance(self.focus, FocusDraw):
             raise ValueError(
                 "focus must be a mapping of FocusDraw's fields (fraction, payloads, winds, "
-                f"trajectories, trajectory_ranges), got {focus!r}"
+                f"trajectories, trajectory_ranges), got {self.focus!r}"
             )
-        real("focus.fraction", focus.fraction, low=0.0, high=1.0, high_open=True)
-        if not focus.active():
-            given = [
-                k
-                for k in ("payloads", "winds", "trajectories", "trajectory_ranges")
-                if getattr(focus, k)
-            ]
-            if given:
-                raise ValueError(
-                    f"focus.fraction is 0, so focus.{', focus.'.join(given)} would draw nothing: "
-                    "give the fraction of episodes to draw from them"
-                )
-            return
-        if self.trajectory_draw != "randomized":
-            raise ValueError(
-                "focus mixes in a second randomized draw; it needs trajectory_draw: randomized, "
-                f"not {self.trajectory_draw!r}"
-            )
-        if focus.payloads is not None:
-            self._check_payloads(focus.payloads, "focus.payloads")
-        if focus.winds is not None:
-            if not focus.winds:
-                raise ValueError("focus.winds must not be empty (null: the main winds)")
-            bad = [w for w in focus.winds if w not in WIND_LEVELS]
-            if bad:
-                raise ValueError(f"focus.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
-        lists = self.focus_lists()
-        check_families("focus.trajectories", lists["families"])
-        trajectory_ranges(focus.trajectory_ranges, "focus.trajectory_ranges")
-        undrawn = sorted(set(focus.trajectory_ranges) - set(lists["families"]))
-        if undrawn:
-            raise ValueError(
-                f"focus.trajectory_ranges: {undrawn} not drawn (focus trajectories: "
-                f"{', '.join(lists['families'])})"
-            )
-        trajectory_ranges(lists["ranges"], "focus.trajectory_ranges")
+        if self.focus.check(self.trajectory_draw, self.trajectories, self.trajectory_ranges):
+            if self.focus.payloads is not None:
+                self._check_payloads(self.focus.payloads, "focus.payloads")
 
     def focus_lists(self) -> dict[str, Any]:
-        """The focus draw's payloads, winds, families and parameter-range overrides, the main
-        config's where the section leaves them null (the focus's ranges on top of the main's,
-        family by family)."""
-        focus = self.focus
-        ranges = {name: dict(params) for name, params in self.trajectory_ranges.items()}
-        for name, params in focus.trajectory_ranges.items():
-            ranges[name] = {**ranges.get(name, {}), **params}
-        return {
-            "payloads": self.payloads if focus.payloads is None else focus.payloads,
-            "winds": self.winds if focus.winds is None else focus.winds,
-            "families": self.trajectories if focus.trajectories is None else focus.trajectories,
-            "ranges": ranges,
-        }
+        """The focus draw's payloads, winds, families and ranges (:meth:`FocusDraw.lists` over
+        this config's lists)."""
+        return self.focus.lists(
+            self.payloads, self.winds, self.trajectories, self.trajectory_ranges
+        )
 
     def __post_init__(self) -> None:
         for name in ("seed", "eval_seed"):

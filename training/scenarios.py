@@ -13,12 +13,13 @@ matrix's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from residual_quad.envs.checks import real
+from residual_quad.envs.disturbances import WIND_LEVELS
 from residual_quad.envs.trajectories import Trajectory, make_named_trajectory
 from residual_quad.training.blas import blas_threads
 
@@ -120,6 +121,87 @@ def draw_trajectory(
         x, y, z = (round(float(v), _DIGITS) for v in rng.uniform(-1, 1, 3) * HOVER_OFFSET_M)
         offset = (x, y, z)
     return TrajectoryDraw(name, params, offset)
+
+
+@dataclass
+class FocusDraw:
+    """A training config's ``focus`` section (``trajectory_draw: randomized`` only): a share of
+    the episodes drawn from lists of their own — a rare hard case made common (a heavy vehicle
+    from rest behind a fast reference) without changing the mix of the other episodes. A list
+    left null is the main one; ``trajectory_ranges`` replaces ranges on top of the main ones."""
+
+    fraction: float = 0.0  # of episodes, in [0, 1); 0: no focus draw (the main lists only)
+    payloads: list[Any] | None = None  # kg or level names, all lighter than the held-out ones
+    winds: list[str] | None = None
+    trajectories: list[str] | None = None  # families of the randomized draw
+    trajectory_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def active(self) -> bool:
+        """Whether any episode is drawn from the focus."""
+        return self.fraction > 0
+
+    def lists(
+        self,
+        payloads: list[Any],
+        winds: list[str],
+        families: list[str],
+        ranges: Mapping[str, Mapping[str, Sequence[float]]],
+    ) -> dict[str, Any]:
+        """The focus's payloads, winds, families and range overrides, the main ones given here
+        where the section leaves them null (its ranges on top of the main ones, per parameter)."""
+        merged = {name: dict(params) for name, params in ranges.items()}
+        for name, params in self.trajectory_ranges.items():
+            merged[name] = {**merged.get(name, {}), **params}
+        return {
+            "payloads": payloads if self.payloads is None else self.payloads,
+            "winds": winds if self.winds is None else self.winds,
+            "families": families if self.trajectories is None else self.trajectories,
+            "ranges": merged,
+        }
+
+    def check(
+        self,
+        draw: str,
+        families: list[str],
+        ranges: Mapping[str, Mapping[str, Sequence[float]]],
+    ) -> bool:
+        """A ``ValueError`` naming ``focus.`` and the key for a fraction outside [0, 1), lists
+        beside a zero fraction (they would draw nothing), a draw other than ``randomized``, empty
+        or unknown winds, unknown families, or ranges that are bad or of a family not drawn
+        (``families`` and ``ranges``: the main config's). Whether the focus is active: its
+        payloads are then the caller's to check (the main payloads' rules)."""
+        real("focus.fraction", self.fraction, low=0.0, high=1.0, high_open=True)
+        if not self.active():
+            keys = ("payloads", "winds", "trajectories", "trajectory_ranges")
+            given = [k for k in keys if getattr(self, k)]
+            if given:
+                raise ValueError(
+                    f"focus.fraction is 0, so focus.{', focus.'.join(given)} would draw nothing: "
+                    "give the fraction of episodes to draw from them"
+                )
+            return False
+        if draw != "randomized":
+            raise ValueError(
+                "focus mixes in a second randomized draw; it needs trajectory_draw: randomized, "
+                f"not {draw!r}"
+            )
+        if self.winds is not None:
+            if not self.winds:
+                raise ValueError("focus.winds must not be empty (null: the main winds)")
+            bad = [w for w in self.winds if w not in WIND_LEVELS]
+            if bad:
+                raise ValueError(f"focus.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
+        drawn = families if self.trajectories is None else self.trajectories
+        check_families("focus.trajectories", drawn)
+        trajectory_ranges(self.trajectory_ranges, "focus.trajectory_ranges")
+        undrawn = sorted(set(self.trajectory_ranges) - set(drawn))
+        if undrawn:
+            raise ValueError(
+                f"focus.trajectory_ranges: {undrawn} not drawn (focus trajectories: "
+                f"{', '.join(drawn)})"
+            )
+        trajectory_ranges(self.lists([], [], drawn, ranges)["ranges"], "focus.trajectory_ranges")
+        return True
 
 
 class OffMatrixSampler:
