@@ -40,6 +40,7 @@ from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.scenarios import (
     FIRST_OFF_MATRIX_SEED,
     FocusDraw,
+    check_drawn,
     check_families,
     trajectory_ranges,
 )
@@ -403,12 +404,7 @@ class PPOTrainConfig:
                     f"trajectory_draw: randomized, not {self.trajectory_draw!r}"
                 )
             trajectory_ranges(self.trajectory_ranges)
-            undrawn = sorted(set(self.trajectory_ranges) - set(self.trajectories))
-            if undrawn:
-                raise ValueError(
-                    f"trajectory_ranges: {undrawn} not drawn (trajectories: "
-                    f"{', '.join(self.trajectories)})"
-                )
+            check_drawn("trajectory_ranges", self.trajectory_ranges, self.trajectories)
 
     def env_seed_offset(self) -> int:
         """What the training envs' seeds start from: 0 (``trajectory_draw: fixed``, env ``i``

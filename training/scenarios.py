@@ -100,6 +100,16 @@ def trajectory_ranges(
     return ranges
 
 
+def check_drawn(
+    key: str, ranges: Mapping[str, Any], families: Sequence[str], label: str = "trajectories"
+) -> None:
+    """Every family ``ranges`` names is one of ``families``; else a ``ValueError`` naming
+    ``key`` and the families drawn (a range of a family never drawn would do nothing)."""
+    undrawn = sorted(set(ranges) - set(families))
+    if undrawn:
+        raise ValueError(f"{key}: {undrawn} not drawn ({label}: {', '.join(families)})")
+
+
 def draw_trajectory(
     rng: np.random.Generator,
     families: Sequence[str],
@@ -193,14 +203,9 @@ class FocusDraw:
                 raise ValueError(f"focus.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
         drawn = families if self.trajectories is None else self.trajectories
         check_families("focus.trajectories", drawn)
-        trajectory_ranges(self.trajectory_ranges, "focus.trajectory_ranges")
-        undrawn = sorted(set(self.trajectory_ranges) - set(drawn))
-        if undrawn:
-            raise ValueError(
-                f"focus.trajectory_ranges: {undrawn} not drawn (focus trajectories: "
-                f"{', '.join(drawn)})"
-            )
+        # the focus's ranges on top of the main ones (valid already): the focus's own checked
         trajectory_ranges(self.lists([], [], drawn, ranges)["ranges"], "focus.trajectory_ranges")
+        check_drawn("focus.trajectory_ranges", self.trajectory_ranges, drawn, "focus trajectories")
         return True
 
 
@@ -239,9 +244,7 @@ class OffMatrixSampler:
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
         self.ranges = trajectory_ranges(ranges)
-        fraction = real("focus_fraction", focus_fraction)
-        if not 0.0 <= fraction < 1.0:
-            raise ValueError(f"focus_fraction must be in [0, 1), got {fraction:g}")
+        fraction = real("focus_fraction", focus_fraction, low=0.0, high=1.0, high_open=True)
         if (focus is None) != (fraction == 0.0):
             raise ValueError("a focus draw needs focus_fraction > 0, and focus_fraction a focus")
         self.focus = focus

@@ -127,11 +127,7 @@ def training_scenarios_of(config: dict[str, Any]) -> str:
         parts.append("/".join(map(str, config["winds"])))
     trajectories = "/".join(map(str, config.get("trajectories") or ()))
     if config.get("trajectory_draw") == "randomized":
-        ranges = "".join(
-            f", {name} {param} {lo:g}–{hi:g}"
-            for name, params in (config.get("trajectory_ranges") or {}).items()
-            for param, (lo, hi) in params.items()
-        )
+        ranges = _ranges_text(config.get("trajectory_ranges"))
         parts.append(f"randomized {trajectories}{ranges} (seeds off the matrix's)")
         focus = config.get("focus") or {}
         if focus.get("fraction"):
@@ -147,13 +143,19 @@ def _focus_of(focus: dict[str, Any], config: dict[str, Any]) -> str:
     payloads = focus.get("payloads") or config.get("payloads") or ()
     winds = "/".join(map(str, focus.get("winds") or config.get("winds") or ()))
     trajectories = "/".join(map(str, focus.get("trajectories") or config.get("trajectories") or ()))
-    ranges = "".join(
+    what = [_kg_range(payloads)] if payloads else []
+    what += [winds] if winds else []
+    what.append(trajectories + _ranges_text(focus.get("trajectory_ranges")))
+    return f"{100 * focus['fraction']:g} % of episodes: {', '.join(what)}"
+
+
+def _ranges_text(ranges: dict[str, dict[str, list[float]]] | None) -> str:
+    """Replaced parameter ranges as the training column lists them (", helix period 4–12")."""
+    return "".join(
         f", {name} {param} {lo:g}–{hi:g}"
-        for name, params in (focus.get("trajectory_ranges") or {}).items()
+        for name, params in (ranges or {}).items()
         for param, (lo, hi) in params.items()
     )
-    what = ", ".join(p for p in (_kg_range(payloads) if payloads else "", winds) if p)
-    return f"{100 * focus['fraction']:g} % of episodes: {what}, {trajectories}{ranges}"
 
 
 def objective_of(config: dict[str, Any]) -> str:
