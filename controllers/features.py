@@ -17,8 +17,8 @@ from residual_quad.envs.observation import ObsLayout as L
 
 # fixed feature scales (independent of the airframe the policy is flown on, so that the
 # function is the same in training and deployment)
-_G = 9.81  # m/s²
-_ROTOR_MAX = 6.0  # N, rotor thrust that maps to +1
+G = 9.81  # m/s², the accelerometer's unit
+ROTOR_MAX_N = 6.0  # N, rotor thrust that maps to +1
 _POS_CLIP = 3.0  # m, position error beyond this reads as this (the env ends episodes at 5 m)
 _SCALES = {"e_p": 1.0, "e_v": 2.0, "ref_v": 5.0, "ref_a": 5.0, "omega": 4.0, "z": 3.0}
 
@@ -72,8 +72,8 @@ def ppo_features(obs: np.ndarray) -> np.ndarray:
             (Rz_T @ R).ravel(),
             (math.sin(dyaw), math.cos(dyaw), o[L.ref_yaw_rate]),
             o[L.omega_b] / _SCALES["omega"],
-            o[L.thrusts] * (2.0 / _ROTOR_MAX) - 1.0,
-            o[L.imu] / _G,
+            o[L.thrusts] * (2.0 / ROTOR_MAX_N) - 1.0,
+            o[L.imu] / G,
             (o[2] / _SCALES["z"],),
         )
     ).astype(np.float32)
@@ -123,8 +123,8 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
             R_h,
             np.stack((np.sin(dyaw), np.cos(dyaw), o[:, L.ref_yaw_rate]), axis=1),
             o[:, L.omega_b] / _SCALES["omega"],
-            o[:, L.thrusts] * (2.0 / _ROTOR_MAX) - 1.0,
-            o[:, L.imu] / _G,
+            o[:, L.thrusts] * (2.0 / ROTOR_MAX_N) - 1.0,
+            o[:, L.imu] / G,
             o[:, 2:3] / _SCALES["z"],
         ),
         axis=1,

@@ -9,11 +9,18 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.controllers.anchor import anchored_inputs
+
 _ACTIVATIONS: dict[str, Any] = {
     "Tanh": np.tanh,
     "ReLU": lambda h: np.maximum(h, 0.0),
     "Identity": lambda h: h,
 }
+
+
+def _einsum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` with a summation order that does not depend on the batch size."""
+    return np.einsum("nd,de->ne", a, b)
 
 
 #: action distributions whose deterministic action is the action net's output (gSDE's noise is
@@ -38,6 +45,9 @@ class NumpyPolicy:
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
         self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
         self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
+        #: an anchored actor's (M, c, mean, std, clip): the mean is μ(x) − μ(x̄)
+        #: (:mod:`~residual_quad.controllers.anchor`); ``None`` for a plain one
+        self.anchor: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None
 
     @classmethod
     def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
@@ -51,7 +61,7 @@ class NumpyPolicy:
                 return None
             actor_dim = int(policy.actor_dim)
         elif (
-            type(policy).__name__ != "ActorCriticPolicy"
+            type(policy).__name__ not in ("ActorCriticPolicy", "AnchoredActorCriticPolicy")
             or type(policy.pi_features_extractor).__name__ != "FlattenExtractor"
         ):
             return None
@@ -63,6 +73,11 @@ class NumpyPolicy:
         if network is not None and actor_dim is not None:  # inputs always zero: dropped
             w, b, act = network.layers[0]
             network.layers[0] = (w[:actor_dim].copy(), b, act)
+        if network is not None and hasattr(policy, "anchor_m"):
+            network.anchor = tuple(  # type: ignore[assignment]
+                getattr(policy, k).detach().cpu().numpy().astype(np.float64)
+                for k in ("anchor_m", "anchor_c", "obs_mean", "obs_std")
+            ) + (float(policy.clip_obs),)
         return network
 
     @classmethod
@@ -96,11 +111,20 @@ class NumpyPolicy:
                 return None
         return cls(layers)
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        """The network's output (n, a) for the normalized features ``x`` (n, d), unclipped."""
         h = np.asarray(x, dtype=np.float64)
         for w, b, act in self.layers:
             h = act(np.einsum("nd,dh->nh", h, w) + b)
+        return h
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
+        h = self.mean(x)
+        if self.anchor is not None:
+            m, c, mean, std, clip = self.anchor
+            bar = anchored_inputs(np.asarray(x, dtype=np.float64), m, c, mean, std, _einsum)
+            h = h - self.mean(np.clip(bar, -clip, clip))
         if self.squash:
             h = np.tanh(h)
         return np.clip(h, -1.0, 1.0)

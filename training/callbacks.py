@@ -289,7 +289,8 @@ class RewardProgress(BaseCallback):
 
 @dataclass
 class TrainingCallbacks:
-    """The callbacks of one run; :meth:`as_list` is what ``model.learn`` gets (``extra`` last;
+    """The callbacks of one run; :meth:`as_list` is what ``model.learn`` gets (``extra`` last:
+    an anchored policy's :class:`~residual_quad.training.anchored.AnchorStats`;
     ``reward_progress`` with a precision reward only)."""
 
     progress: TrainingProgress
@@ -322,4 +323,12 @@ def training_callbacks(
         evaluation=evaluation,
         checkpoint=RunCheckpoint(cfg, out, vec_env, state, stats, evaluation),
         reward_progress=RewardProgress(cfg.total_steps) if cfg.reward == "precision" else None,
+        extra=[anchor_stats()] if cfg.algo == "ppo" and cfg.ppo.anchored else [],
     )
+
+
+def anchor_stats() -> BaseCallback:
+    """The callback that keeps an anchored policy's normalizer statistics current."""
+    from residual_quad.training.anchored import AnchorStats
+
+    return AnchorStats()

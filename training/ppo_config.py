@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from residual_quad.controllers.anchor import check_anchorable
 from residual_quad.controllers.attitude import AttitudeGains, optional_attitude_gains
 from residual_quad.controllers.policy_file import (
     ACCELERATION_KINDS,
@@ -78,6 +79,9 @@ class PPOHyperparams:
     # spatial_smoothness·mean‖μ(s) − μ(s + σε)‖², σ = smoothness_sigma in normalized-feature units
     spatial_smoothness: float = 0.0  # λ_S ≥ 0 (0: SB3's PPO as is)
     smoothness_sigma: float = 0.1  # σ > 0
+    # the mean action μ(x) − μ(x̄), x̄ the inputs on the reference (controllers/anchor.py):
+    # zero at zero tracking error, whatever the network learned (acceleration policies only)
+    anchored: bool = False
 
 
 @dataclass
@@ -482,6 +486,7 @@ class PPOTrainConfig:
                 f"privileged_critic must be true or false, got {self.privileged_critic!r}"
             )
         self.offpolicy.check()  # a section that cannot run is an error whichever algo is used
+        check_anchorable(self, ACCELERATION_KINDS)  # ppo.anchored
         if self.algo == "ppo":
             return
         if self.controller not in OFFPOLICY_CONTROLLERS:

@@ -145,6 +145,14 @@ def new_model(
 
         policy = AsymmetricActorCriticPolicy
         extra["actor_dim"] = int(venv.unwrapped.actor_dim)
+    if h.anchored:
+        from residual_quad.training.anchored import AnchoredActorCriticPolicy
+
+        policy = AnchoredActorCriticPolicy
+        spec = cfg.features.spec()
+        extra["anchor_features"] = {**spec.to_record(), "preview_k": spec.preview_k}
+        extra["anchor_action_dim"] = int(venv.unwrapped.action_dim)
+        extra["clip_obs"] = float(cfg.clip_obs)
     model = learner_class(cfg)(
         policy,
         venv,

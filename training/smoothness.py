@@ -35,7 +35,10 @@ from stable_baselines3 import PPO
 
 def mean_action(policy: Any, obs: torch.Tensor) -> torch.Tensor:
     """The actor's mean action ``μ(obs)`` (before any squashing or clipping): what
-    ``predict(..., deterministic=True)`` flies for a Gaussian or gSDE policy."""
+    ``predict(..., deterministic=True)`` flies for a Gaussian or gSDE policy (an anchored
+    policy's own, ``μ(x) − μ(x̄)``)."""
+    if hasattr(policy, "anchored_mean"):
+        return policy.anchored_mean(obs)
     features = policy.extract_features(obs, policy.pi_features_extractor)
     if isinstance(features, tuple):  # a policy with separate extractors returns both
         features = features[0]
