@@ -187,10 +187,11 @@ class ResidualPPOController(PIDTracker):
         feedforward_accel=True,
         tuning="ppo's try-3 update size; exploration: 3 tries; rate mode on geo: 4 tries; on "
         "pid: 49 tries and 9 variants × 3 seeds of the ablation; preview and training off the "
-        "matrix: 5 tries; the learning rate's end: 2 tries (docs/ppo.md)",
+        "matrix: 5 tries; the learning rate's end: 2 tries; the zero-error anchor: 2 trained, "
+        "2 at evaluation only (docs/ppo.md)",
         learned="policy",
         action="acceleration correction of pid's command → the shared attitude loop",
-        tuning_trials=56,
+        tuning_trials=60,
     )
 
     def __init__(

@@ -89,8 +89,8 @@ class SweepConfig(ControllerLabels):
     """The matrix and how to fly it; the defaults are ``configs/sweep.yaml``: the 432 runs of the
     four source trackers [RES §8] plus ``geo_rls_dob``, the tuned ``pid``, ``geo_rls`` and
     ``geo_rls_dob`` (``controllers/tuned.py``), ``hnewton_rls`` and the RL controllers ``ppo``,
-    ``ppo_acc`` and ``ppo_adapt`` in their five shipped training seeds and ``ppo_res`` in its
-    three (2 916 runs)."""
+    ``ppo_res``, ``ppo_acc`` and ``ppo_adapt`` in their five shipped training seeds (3 132
+    runs)."""
 
     #: compact specs (``geo``, ``hnewton:lm``, ``my_pkg.ctrl:Make``) or mappings
     #: ``{spec, options, label}``; each run's ``controller`` column is the entry's label
@@ -113,6 +113,8 @@ class SweepConfig(ControllerLabels):
             "ppo_res",
             "ppo_res:training_seed=1",
             "ppo_res:training_seed=2",
+            "ppo_res:training_seed=3",
+            "ppo_res:training_seed=4",
             "ppo_acc",
             "ppo_acc:training_seed=1",
             "ppo_acc:training_seed=2",
