@@ -302,20 +302,23 @@ def test_unknown_keys_and_wrong_types_are_errors():
 
 def test_the_realistic_ppo_res_is_the_shipped_one_on_that_plant_over_its_defaults():
     """``ppo_res_realistic`` cannot drift from ``ppo_res``: it differs only by the plant, by its
-    tracker's defaults (that plant's: ``core: plant``) and by the rollout threads it was trained
-    with. The shipped ``ppo_res`` is ``ppo_res_matrix`` (its settings before the preview) with
-    the preview and the trajectories off the matrix, nothing else."""
+    tracker's defaults (that plant's: ``core: plant``), by the rollout threads it was trained
+    with and by the zero-error anchor, which it was not retrained with. The shipped ``ppo_res``
+    is ``ppo_res_matrix`` (its settings before the preview) with the preview, the trajectories
+    off the matrix and the anchor, nothing else."""
     base = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_matrix"))
     real = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res_realistic"))
     shipped = configs.to_dict(configs.load(PPOTrainConfig, "ppo_res"))
     assert real.pop("env_kwargs") == {"preset": "realistic", **shipped["env_kwargs"]}
     assert (real.pop("core"), shipped["core"]) == ("plant", "ideal")
     assert (real.pop("env_threads"), shipped["env_threads"]) == (1, None)
+    assert real.pop("ppo") == {**shipped["ppo"], "anchored": False}
     assert real == {
-        k: v for k, v in shipped.items() if k not in ("env_kwargs", "core", "env_threads")
+        k: v for k, v in shipped.items() if k not in ("env_kwargs", "core", "env_threads", "ppo")
     }
     changed = sorted(k for k in shipped if shipped[k] != base[k])
-    assert changed == ["env_kwargs", "features", "trajectories", "trajectory_draw"]
+    assert changed == ["env_kwargs", "features", "ppo", "trajectories", "trajectory_draw"]
+    assert shipped["ppo"] == {**base["ppo"], "anchored": True}
     assert shipped["env_kwargs"] == {"preview": [10, 0.06]}
     assert shipped["features"] == {**base["features"], "preview_k": 10}
     assert shipped["trajectory_draw"] == "randomized" and base["trajectory_draw"] == "fixed"
