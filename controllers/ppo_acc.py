@@ -54,8 +54,7 @@ class AccelerationPPOController(ResidualPPOController):
         feedforward_accel=True,
         tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances, "
         "smoothness and the learning rate's end: 20 tries of 1–6 M steps; the zero-error "
-        "anchor: 2 trained, 1 stopped, 8 at evaluation only (an integral, anchors) "
-        "(docs/ppo.md)",
+        "anchor: 3 trained, 8 at evaluation only (an integral, anchors) (docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
         tuning_trials=31,
