@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -66,8 +66,9 @@ def anchor_map(spec: FeatureSpec, action_dim: int, mass_kg: float) -> tuple[np.n
         for a, src in enumerate(_E_P):
             m[src, FEATURE_DIM + 3 * i + a] = 1.0
     if spec.error_integral:
-        start = FEATURE_DIM + 6 * spec.preview_k + action_dim * spec.action_history
-        for j in range(start, start + 3):
+        names = spec.names(action_dim)
+        for a in "xyz":
+            j = names.index(f"int_e_p_{a}")
             m[j, j] = 0.0
     # thrust feature t = f·(2/f_max) − 1, so f = (f_max/2)·(t + 1)
     per_rotor = ROTOR_MAX_N / 2.0 / (mass_kg * G)
@@ -77,14 +78,33 @@ def anchor_map(spec: FeatureSpec, action_dim: int, mass_kg: float) -> tuple[np.n
     return m, c
 
 
-def anchored_inputs(x_n: Any, m: Any, c: Any, mean: Any, std: Any, matmul: Any = None) -> Any:
+class SparseAnchor(NamedTuple):
+    """``x·M + c`` as ``x·diag(M) + x[:, rows]·mix + c``: ``M`` is the identity but for a few
+    source rows (``e_p``, the thrusts), so a decision costs O(n·d) instead of a (d, d) product
+    — and a non-finite input reaches only the columns it feeds. Built once (:meth:`of`)."""
+
+    keep: Any  # (d,): the diagonal of M
+    rows: Any  # (s,) int: the rows of M with an entry off the diagonal
+    mix: Any  # (s, d): those rows, their diagonal entry zeroed
+    c: Any  # (d,)
+
+    @classmethod
+    def of(cls, m: np.ndarray, c: np.ndarray) -> SparseAnchor:
+        off = m - np.diag(np.diag(m))
+        rows = np.flatnonzero(np.any(off != 0.0, axis=1))
+        return cls(np.diag(m).copy(), rows, off[rows], np.asarray(c, dtype=np.float64))
+
+
+def anchored_inputs(x_n: Any, anchor: SparseAnchor, mean: Any, std: Any, matmul: Any = None) -> Any:
     """``x̄_n`` of normalized inputs ``x_n`` (n, d): back to raw units (``x_n·s + m``), anchored
-    (``·M + c``), normalized again — numpy arrays or torch tensors alike (``matmul``: the
-    product, default ``@``). The caller clips as the normalizer does (a value the normalizer
-    clipped comes back as its bound, so beyond the bound the anchored input is approximate, as
-    the policy saw it in training)."""
+    (``·M + c``, ``anchor`` its sparse form), normalized again — numpy arrays or torch tensors
+    alike (``matmul``: the product, default ``@``). The caller clips as the normalizer does (a
+    value the normalizer clipped comes back as its bound, so beyond the bound the anchored input
+    is approximate, as the policy saw it in training)."""
     raw = x_n * std + mean
-    return ((raw @ m if matmul is None else matmul(raw, m)) + c - mean) / std
+    src = raw[:, anchor.rows]
+    mixed = src @ anchor.mix if matmul is None else matmul(src, anchor.mix)
+    return (raw * anchor.keep + mixed + anchor.c - mean) / std
 
 
 def check_anchorable(cfg: Any, kinds: Iterable[str]) -> None:

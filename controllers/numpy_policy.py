@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from residual_quad.controllers.anchor import anchored_inputs
+from residual_quad.controllers.anchor import SparseAnchor, anchored_inputs
 
 _ACTIVATIONS: dict[str, Any] = {
     "Tanh": np.tanh,
@@ -45,9 +45,9 @@ class NumpyPolicy:
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
         self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
         self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
-        #: an anchored actor's (M, c, mean, std, clip): the mean is μ(x) − μ(x̄)
+        #: an anchored actor's (anchor, mean, std, clip): the mean is μ(x) − μ(x̄)
         #: (:mod:`~residual_quad.controllers.anchor`); ``None`` for a plain one
-        self.anchor: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float] | None = None
+        self.anchor: tuple[SparseAnchor, np.ndarray, np.ndarray, float] | None = None
 
     @classmethod
     def from_sb3(cls, policy: Any) -> NumpyPolicy | None:
@@ -74,10 +74,11 @@ class NumpyPolicy:
             w, b, act = network.layers[0]
             network.layers[0] = (w[:actor_dim].copy(), b, act)
         if network is not None and hasattr(policy, "anchor_m"):
-            network.anchor = tuple(  # type: ignore[assignment]
+            m, c, mean, std = (
                 getattr(policy, k).detach().cpu().numpy().astype(np.float64)
                 for k in ("anchor_m", "anchor_c", "obs_mean", "obs_std")
-            ) + (float(policy.clip_obs),)
+            )
+            network.anchor = (SparseAnchor.of(m, c), mean, std, float(policy.clip_obs))
         return network
 
     @classmethod
@@ -120,11 +121,14 @@ class NumpyPolicy:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Mean actions (n, 4), clipped to [-1, 1], of the normalized features ``x`` (n, d)."""
-        h = self.mean(x)
-        if self.anchor is not None:
-            m, c, mean, std, clip = self.anchor
-            bar = anchored_inputs(np.asarray(x, dtype=np.float64), m, c, mean, std, _einsum)
-            h = h - self.mean(np.clip(bar, -clip, clip))
+        if self.anchor is None:
+            h = self.mean(x)
+        else:  # one forward of x and x̄ stacked (each row's bits do not depend on the others)
+            anchor, mean, std, clip = self.anchor
+            x64 = np.asarray(x, dtype=np.float64)
+            bar = np.clip(anchored_inputs(x64, anchor, mean, std, _einsum), -clip, clip)
+            both = self.mean(np.concatenate((x64, bar)))
+            h = both[: len(x64)] - both[len(x64) :]
         if self.squash:
             h = np.tanh(h)
         return np.clip(h, -1.0, 1.0)

@@ -26,7 +26,7 @@ from stable_baselines3.common.distributions import (
 )
 from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 
-from residual_quad.controllers.anchor import anchor_map, anchored_inputs
+from residual_quad.controllers.anchor import SparseAnchor, anchor_map, anchored_inputs
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.policy_inputs import FeatureSpec
 
@@ -65,6 +65,13 @@ class AnchoredActorCriticPolicy(ActorCriticPolicy):
             )
         self.register_buffer("anchor_m", torch.as_tensor(m, dtype=torch.float32))
         self.register_buffer("anchor_c", torch.as_tensor(c, dtype=torch.float32))
+        sparse = SparseAnchor.of(m, c)  # what the products use; not saved (derived from M, c)
+        self._sparse = SparseAnchor(
+            keep=torch.as_tensor(sparse.keep, dtype=torch.float32),
+            rows=torch.as_tensor(sparse.rows, dtype=torch.long),
+            mix=torch.as_tensor(sparse.mix, dtype=torch.float32),
+            c=torch.as_tensor(sparse.c, dtype=torch.float32),
+        )
         self.register_buffer("obs_mean", torch.zeros(d))
         self.register_buffer("obs_std", torch.ones(d))
 
@@ -84,7 +91,7 @@ class AnchoredActorCriticPolicy(ActorCriticPolicy):
     def anchored(self, obs: torch.Tensor) -> torch.Tensor:
         """``x̄_n`` of a batch of normalized observations."""
         x = obs.float().flatten(1)
-        bar = anchored_inputs(x, self.anchor_m, self.anchor_c, self.obs_mean, self.obs_std)
+        bar = anchored_inputs(x, self._sparse, self.obs_mean, self.obs_std)
         return torch.clamp(bar, -self.clip_obs, self.clip_obs)
 
     def _actor_mean(self, obs: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from residual_quad.controllers.anchor import anchor_map, anchored_inputs, check_anchorable
+from residual_quad.controllers.anchor import (
+    SparseAnchor,
+    anchor_map,
+    anchored_inputs,
+    check_anchorable,
+)
 from residual_quad.controllers.features import FEATURE_DIM, FEATURE_NAMES, ppo_features
 from residual_quad.controllers.policy_file import ACCELERATION_KINDS
 from residual_quad.controllers.policy_inputs import FeatureSpec
@@ -113,10 +118,14 @@ def test_normalized_inputs_anchor_as_the_raw_ones():
     m, c = anchor_map(SPEC, 3, MASS)
     mean, std = rng.normal(size=len(NAMES)), rng.uniform(0.1, 2.0, len(NAMES))
     raw = rng.normal(size=(6, len(NAMES)))
-    bar_n = anchored_inputs((raw - mean) / std, m, c, mean, std)
+    bar_n = anchored_inputs((raw - mean) / std, SparseAnchor.of(m, c), mean, std)
     np.testing.assert_allclose(bar_n, (raw @ m + c - mean) / std, rtol=1e-12, atol=1e-12)
     einsum = anchored_inputs(
-        (raw - mean) / std, m, c, mean, std, lambda a, b: np.einsum("nd,de->ne", a, b)
+        (raw - mean) / std,
+        SparseAnchor.of(m, c),
+        mean,
+        std,
+        lambda a, b: np.einsum("nd,de->ne", a, b),
     )
     np.testing.assert_allclose(einsum, bar_n, rtol=1e-12, atol=1e-12)
 

@@ -95,7 +95,7 @@ def test_the_numpy_forward_is_sb3s_anchored_actor(anchored_run):
 
 def test_the_anchor_uses_the_statistics_the_file_normalizes_with(anchored_run):
     law = make_batch_controller("ppo_acc", 1, path=anchored_run).law
-    _, _, mean, std, clip = law.network.anchor
+    _, mean, std, clip = law.network.anchor
     np.testing.assert_allclose(mean, law.normalizer.mean, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(std, law.normalizer.std, rtol=1e-6, atol=1e-7)
     assert clip == law.normalizer.clip
