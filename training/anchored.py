@@ -30,6 +30,9 @@ from residual_quad.controllers.anchor import SparseAnchor, anchor_map, anchored_
 from residual_quad.controllers.base import ControlContext
 from residual_quad.controllers.policy_inputs import FeatureSpec
 
+# the dtypes of SparseAnchor's fields as buffers: keep, rows (indices), mix, c
+_SPARSE_DTYPES = (torch.float32, torch.long, torch.float32, torch.float32)
+
 
 class AnchoredActorCriticPolicy(ActorCriticPolicy):
     """SB3's ``ActorCriticPolicy`` whose mean action is ``μ(x) − μ(x̄)``.
@@ -65,13 +68,11 @@ class AnchoredActorCriticPolicy(ActorCriticPolicy):
             )
         self.register_buffer("anchor_m", torch.as_tensor(m, dtype=torch.float32))
         self.register_buffer("anchor_c", torch.as_tensor(c, dtype=torch.float32))
-        sparse = SparseAnchor.of(m, c)  # what the products use; not saved (derived from M, c)
-        self._sparse = SparseAnchor(
-            keep=torch.as_tensor(sparse.keep, dtype=torch.float32),
-            rows=torch.as_tensor(sparse.rows, dtype=torch.long),
-            mix=torch.as_tensor(sparse.mix, dtype=torch.float32),
-            c=torch.as_tensor(sparse.c, dtype=torch.float32),
-        )
+        # what the products use: derived from M and c, so not saved, but module state that
+        # moves with the policy (``.to(device)``) as the saved buffers do
+        sparse = SparseAnchor.of(m, c)
+        for name, value, dtype in zip(SparseAnchor._fields, sparse, _SPARSE_DTYPES, strict=True):
+            self.register_buffer(f"_sparse_{name}", torch.as_tensor(value, dtype=dtype), False)
         self.register_buffer("obs_mean", torch.zeros(d))
         self.register_buffer("obs_std", torch.ones(d))
 
@@ -91,7 +92,8 @@ class AnchoredActorCriticPolicy(ActorCriticPolicy):
     def anchored(self, obs: torch.Tensor) -> torch.Tensor:
         """``x̄_n`` of a batch of normalized observations."""
         x = obs.float().flatten(1)
-        bar = anchored_inputs(x, self._sparse, self.obs_mean, self.obs_std)
+        sparse = SparseAnchor(*(getattr(self, f"_sparse_{k}") for k in SparseAnchor._fields))
+        bar = anchored_inputs(x, sparse, self.obs_mean, self.obs_std)
         return torch.clamp(bar, -self.clip_obs, self.clip_obs)
 
     def _actor_mean(self, obs: torch.Tensor) -> torch.Tensor:
