@@ -167,8 +167,8 @@ class PPOAdaptController(PPOController):
         feedforward_accel=True,
         memory="RLS state of geo_rls's estimator (λ 0.99, ≈ 1 s)",
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
-        tuning="ppo's recipe (its 23 tries) with the estimate added: 1 try; the estimator as "
-        "geo_rls ships it",
+        tuning="ppo's shipped recipe (its first 23 tries) with the estimate added: 1 try; "
+        "the estimator as geo_rls ships it",
         learned="policy",
         action="rotor thrusts",
         tuning_trials=24,
