@@ -168,10 +168,11 @@ class PPOAdaptController(PPOController):
         memory="RLS state of geo_rls's estimator (λ 0.99, ≈ 1 s)",
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
         tuning="ppo's shipped recipe (its first 23 tries) with the estimate added: 1 try; "
-        "the estimator as geo_rls ships it",
+        "the estimator as geo_rls ships it; then ppo's smoothness weight and rate's end on two "
+        "seeds: 1 try, not shipped",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=24,
+        tuning_trials=25,
     )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"
