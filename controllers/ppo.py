@@ -136,12 +136,12 @@ class PPOController(Law):
         tuning="PPO's update size: a first policy and 3 tries; the learning rate's end: 2 tries; "
         "the recipe (reward, inputs, scenarios, episode lengths, masses, exploration, tilt "
         "limit): 9 tries of 3–6 M steps, then 8 not shipped (tilt limits, faster shapes, a "
-        "focus draw, 100 Hz, a gain penalty), then 5 not shipped (the reward's smoothness "
-        "weight, the rate's end, a smaller gain penalty, a longer schedule) and a check of "
-        "checkpoints; docs/ppo.md",
+        "focus draw, 100 Hz, a gain penalty), then 6 not shipped (the reward's smoothness "
+        "weight, the rate's end twice, a smaller gain penalty, a longer schedule) and a check "
+        "of checkpoints; docs/ppo.md",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=29,
+        tuning_trials=30,
     )
 
     def __init__(
