@@ -56,8 +56,7 @@ class AccelerationPPOController(ResidualPPOController):
         "smoothness and the learning rate's end: 20 tries of 1–6 M steps; the zero-error "
         "anchor: 3 trained, 8 at evaluation only (an integral, anchors); the calm floor: 9 "
         "trained (the bound per axis, width, budget, smoothness), 1 at evaluation only (a "
-        "five-file mean) "
-        "(docs/ppo.md)",
+        "five-file mean) (docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
         tuning_trials=41,
