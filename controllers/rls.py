@@ -46,11 +46,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 from scipy.linalg.blas import ddot, dgemv, dger, dsymv, dsyr
+
+from residual_quad.controllers.rls_kernels import efra_covariance, rank1_downdate
 
 #: smallest accepted forgetting factor: a memory of ``1/(1 − λ)`` = 2 steps
 MIN_FORGETTING = 0.5
@@ -203,6 +206,7 @@ class RLSLaw:
         self._theta0 = theta0.copy()  # private: never handed out writable, never written
         self._theta0.setflags(write=False)
         self._ones = np.ones(self.n)
+        self._work = threading.local()  # scratch of the batched updates (:meth:`_scratch`)
 
     @property
     def theta0(self) -> np.ndarray:
@@ -363,12 +367,10 @@ class RLSLaw:
         theta += coef[:, None, None] * (g[:, :, None] * e0[:, None, :])
         if c.leak > 0.0:
             theta -= (c.leak * ok)[:, None, None] * (theta - self._theta0)
-        # P̃ −= coef·g·gᵀ in cache-sized blocks of envs: one (N, p, p) temporary would cost
-        # more in memory traffic and page faults than the arithmetic itself
+        # P̃ −= coef·g·gᵀ in one compiled pass: an (N, p, p) temporary would cost more in memory
+        # traffic and page faults than the arithmetic itself
         gc = coef[:, None] * g
-        for a in range(0, N, self._BLOCK):
-            b = a + self._BLOCK
-            Pt[a:b] -= gc[a:b, :, None] * g[a:b, None, :]
+        rank1_downdate(Pt, gc, g)
         s_new = s / c.forgetting
         trace = s_new * np.einsum("nii->n", Pt)
         capped = ok & (trace > c.trace_cap)
@@ -417,15 +419,38 @@ class RLSLaw:
         if c.leak > 0.0:
             theta -= c.leak * (theta - self._theta0)
         state.theta[rows] = theta
-        Pr = P[rows]
-        gg = Pphi[rows][:, :, None] * Pphi[rows][:, None, :]
-        P_new = (Pr - k[:, None, None] * gg) / c.forgetting
-        P_new -= c.efra_delta * (Pr @ Pr)
-        diag = np.arange(self.n)
-        P_new[:, diag, diag] += c.efra_beta
-        P[rows] = 0.5 * (P_new + P_new.transpose(0, 2, 1))
+        # P⁺ = ½(Q + Qᵀ), Q = (P − k·(Pφ)(Pφ)ᵀ)/λ − δ·P² + β·I: P² by BLAS, the rest in one
+        # compiled pass, in cache-sized blocks of rows (the bits do not depend on the block)
+        g = Pphi[rows]
+        square = self._scratch(1)[0]
+        whole = rows.size == P.shape[0]  # every row updates: blocks of P are views
+        for a in range(0, rows.size, self._BLOCK):
+            b = min(a + self._BLOCK, rows.size)
+            P2 = square[: b - a]
+            Pr = P[a:b] if whole else P[rows[a:b]]
+            np.matmul(Pr, Pr, out=P2)
+            efra_covariance(
+                P[a:b] if whole else P,
+                rows[a:b],
+                P2,
+                g[a:b],
+                k[a:b],
+                c.forgetting,
+                c.efra_delta,
+                c.efra_beta,
+                whole,
+            )
         state.steps[...] += ok
         return state, e
+
+    def _scratch(self, count: int) -> list[np.ndarray]:
+        """``count`` reused (block, p, p) work buffers of this law, one set per thread (a law
+        may be shared by controllers flown on different threads)."""
+        bufs = getattr(self._work, "bufs", None)
+        if bufs is None or len(bufs) < count:
+            bufs = [np.empty((self._BLOCK, self.n, self.n)) for _ in range(count)]
+            self._work.bufs = bufs
+        return bufs[:count]
 
 
 class LastLayerRLS:

@@ -29,14 +29,12 @@ those formulas bit for bit.
 from __future__ import annotations
 
 import math
-import os
-from contextlib import contextmanager
 
 import numpy as np
-from numba import njit, types
-from numba.core import config as numba_config
+from numba import types
 from numba.extending import intrinsic
 
+from residual_quad.compiled import compiled as _compiled
 from residual_quad.envs.disturbances import DragModel, GroundEffect
 
 __all__ = ["lane_after", "lane_wrench", "params", "plant_wrench"]
@@ -45,36 +43,6 @@ NUM_ROTORS = 4
 NPARAMS = 6
 """Entries of :func:`params`: drag ``k_h``, ``k_v``, ``c_lin``, ground effect on (1.0) or off
 (0.0), its rotor radius (m) and its largest gain."""
-
-
-@contextmanager
-def _cache_outside_the_package():
-    """numba caches beside the source file where it can write there: inside ``site-packages``
-    for an installed package, where the files outlive ``pip uninstall`` and leave a
-    ``residual_quad`` folder that shadows a later (editable) install of the project. Unless
-    the user chose a folder (``NUMBA_CACHE_DIR``), the kernels defined inside this block cache
-    under the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``); numba's setting is
-    restored after, so no other numba code is affected."""
-    chosen = numba_config.CACHE_DIR
-    if not chosen:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        numba_config.CACHE_DIR = os.path.join(base, "residual_quad", "numba")
-    try:
-        yield
-    finally:
-        numba_config.CACHE_DIR = chosen
-
-
-def _compiled(fn):
-    """``fn`` compiled by numba without the GIL, its machine code cached on disk outside the
-    package (:func:`_cache_outside_the_package`); where numba finds no writable cache folder
-    (a read-only home, no ``NUMBA_CACHE_DIR``) it is compiled in each process instead of
-    failing the import."""
-    with _cache_outside_the_package():
-        try:
-            return njit(nogil=True, cache=True)(fn)
-        except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-            return njit(nogil=True)(fn)
 
 
 @intrinsic

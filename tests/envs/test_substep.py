@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from residual_quad.compiled import compiled
 from residual_quad.envs import substep
 from residual_quad.envs.disturbances import (
     DragModel,
@@ -272,7 +273,7 @@ def test_with_no_writable_cache_folder_the_kernels_compile_in_memory(monkeypatch
     def twice(x):
         return 2.0 * x
 
-    kernel = substep._compiled(twice)
+    kernel = compiled(twice)
     assert kernel(1.5) == 3.0
     assert isinstance(kernel._cache, caching.NullCache)
 
@@ -294,12 +295,12 @@ def test_the_kernels_cache_outside_the_package(tmp_path, monkeypatch):
     def thrice(x):
         return 3.0 * x
 
-    kernel = substep._compiled(thrice)
+    kernel = compiled(thrice)
     assert kernel(1.0) == 3.0
     assert Path(kernel._cache._cache_path).is_relative_to(tmp_path / "xdg" / "residual_quad")
     assert config.CACHE_DIR == before
     monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "mine"))
-    mine = substep._compiled(thrice)
+    mine = compiled(thrice)
     assert Path(mine._cache._cache_path).is_relative_to(tmp_path / "mine")
     assert config.CACHE_DIR == str(tmp_path / "mine")
 
