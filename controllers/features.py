@@ -79,6 +79,52 @@ def ppo_features(obs: np.ndarray) -> np.ndarray:
     ).astype(np.float32)
 
 
+def ppo_features_rows(obs: np.ndarray) -> np.ndarray:
+    """:func:`ppo_features` of each row of ``obs`` (n, OBS_DIM), bit for bit, in array form.
+
+    The same operations row by row: the yaw, its cosine and sine by ``math`` (numpy's vector
+    transcendentals may round differently), the heading rotation by a stacked ``matmul`` (numpy
+    hands each row the same BLAS call as the row's ``R_z(ψ)ᵀ @ v``), the rest elementwise.
+    The deployed controllers fly with it (their rows were flown with :func:`ppo_features`);
+    :func:`ppo_features_batch` is the faster form training uses.
+    """
+    o = np.asarray(obs, dtype=np.float64)
+    if o.ndim != 2 or o.shape[1] != OBS_DIM:
+        raise ValueError(f"observations must have shape (n, {OBS_DIM}), got {o.shape}")
+    n = len(o)
+    R = o[:, L.rot].reshape(n, 3, 3)
+    psi = np.array(
+        [math.atan2(a, b) for a, b in zip(R[:, 1, 0].tolist(), R[:, 0, 0].tolist(), strict=True)]
+    )
+    c = np.array([math.cos(x) for x in psi.tolist()])
+    s = np.array([math.sin(x) for x in psi.tolist()])
+    Rz_T = np.zeros((n, 3, 3))
+    Rz_T[:, 0, 0], Rz_T[:, 0, 1], Rz_T[:, 1, 0], Rz_T[:, 1, 1] = c, s, -s, c
+    Rz_T[:, 2, 2] = 1.0
+
+    def heading(v: np.ndarray) -> np.ndarray:  # R_z(ψ)ᵀ @ v of each row
+        return np.matmul(Rz_T, v[:, :, None])[:, :, 0]
+
+    dyaw = (psi - o[:, L.ref_yaw]).tolist()
+    return np.concatenate(
+        (
+            np.clip(heading(o[:, L.pos] - o[:, L.ref_pos]), -_POS_CLIP, _POS_CLIP) / _SCALES["e_p"],
+            heading(o[:, L.vel] - o[:, L.ref_vel]) / _SCALES["e_v"],
+            heading(np.ascontiguousarray(o[:, L.ref_vel])) / _SCALES["ref_v"],
+            heading(np.ascontiguousarray(o[:, L.ref_acc])) / _SCALES["ref_a"],
+            np.matmul(Rz_T, R).reshape(n, 9),
+            np.array([math.sin(x) for x in dyaw]).reshape(n, 1),
+            np.array([math.cos(x) for x in dyaw]).reshape(n, 1),
+            o[:, L.ref_yaw_rate].reshape(n, 1),
+            o[:, L.omega_b] / _SCALES["omega"],
+            o[:, L.thrusts] * (2.0 / ROTOR_MAX_N) - 1.0,
+            o[:, L.imu] / G,
+            o[:, 2:3] / _SCALES["z"],
+        ),
+        axis=1,
+    ).astype(np.float32)
+
+
 def _heading_of(o: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The heading frame of raw observations ``(n, ≥ OBS_DIM)``: the rotations ``R`` (n, 3, 3),
     the yaw ``ψ`` of each and its cosine and sine (n,)."""

@@ -32,7 +32,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from residual_quad.controllers.features import FEATURE_NAMES, ppo_features, ppo_features_batch
+from residual_quad.controllers.features import (
+    FEATURE_NAMES,
+    ppo_features_batch,
+    ppo_features_rows,
+)
 from residual_quad.envs.observation import OBS_DIM, is_observation_width
 from residual_quad.envs.observation import ObsLayout as L
 
@@ -173,8 +177,9 @@ class PolicyFeatures:
         action_dim: actions per decision (4: ``ppo``/``ppo_adapt``, 3: ``ppo_res``).
         period_s: s between two :meth:`features` calls of an env (the decision period: control
             period × action repeat); sets the integral's leak.
-        rowwise: the base features by :func:`ppo_features` row by row (the deployed controllers:
-            the shipped rows were flown with it) instead of :func:`ppo_features_batch` (training;
+        rowwise: the base features of :func:`ppo_features` row by row, bit for bit
+            (:func:`ppo_features_rows`; the deployed controllers: the shipped rows were flown
+            with them) instead of :func:`ppo_features_batch` (training;
             the two differ by at most one float32 rounding).
     """
 
@@ -223,7 +228,7 @@ class PolicyFeatures:
             raise ValueError(f"observations must have shape (n, >= {OBS_DIM}), got {o.shape}")
         base_obs = o[:, :OBS_DIM]
         if self.rowwise:
-            base = np.stack([ppo_features(row) for row in base_obs])
+            base = ppo_features_rows(base_obs)
         else:
             base = ppo_features_batch(base_obs)
         if spec.empty:

@@ -24,6 +24,7 @@ from residual_quad.controllers.features import (
     FEATURE_NAMES,
     ppo_features,
     ppo_features_batch,
+    ppo_features_rows,
 )
 from residual_quad.controllers.law import Law
 from residual_quad.controllers.numpy_policy import NumpyPolicy
@@ -46,6 +47,7 @@ from residual_quad.controllers.policy_file import (
     shipped_policy_path,
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec, InputsState, PolicyFeatures
+from residual_quad.envs.observation import OBS_DIM
 
 __all__ = [
     "FEATURE_DIM",
@@ -253,7 +255,7 @@ def observation_actions(
     default: :func:`ppo_features` of each row), the law's normalizer, one forward — the one
     path of one vehicle and a batch."""
     if inputs is None:
-        x = np.stack([ppo_features(o) for o in obs])
+        x = ppo_features_rows(np.asarray(obs, dtype=np.float64)[:, :OBS_DIM])
     else:
         _, x = law.inputs.features(inputs, obs, last_actions, estimate, rows)
     if law.normalizer is not None:

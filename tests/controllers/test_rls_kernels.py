@@ -53,9 +53,7 @@ def test_efra_kernel_equals_the_numpy_formula_bit_for_bit(seed, n_envs, p, zeros
         with np.errstate(all="ignore"):
             want = _numpy_efra(P, rows, g[rows], k[rows], lam, delta, beta)
             P2 = Pr @ Pr
-            efra_covariance(
-                got, rows, P2, g[rows], k[rows], lam, delta, beta, whole
-            )
+            efra_covariance(got, rows, P2, g[rows], k[rows], lam, delta, beta, whole)
         assert np.array_equal(got.view(np.int64), want.view(np.int64))  # bits, -0.0 and NaN
 
 
@@ -82,7 +80,7 @@ def test_the_batched_efra_update_is_independent_of_the_block():
     law = RLSLaw(theta0, RLSConfig(covariance="efra", forgetting=0.995))
     big = law.init_state(37)
     parts = [law.init_state(n) for n in (16, 16, 5)]
-    for step in range(30):
+    for _ in range(30):
         phi = np.maximum(rng.standard_normal((37, 65)), 0.0)  # ReLU-like: exact zeros
         y = rng.standard_normal((37, 3))
         mask = rng.random(37) < 0.8

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from residual_quad.compiled import compiled
+from residual_quad.compiled import compiled as numba_kernel
 from residual_quad.envs import substep
 from residual_quad.envs.disturbances import (
     DragModel,
@@ -273,7 +273,7 @@ def test_with_no_writable_cache_folder_the_kernels_compile_in_memory(monkeypatch
     def twice(x):
         return 2.0 * x
 
-    kernel = compiled(twice)
+    kernel = numba_kernel(twice)
     assert kernel(1.5) == 3.0
     assert isinstance(kernel._cache, caching.NullCache)
 
@@ -295,12 +295,12 @@ def test_the_kernels_cache_outside_the_package(tmp_path, monkeypatch):
     def thrice(x):
         return 3.0 * x
 
-    kernel = compiled(thrice)
+    kernel = numba_kernel(thrice)
     assert kernel(1.0) == 3.0
     assert Path(kernel._cache._cache_path).is_relative_to(tmp_path / "xdg" / "residual_quad")
     assert config.CACHE_DIR == before
     monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path / "mine"))
-    mine = compiled(thrice)
+    mine = numba_kernel(thrice)
     assert Path(mine._cache._cache_path).is_relative_to(tmp_path / "mine")
     assert config.CACHE_DIR == str(tmp_path / "mine")
 
