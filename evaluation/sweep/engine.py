@@ -172,16 +172,26 @@ def vector_batches(
     workers: int,
     batch_size: int = MAX_BATCH,
 ) -> list[Job]:
-    """The jobs of the vector backend: ``max(workers, ⌈runs / batch_size⌉)`` batches, each an
-    equal share of every controller and scenario (run ``j`` goes to batch ``j mod batches``), so
-    the cores finish together. A batch's rows are written when it finishes: smaller batches
-    lose less to an interruption and move the progress bar more often, larger ones fly faster."""
+    """The jobs of the vector backend: ``max(2·workers, ⌈runs / batch_size⌉)`` batches (at most
+    one per run) of consecutive runs, each controller's runs kept together (in the order its
+    label first appears), so each controller's batched step is shared by as many envs as
+    possible: spreading every controller over every batch left ~9 envs per controller and
+    call in the 3 132-run matrix and cost 1.65× the CPU time (docs/results/benchmarks.md). The
+    pool hands the next batch to the first free core, so the cores finish within one batch of
+    each other. A batch's rows are written when it finishes: smaller batches lose less to an
+    interruption and move the progress bar more often, larger ones fly faster."""
     if not specs:
         return []
-    parts = max(1, min(len(specs), max(workers, math.ceil(len(specs) / batch_size))))
+    first: dict[str, int] = {}
+    for s in specs:
+        first.setdefault(s.controller, len(first))
+    ordered = sorted(specs, key=lambda s: first[s.controller])  # stable: the matrix's order within
+    n = len(ordered)
+    parts = max(1, min(n, max(2 * workers, math.ceil(n / batch_size))))
+    bounds = [round(j * n / parts) for j in range(parts + 1)]
     jobs: list[Job] = []
     for j in range(parts):
-        batch = specs[j::parts]
+        batch = ordered[bounds[j] : bounds[j + 1]]
         dirs = [series_dir if wants_series(cfg, s) else None for s in batch]
         jobs.append((run_batch, (batch, cfg, dirs)))
     return jobs
