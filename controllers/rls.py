@@ -36,7 +36,8 @@ the regressor. The safeguards that [RES §5.1] found indispensable are all here:
   (``P = s·P̃``), so one update touches P̃ once (rank-1) and costs a few µs.
 
 :class:`RLSLaw` is the algorithm over an explicit :class:`RLSState` (one row per regression):
-``update`` for N regressions at once (numpy; P̃ stored full, symmetric by construction as it
+``update`` for N regressions at once (numpy, its covariance steps compiled one-pass kernels:
+:mod:`~residual_quad.controllers.rls_kernels`; P̃ stored full, symmetric by construction as it
 only receives symmetric rank-1 terms) and ``update_one`` for one (the BLAS triangle form above);
 the same steps, safeguards and counters, results equal to rounding. :class:`LastLayerRLS` runs
 one regression and keeps its state (standalone use, analyses, tests).
