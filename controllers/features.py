@@ -9,6 +9,7 @@ a policy file must have (:mod:`residual_quad.controllers.policy_file`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -106,16 +107,29 @@ def ppo_features_rows(obs: np.ndarray) -> np.ndarray:
         return np.matmul(Rz_T, v[:, :, None])[:, :, 0]
 
     dyaw = (psi - o[:, L.ref_yaw]).tolist()
+    sin_cos = np.array([(math.sin(x), math.cos(x)) for x in dyaw]).reshape(n, 2)
+    return _assemble(o, heading, np.matmul(Rz_T, R).reshape(n, 9), sin_cos)
+
+
+def _assemble(
+    o: np.ndarray,
+    heading: Callable[[np.ndarray], np.ndarray],
+    R_h: np.ndarray,
+    sin_cos: np.ndarray,
+) -> np.ndarray:
+    """The feature vector of raw observations ``o`` (n, OBS_DIM) in the order of
+    :data:`FEATURE_NAMES`, float32, given the rotation into each row's heading frame
+    ``heading(v)`` of world vectors ``v`` (n, 3), the tilt ``R_h`` (n, 9) and the heading
+    error's sine and cosine (n, 2)."""
     return np.concatenate(
         (
             np.clip(heading(o[:, L.pos] - o[:, L.ref_pos]), -_POS_CLIP, _POS_CLIP) / _SCALES["e_p"],
             heading(o[:, L.vel] - o[:, L.ref_vel]) / _SCALES["e_v"],
             heading(np.ascontiguousarray(o[:, L.ref_vel])) / _SCALES["ref_v"],
             heading(np.ascontiguousarray(o[:, L.ref_acc])) / _SCALES["ref_a"],
-            np.matmul(Rz_T, R).reshape(n, 9),
-            np.array([math.sin(x) for x in dyaw]).reshape(n, 1),
-            np.array([math.cos(x) for x in dyaw]).reshape(n, 1),
-            o[:, L.ref_yaw_rate].reshape(n, 1),
+            R_h,
+            sin_cos,
+            o[:, L.ref_yaw_rate, None],
             o[:, L.omega_b] / _SCALES["omega"],
             o[:, L.thrusts] * (2.0 / ROTOR_MAX_N) - 1.0,
             o[:, L.imu] / G,
@@ -155,26 +169,10 @@ def ppo_features_batch(obs: np.ndarray) -> np.ndarray:
     def heading(v: np.ndarray) -> np.ndarray:  # R_z(ψ)ᵀ·v, row by row
         return _to_heading(c, s, v)
 
-    e_p = np.clip(heading(o[:, L.pos] - o[:, L.ref_pos]), -_POS_CLIP, _POS_CLIP)
-    e_v = heading(o[:, L.vel] - o[:, L.ref_vel])
     rows = [heading(R[:, :, j]) for j in range(3)]  # columns of R_z(ψ)ᵀ·R
     R_h = np.stack(rows, axis=2).reshape(-1, 9)
     dyaw = psi - o[:, L.ref_yaw]
-    return np.concatenate(
-        (
-            e_p / _SCALES["e_p"],
-            e_v / _SCALES["e_v"],
-            heading(o[:, L.ref_vel]) / _SCALES["ref_v"],
-            heading(o[:, L.ref_acc]) / _SCALES["ref_a"],
-            R_h,
-            np.stack((np.sin(dyaw), np.cos(dyaw), o[:, L.ref_yaw_rate]), axis=1),
-            o[:, L.omega_b] / _SCALES["omega"],
-            o[:, L.thrusts] * (2.0 / ROTOR_MAX_N) - 1.0,
-            o[:, L.imu] / G,
-            o[:, 2:3] / _SCALES["z"],
-        ),
-        axis=1,
-    ).astype(np.float32)
+    return _assemble(o, heading, R_h, np.stack((np.sin(dyaw), np.cos(dyaw)), axis=1))
 
 
 def preview_features(obs: np.ndarray, k: int) -> np.ndarray:
