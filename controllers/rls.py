@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -196,7 +195,7 @@ class RLSLaw:
 
     # P̃ is rescaled into s when s leaves this range (keeps P̃ well away from under/overflow)
     _RENORM = 1e6
-    _BLOCK = 16  # envs per block of the batched rank-1 update (16 × 65 × 65 doubles ≈ 0.5 MB)
+    _BLOCK = 16  # envs per block of EFRA's batched P² (16 × 65 × 65 doubles ≈ 0.5 MB)
 
     def __init__(self, theta0: np.ndarray, config: RLSConfig | None = None):
         theta0 = np.array(theta0, dtype=float)
@@ -207,7 +206,6 @@ class RLSLaw:
         self._theta0 = theta0.copy()  # private: never handed out writable, never written
         self._theta0.setflags(write=False)
         self._ones = np.ones(self.n)
-        self._work = threading.local()  # scratch of the batched updates (:meth:`_scratch`)
 
     @property
     def theta0(self) -> np.ndarray:
@@ -423,7 +421,7 @@ class RLSLaw:
         # P⁺ = ½(Q + Qᵀ), Q = (P − k·(Pφ)(Pφ)ᵀ)/λ − δ·P² + β·I: P² by BLAS, the rest in one
         # compiled pass, in cache-sized blocks of rows (the bits do not depend on the block)
         g = Pphi[rows]
-        square = self._scratch(1)[0]
+        square = np.empty((min(self._BLOCK, rows.size), self.n, self.n))  # one block's P²
         whole = rows.size == P.shape[0]  # every row updates: blocks of P are views
         for a in range(0, rows.size, self._BLOCK):
             b = min(a + self._BLOCK, rows.size)
@@ -443,15 +441,6 @@ class RLSLaw:
             )
         state.steps[...] += ok
         return state, e
-
-    def _scratch(self, count: int) -> list[np.ndarray]:
-        """``count`` reused (block, p, p) work buffers of this law, one set per thread (a law
-        may be shared by controllers flown on different threads)."""
-        bufs = getattr(self._work, "bufs", None)
-        if bufs is None or len(bufs) < count:
-            bufs = [np.empty((self._BLOCK, self.n, self.n)) for _ in range(count)]
-            self._work.bufs = bufs
-        return bufs[:count]
 
 
 class LastLayerRLS:
