@@ -422,14 +422,14 @@ class RLSLaw:
         # compiled pass, in cache-sized blocks of rows (the bits do not depend on the block)
         g = Pphi[rows]
         square = np.empty((min(self._BLOCK, rows.size), self.n, self.n))  # one block's P²
-        whole = rows.size == P.shape[0]  # every row updates: blocks of P are views
+        whole = rows.size == P.shape[0]  # every row updates: P²'s blocks read views of P
         for a in range(0, rows.size, self._BLOCK):
             b = min(a + self._BLOCK, rows.size)
             P2 = square[: b - a]
             Pr = P[a:b] if whole else P[rows[a:b]]
             np.matmul(Pr, Pr, out=P2)
             efra_covariance(
-                P[a:b] if whole else P,
+                P,
                 rows[a:b],
                 P2,
                 g[a:b],
@@ -437,7 +437,6 @@ class RLSLaw:
                 c.forgetting,
                 c.efra_delta,
                 c.efra_beta,
-                whole,
             )
         state.steps[...] += ok
         return state, e

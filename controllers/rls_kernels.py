@@ -28,16 +28,16 @@ def _rank1_downdate(Pt, gc, g):  # pragma: no cover - compiled
 
 
 @compiled
-def _efra(P, rows, P2, g, k, lam, delta, beta, whole):  # pragma: no cover - compiled
+def _efra(P, rows, P2, g, k, lam, delta, beta):  # pragma: no cover - compiled
     B, p = g.shape
     for r in range(B):
-        row = r if whole else rows[r]
+        row = rows[r]
         kr = k[r]
         for i in range(p):
             for j in range(i, p):
                 qij = (P[row, i, j] - kr * (g[r, i] * g[r, j])) / lam - delta * P2[r, i, j]
                 qji = (P[row, j, i] - kr * (g[r, j] * g[r, i])) / lam - delta * P2[r, j, i]
-                if i == j:
+                if i == j:  # kept as ½(q + q), not q: the two differ where q + q overflows
                     qij = qij + beta
                     qji = qji + beta
                 s = 0.5 * (qij + qji)
@@ -59,12 +59,10 @@ def efra_covariance(
     forgetting: float,
     delta: float,
     beta: float,
-    whole: bool,
 ) -> None:
     """The EFRA covariance step of the rows ``rows`` of ``P`` (N, p, p), in place:
     ``P⁺ = ½(Q + Qᵀ)``, ``Q = (P − k·g·gᵀ)/λ − δ·P2 + β·I`` with ``g = Pφ`` and ``P2 = P²`` of
-    those rows (B, p) and (B, p, p), ``k`` (B,) the gains. ``whole``: the rows are all of
-    ``P`` in order (``rows`` is then not read)."""
+    those rows (B, p) and (B, p, p), ``k`` (B,) the gains."""
     _efra(
         P,
         np.ascontiguousarray(rows, dtype=np.int64),
@@ -74,5 +72,4 @@ def efra_covariance(
         float(forgetting),
         float(delta),
         float(beta),
-        bool(whole),
     )

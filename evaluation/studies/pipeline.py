@@ -30,7 +30,7 @@ from residual_quad.evaluation.report.beyond import (
     sweep_name,
 )
 from residual_quad.evaluation.sweep.config import SweepConfig
-from residual_quad.evaluation.sweep.engine import check_resume_config, run_sweep
+from residual_quad.evaluation.sweep.engine import check_resume_config, run_sweep, run_sweeps
 from residual_quad.evaluation.sweep.rows import read_rows
 
 RESIDUAL_CONTROLLERS = ("geo_res", "geo_rls", "hnewton_rls")
@@ -376,15 +376,14 @@ def beyond_stage(
         if notes is not None:
             notes += more
         plants = lag_sweeps(l_cfg, cfg.lag_rotor_tau_s, cfg.lag_latency_steps)
-        for k, (folder, p_cfg) in enumerate(plants, 1):
-            print(f"[3/4] evaluate, beyond the source: lag sweep {folder} ({k}/{len(plants)})")
-            run_sweep(
-                p_cfg,
-                out / LAG_DIR / folder,
-                resume=resume,
-                workers=p_cfg.workers or cfg.workers or None,
-                retry_failed=retry_failed,
-            )
+        print(f"[3/4] evaluate, beyond the source: the lag sweep, {len(plants)} plants")
+        run_sweeps(  # one plant per worker at a time: small matrices fly faster whole
+            [(p_cfg, out / LAG_DIR / folder) for folder, p_cfg in plants],
+            workers=l_cfg.workers or cfg.workers or None,
+            resume=resume,
+            retry_failed=retry_failed,
+            desc="lag sweep",
+        )
     section = beyond_section(
         rows,
         out,

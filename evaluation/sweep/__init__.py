@@ -42,6 +42,7 @@ from residual_quad.evaluation.sweep.engine import (
     run_one,
     run_rows,
     run_sweep,
+    run_sweeps,
     vector_batches,
 )
 from residual_quad.evaluation.sweep.rows import (
@@ -95,6 +96,7 @@ __all__ = [
     "run_one",
     "run_rows",
     "run_sweep",
+    "run_sweeps",
     "series_stem",
     "vector_batches",
     "wants_series",

@@ -173,13 +173,14 @@ def vector_batches(
     batch_size: int = MAX_BATCH,
 ) -> list[Job]:
     """The jobs of the vector backend: ``max(2·workers, ⌈runs / batch_size⌉)`` batches (at most
-    one per run) of consecutive runs, each controller's runs kept together (in the order its
-    label first appears), so each controller's batched step is shared by as many envs as
-    possible: spreading every controller over every batch left ~9 envs per controller and
-    call in the 3 132-run matrix and cost 1.65× the CPU time (docs/results/benchmarks.md). The
-    pool hands the next batch to the first free core, so the cores finish within one batch of
-    each other. A batch's rows are written when it finishes: smaller batches lose less to an
-    interruption and move the progress bar more often, larger ones fly faster."""
+    one per run; one worker has nothing to balance: ``⌈runs / batch_size⌉``) of consecutive runs,
+    each controller's runs kept together (in the order its label first appears), so each
+    controller's batched step is shared by as many envs as possible: spreading every controller
+    over every batch left ~9 envs per controller and call in the 3 132-run matrix and cost 1.65×
+    the CPU time (docs/results/benchmarks.md). The pool hands the next batch to the first free
+    core, so the cores finish within one batch of each other. A batch's rows are written when it
+    finishes: smaller batches lose less to an interruption and move the progress bar more often,
+    larger ones fly faster."""
     if not specs:
         return []
     first: dict[str, int] = {}
@@ -187,7 +188,8 @@ def vector_batches(
         first.setdefault(s.controller, len(first))
     ordered = sorted(specs, key=lambda s: first[s.controller])  # stable: the matrix's order within
     n = len(ordered)
-    parts = max(1, min(n, max(2 * workers, math.ceil(n / batch_size))))
+    balance = 2 * workers if workers > 1 else 1
+    parts = max(1, min(n, max(balance, math.ceil(n / batch_size))))
     bounds = [round(j * n / parts) for j in range(parts + 1)]
     jobs: list[Job] = []
     for j in range(parts):
@@ -531,3 +533,56 @@ def run_sweep(
         retry_failed=retry_failed,
         free_keys=RESUME_FREE_KEYS,
     )
+
+
+def run_sweeps(
+    sweeps: list[tuple[SweepConfig, str | Path]],
+    *,
+    workers: int | None = None,
+    resume: bool = False,
+    retry_failed: bool = False,
+    desc: str = "sweeps",
+) -> list[str]:
+    """Fly several small sweeps (``(config, out_dir)`` each) as one job each on one process
+    pool: each sweep flies in one worker, its runs in one vector batch (one worker has nothing
+    to balance), while the other workers fly the other sweeps. For many small matrices — the lag
+    sweep's 84 runs per plant — this is cheaper than :func:`run_sweep` one after the other with
+    every worker on each: a batched controller's step costs about as much for 12 envs as for
+    100, so a sweep cut into a batch per core pays it once per batch, and each sweep starts its
+    own pool (docs/results/benchmarks.md). The rows are those of :func:`run_sweep` (a run's
+    numbers do not depend on its batch). Returns the output folders in completion order."""
+    if not sweeps:
+        return []
+    jobs: list[Job] = [(_sweep_job, (cfg, str(out), resume, retry_failed)) for cfg, out in sweeps]
+    from tqdm import tqdm
+
+    done = []
+    with tqdm(total=len(jobs), desc=desc, unit="sweep", file=sys.stderr) as bar:
+        stream = map_jobs(jobs, backend="local", workers=workers)
+        try:
+            for out in stream:
+                done.append(out)
+                bar.update(1)
+        except BrokenProcessPool:
+            raise RuntimeError(
+                f"a worker process died after {len(done)} of {len(jobs)} sweeps; every finished "
+                "row is safe in its folder; rerun with resume to fly the rest"
+            ) from None
+        finally:
+            stream.close()
+    return done
+
+
+def _sweep_job(cfg: SweepConfig, out_dir: str, resume: bool, retry_failed: bool) -> str:
+    """One sweep of :func:`run_sweeps`, flown in this process, as one vector batch."""
+    n = len(expand(cfg))
+    run_sweep(
+        cfg,
+        out_dir,
+        resume=resume,
+        workers=1,
+        progress=False,
+        batch_size=max(1, n),
+        retry_failed=retry_failed,
+    )
+    return out_dir

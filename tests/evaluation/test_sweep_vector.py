@@ -12,7 +12,14 @@ import pytest
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.batch import BatchedGroups, BatchedLoop, make_batch_controller
 from residual_quad.episode import RunSpec, fly, fly_batch
-from residual_quad.evaluation.sweep import SERIES_DIR, SweepConfig, read_rows, run_sweep
+from residual_quad.evaluation.sweep import (
+    SERIES_DIR,
+    SweepConfig,
+    expand,
+    read_rows,
+    run_sweep,
+    run_sweeps,
+)
 
 MIXED = dict(
     controllers=["pid", "geo", "geo_res", "geo_rls", "hnewton", "geo:kp=5000"],  # the last diverges
@@ -200,3 +207,28 @@ def test_geo_rls_dob_is_batched_and_its_rows_equal_the_local_backend(tmp_path):
     local = run_sweep(cfg, tmp_path / "local", backend="local", workers=1, progress=False)
     vector = run_sweep(cfg, tmp_path / "vector", backend="vector", workers=1, progress=False)
     assert_rows_close(local, vector)
+
+
+def _without_wall_time(rows: list[dict]) -> list[dict]:
+    return sorted(
+        ({k: v for k, v in r.items() if k != "wall_time"} for r in rows),
+        key=lambda r: r["run_id"],
+    )
+
+
+def test_sweeps_on_one_pool_give_each_folder_the_rows_of_its_own_sweep(tmp_path):
+    """:func:`run_sweeps` (each sweep whole in one worker) writes into each folder the rows
+    :func:`run_sweep` writes there, bit for bit; a resumed folder flies only its missing runs."""
+    base = dict(MIXED, controllers=["pid", "geo_rls"], series=[], episode_s=2.0)
+    run_sweep(SweepConfig(**dict(base, seeds=[0])), tmp_path / "b", workers=1, progress=False)
+    sweeps = [
+        (SweepConfig(**dict(base, winds=["calm"], seeds=[0, 1])), tmp_path / "a"),
+        (SweepConfig(**dict(base, seeds=[0, 1])), tmp_path / "b"),  # seed 0 flown: resumed
+    ]
+    done = run_sweeps(sweeps, workers=2, resume=True)
+    assert sorted(done) == sorted(str(out) for _, out in sweeps)
+    for cfg, out in sweeps:
+        want = run_sweep(cfg, tmp_path / f"ref_{out.name}", workers=2, progress=False)
+        got = read_rows(out)
+        assert len(got) == len(want) == len(expand(cfg))  # each run once, resumed or not
+        assert _without_wall_time(got) == _without_wall_time(want)
