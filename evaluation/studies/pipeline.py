@@ -29,7 +29,7 @@ from residual_quad.evaluation.report.beyond import (
     beyond_outcome_of,
     sweep_name,
 )
-from residual_quad.evaluation.sweep.config import SweepConfig
+from residual_quad.evaluation.sweep.config import SweepConfig, expand
 from residual_quad.evaluation.sweep.engine import check_resume_config, run_sweep, run_sweeps
 from residual_quad.evaluation.sweep.rows import read_rows
 
@@ -359,30 +359,32 @@ def beyond_stage(
         workers=s_cfg.workers or cfg.workers or None,
         retry_failed=retry_failed,
     )
+    # the recovery sweeps and the lag sweep's plants: small matrices, one job each on one pool
+    small: list[tuple[SweepConfig, Path]] = []
     for name in cfg.recovery:
-        print(f"[3/4] evaluate, beyond the source: recovery sweep {name}")
         r_cfg, more = _prepared_sweep(name, cfg.recovery_overrides, weights)
         if notes is not None:
             notes += more
-        run_sweep(
-            r_cfg,
-            out / RECOVERY_DIR / sweep_name(name),
-            resume=resume,
-            workers=r_cfg.workers or cfg.workers or None,
-            retry_failed=retry_failed,
-        )
+        small.append((r_cfg, out / RECOVERY_DIR / sweep_name(name)))
+    n_recovery = len(small)
     if cfg.lag:
         l_cfg, more = _prepared_sweep(cfg.lag, cfg.lag_overrides, weights)
         if notes is not None:
             notes += more
         plants = lag_sweeps(l_cfg, cfg.lag_rotor_tau_s, cfg.lag_latency_steps)
-        print(f"[3/4] evaluate, beyond the source: the lag sweep, {len(plants)} plants")
-        run_sweeps(  # one plant per worker at a time: small matrices fly faster whole
-            [(p_cfg, out / LAG_DIR / folder) for folder, p_cfg in plants],
-            workers=l_cfg.workers or cfg.workers or None,
+        small += [(p_cfg, out / LAG_DIR / folder) for folder, p_cfg in plants]
+    if small:
+        print(
+            f"[3/4] evaluate, beyond the source: {n_recovery} recovery sweeps and "
+            f"{len(small) - n_recovery} lag-sweep plants, each whole in one worker"
+        )
+        own = [c.workers for c, _ in small if c.workers]  # a sweep's own workers cap the pool
+        run_sweeps(  # the larger first: the pool takes them in order
+            sorted(small, key=lambda s: -len(expand(s[0]))),
+            workers=min(own) if own else cfg.workers or None,
             resume=resume,
             retry_failed=retry_failed,
-            desc="lag sweep",
+            desc="recovery and lag sweeps",
         )
     section = beyond_section(
         rows,
