@@ -29,7 +29,7 @@ from residual_quad.evaluation.report.beyond import (
     beyond_outcome_of,
     sweep_name,
 )
-from residual_quad.evaluation.sweep.config import SweepConfig, expand
+from residual_quad.evaluation.sweep.config import SweepConfig
 from residual_quad.evaluation.sweep.engine import check_resume_config, run_sweep, run_sweeps
 from residual_quad.evaluation.sweep.rows import read_rows
 
@@ -379,8 +379,8 @@ def beyond_stage(
             f"{len(small) - n_recovery} lag-sweep plants, each whole in one worker"
         )
         own = [c.workers for c, _ in small if c.workers]  # a sweep's own workers cap the pool
-        run_sweeps(  # the larger first: the pool takes them in order
-            sorted(small, key=lambda s: -len(expand(s[0]))),
+        run_sweeps(
+            small,
             workers=min(own) if own else cfg.workers or None,
             resume=resume,
             retry_failed=retry_failed,

@@ -549,11 +549,16 @@ def run_sweeps(
     sweep's 84 runs per plant — this is cheaper than :func:`run_sweep` one after the other with
     every worker on each: a batched controller's step costs about as much for 12 envs as for
     100, so a sweep cut into a batch per core pays it once per batch, and each sweep starts its
-    own pool (docs/results/benchmarks.md). The rows are those of :func:`run_sweep` (a run's
-    numbers do not depend on its batch). Returns the output folders in completion order."""
+    own pool (docs/results/benchmarks.md). The pool takes the larger sweeps first, so the
+    workers finish close together. The rows are those of :func:`run_sweep` (a run's numbers do
+    not depend on its batch). Returns the output folders in completion order."""
     if not sweeps:
         return []
-    jobs: list[Job] = [(_sweep_job, (cfg, str(out), resume, retry_failed)) for cfg, out in sweeps]
+    runs = [len(expand(cfg)) for cfg, _ in sweeps]
+    order = sorted(range(len(sweeps)), key=lambda i: -runs[i])  # stable: ties keep their order
+    jobs: list[Job] = [
+        (_sweep_job, (sweeps[i][0], str(sweeps[i][1]), resume, retry_failed)) for i in order
+    ]
     from tqdm import tqdm
 
     done = []
@@ -575,14 +580,13 @@ def run_sweeps(
 
 def _sweep_job(cfg: SweepConfig, out_dir: str, resume: bool, retry_failed: bool) -> str:
     """One sweep of :func:`run_sweeps`, flown in this process, as one vector batch."""
-    n = len(expand(cfg))
     run_sweep(
         cfg,
         out_dir,
         resume=resume,
         workers=1,
         progress=False,
-        batch_size=max(1, n),
+        batch_size=sys.maxsize,  # one worker, no size limit: the whole sweep in one batch
         retry_failed=retry_failed,
     )
     return out_dir
