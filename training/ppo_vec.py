@@ -528,15 +528,27 @@ class NullVecEnv(VecEnv):
 
     Observations are a fixed random batch, rewards zero, and every env's episode ends every
     ``episode_steps`` steps (with ``terminal_observation``), so PPO does all of its own work
-    (policy forward, buffer, GAE, updates) and the env none.
+    (policy forward, buffer, GAE, updates) and the env none. ``obs_dim`` and ``action_dim`` are
+    the policy's input and output sizes (default: the base features, four rotor thrusts); a
+    ceiling for a recipe with more inputs must be given that recipe's sizes, since the network's
+    first layer, and so the learner's cost, grows with them.
     """
 
-    def __init__(self, num_envs: int, episode_steps: int = 1000, seed: int = 0):
-        observation_space = spaces.Box(-1e6, 1e6, shape=(FEATURE_DIM,), dtype=np.float32)
-        action_space = spaces.Box(-1.0, 1.0, shape=(4,), dtype=np.float32)
+    def __init__(
+        self,
+        num_envs: int,
+        episode_steps: int = 1000,
+        seed: int = 0,
+        obs_dim: int = FEATURE_DIM,
+        action_dim: int = 4,
+    ):
+        if obs_dim < 1 or action_dim < 1:
+            raise ValueError(f"obs_dim and action_dim must be >= 1, got {obs_dim}, {action_dim}")
+        observation_space = spaces.Box(-1e6, 1e6, shape=(obs_dim,), dtype=np.float32)
+        action_space = spaces.Box(-1.0, 1.0, shape=(action_dim,), dtype=np.float32)
         super().__init__(num_envs, observation_space, action_space)
         rng = np.random.default_rng(seed)
-        self._obs = rng.standard_normal((num_envs, FEATURE_DIM)).astype(np.float32)
+        self._obs = rng.standard_normal((num_envs, obs_dim)).astype(np.float32)
         self.episode_steps = episode_steps
         self._t = 0
 

@@ -5,8 +5,9 @@ epochs, normalization, one torch thread, the shipped learner settings of
 :func:`~residual_quad.training.ppo_model.prepare_learner`) with ``n_steps`` set so that one
 rollout is :data:`ROLLOUT_STEPS` policy steps, for the same number of PPO iterations:
 
-- **ceiling**: a :class:`~residual_quad.training.ppo_vec.NullVecEnv` with our spaces that
-  simulates nothing (``VecMonitor`` + ``VecNormalize`` too), i.e. what SB3's PPO itself costs —
+- **ceiling**: a :class:`~residual_quad.training.ppo_vec.NullVecEnv` with the training env's
+  spaces (the recipe's inputs: the same network) that simulates nothing (``VecMonitor`` +
+  ``VecNormalize`` too), i.e. what SB3's PPO itself costs —
   the **learner**, split into its update (``train()``: the epochs of minibatch gradient steps)
   and its share of the rollout (policy forward, buffer, normalization, GAE);
 - the same ceiling with SB3's default per-parameter Adam (torch's CPU default) instead of the
@@ -126,10 +127,21 @@ def _splits(n_envs: int, iterations: int) -> dict[str, Split]:
     torch.set_num_threads(max(1, cfg.torch_threads))
     models, envs = {}, []
     try:
+        real = {}
         for kind in KINDS:
-            null = kind.startswith("ceiling")
-            venv = VecMonitor(NullVecEnv(n_envs)) if null else make_training_env(cfg)
-            envs.append(venv)
+            if not kind.startswith("ceiling"):
+                real[kind] = make_training_env(cfg)
+                envs.append(real[kind])
+        probe = envs[0]  # the ceiling's network is the recipe's own: its input and output sizes
+        sizes = {
+            "obs_dim": probe.observation_space.shape[0],
+            "action_dim": probe.action_space.shape[0],
+        }
+        for kind in KINDS:
+            venv = real.get(kind)
+            if venv is None:
+                venv = VecMonitor(NullVecEnv(n_envs, **sizes))
+                envs.append(venv)
             venv.seed(cfg.seed)
             venv = normalized(venv, cfg)
             model = new_model(cfg, venv)

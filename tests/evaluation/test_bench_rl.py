@@ -48,3 +48,25 @@ def test_bench_rl_runs_every_kind_through_the_cli(monkeypatch, capsys):
     assert "from the shipped policy" in out and "env per policy step" in out
     assert sorted(seen) == sorted(KINDS)
     assert all(s.rollout_us > 0 and s.update_us > 0 for s in seen.values())
+
+
+def test_the_ceiling_learns_the_same_network_as_end_to_end(monkeypatch):
+    """The ceiling's learner must be the recipe's own: its inputs (preview, memory) widen the
+    first layer, and a ceiling on the base features would understate what the learner costs."""
+    from residual_quad.controllers.features import FEATURE_DIM
+
+    monkeypatch.setattr(bench_rl, "ROLLOUT_STEPS", 64)  # one step of 64 envs
+    shapes: dict[str, list[tuple[int, ...]]] = {}
+    inputs: dict[str, int] = {}
+
+    def record(models, iterations):
+        for kind, model in models.items():
+            shapes[kind] = [tuple(p.shape) for p in model.policy.parameters()]
+            inputs[kind] = model.policy.mlp_extractor.policy_net[0].in_features
+        return {kind: Split(1.0, 1.0) for kind in models}
+
+    monkeypatch.setattr(bench_rl, "_interleaved_splits", record)
+    bench_rl._splits(64, 1)
+    assert sorted(shapes) == sorted(KINDS)
+    assert len({tuple(s) for s in shapes.values()}) == 1, shapes
+    assert len(set(inputs.values())) == 1 and inputs["ceiling"] > FEATURE_DIM, inputs
