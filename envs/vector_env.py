@@ -341,7 +341,7 @@ class ResidualQuadVectorEnv(VectorEnv):
         return obs, reward, terminated, truncated, info
 
     def step_subset(
-        self, ids: Sequence[int] | np.ndarray, actions: Any
+        self, ids: Sequence[int] | np.ndarray, actions: Any, preview: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step only the envs ``ids`` (distinct indices in increasing order, none pending
         autoreset) with ``actions`` (one row each, checked and clipped as :meth:`step`'s).
@@ -350,7 +350,9 @@ class ResidualQuadVectorEnv(VectorEnv):
         other envs zero and their info masks ``False``; the other envs do not move. An env whose
         episode ends here is pending autoreset: the next :meth:`step` resets it, or
         :meth:`reset_subset` does now. Ids out of range, repeated or unsorted, or of an env
-        pending autoreset, are a ``ValueError``."""
+        pending autoreset, are a ``ValueError``. ``preview=False`` (a caller holding an action
+        for several periods reads the preview at the last only): the preview's entries are NaN,
+        not computed, where the episode goes on; the rest is the same bits."""
         self._check_started("step_subset")
         ids = self._check_ids(ids)
         pending = ids[self._autoreset[ids]]
@@ -361,7 +363,7 @@ class ResidualQuadVectorEnv(VectorEnv):
             )
         action = self.check_actions(actions, n=len(ids))
         obs = np.zeros((self.num_envs, self.obs_dim))
-        obs, reward, terminated, truncated, info = self._step_envs(ids, action, obs)
+        obs, reward, terminated, truncated, info = self._step_envs(ids, action, obs, preview)
         self._autoreset[ids] = terminated[ids] | truncated[ids]
         return obs, reward, terminated, truncated, info
 
@@ -492,10 +494,11 @@ class ResidualQuadVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ the step
     def _step_envs(
-        self, active: np.ndarray, action: np.ndarray, obs_out: np.ndarray
+        self, active: np.ndarray, action: np.ndarray, obs_out: np.ndarray, preview: bool = True
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step the envs ``active`` (clipped ``action`` rows): the batched physics, then the task
-        functions the single env calls. Full-size outputs; ``obs_out`` filled at ``active``."""
+        functions the single env calls. Full-size outputs; ``obs_out`` filled at ``active``
+        (``preview=False``: :meth:`step_subset`'s)."""
         n = self.num_envs
         reward_out = np.zeros(n)
         terminated_out = np.zeros(n, dtype=bool)
@@ -523,7 +526,8 @@ class ResidualQuadVectorEnv(VectorEnv):
         steps = self._steps[active]
         qpos, qvel = state[:, physics.qpos], state[:, physics.qvel]
         reference = self._references.rows(active, steps, self._autoreset)
-        if self._preview is not None:  # a reference that cannot be read raises, as above
+        ahead = None
+        if self._preview is not None and preview:  # an unreadable reference raises, as above
             ahead = self._preview.batch(self._references, active, steps, self._autoreset)
         obs = true_observation(qpos[:, 0:7], qvel[:, 0:6], reference, f, period.imu)
         out = task_step(
@@ -543,6 +547,13 @@ class ResidualQuadVectorEnv(VectorEnv):
         sense_batch(base, info, obs, active, self._noisy[active], self.envs)
         base[rows] = self._latency.observation(active, take_rows(base, rows))
         if self._preview is not None:
+            if ahead is None:  # only the envs whose episode ends here: their last observation
+                ahead = np.full((len(active), self.obs_dim - OBS_DIM), np.nan)
+                end = np.flatnonzero(out.terminated | out.truncated)
+                if len(end):
+                    ahead[end] = self._preview.batch(
+                        self._references, active[end], steps[end], self._autoreset
+                    )
             obs_out[rows, OBS_DIM:] = ahead
         reward_out[rows] = out.reward
         terminated_out[rows] = out.terminated

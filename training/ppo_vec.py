@@ -60,6 +60,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from residual_quad.controllers.features import FEATURE_DIM
 from residual_quad.controllers.policy_inputs import FeatureSpec, PolicyInputs
 from residual_quad.envs.checks import integer
+from residual_quad.envs.observation import OBS_DIM
 from residual_quad.envs.vector_env import ResidualQuadVectorEnv
 from residual_quad.training.ppo_config import MAX_VECTOR_ENVS
 from residual_quad.training.precision import PrecisionReward
@@ -391,7 +392,8 @@ class QuadVecEnv(VecEnv):
             change_sq = np.sum((action - self._last) ** 2, axis=1)
         for k in range(self.action_repeat):
             active = np.flatnonzero(running)
-            act = action if self.pilot is None else self.pilot(self._raw)
+            # a pilot's tracker reads the base fields only (a mid-hold preview is not read)
+            act = action if self.pilot is None else self.pilot(self._raw[:, :OBS_DIM])
             if est is not None:  # as deployed: Δâ of the new observation, then the command
                 if k:
                     self._estimate = est.observe(self._raw, running)
@@ -399,7 +401,9 @@ class QuadVecEnv(VecEnv):
                     est.command(self._raw, action, running)
                 else:
                     est.set_command(self.pilot.last_command, running)
-            obs, rew, term, trunc, info = venv.step_subset(active, act[active])
+            # the preview is read at the decision's last period only (and at an episode's end)
+            last_period = k == self.action_repeat - 1
+            obs, rew, term, trunc, info = venv.step_subset(active, act[active], last_period)
             self._raw[active] = obs[active]
             if precision is not None:  # a non-finite error (a blown-up state) pays 0
                 err = info["position_error"][active]

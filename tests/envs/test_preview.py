@@ -349,3 +349,38 @@ def test_a_shorter_vector_limit_does_not_move_the_preview_end():
     traj = make_trajectory("helix")
     np.testing.assert_allclose(vobs[L.preview_pos(5)][-3:], traj(0.25).pos, atol=1e-12)
     vec.close()
+
+
+@pytest.mark.parametrize("preview", [(4, 0.03), (3, 0.025)], ids=["on-grid", "off-grid"])
+def test_a_step_without_the_preview_leaves_it_nan_until_an_episode_ends(preview):
+    """``step_subset(..., preview=False)``: the preview's entries NaN where the episode goes
+    on, the usual ones where it ends (the terminal observation); every other output the same
+    bits as with the preview, and the next step's preview as if it had been read."""
+    kw = {"preview": preview, "episode_s": 0.1, "wind": "breezy"}
+    n, seed = len(SCENARIOS), 7
+    read, skip = (ResidualQuadVectorEnv(n, scenarios=SCENARIOS, nthread=1, **kw) for _ in "ab")
+    action = np.tile(_hover(read.envs[0]) + 0.01, (n, 1))
+    read.reset(seed=seed)
+    skip.reset(seed=seed)
+    ids = np.arange(n)
+    unread_ends = 0
+    for step in range(24):
+        going = np.flatnonzero(~read._autoreset)
+        with_preview = step % 2 == 0  # the episodes (10 periods) end at steps without it
+        a = read.step_subset(going, action[going])
+        b = skip.step_subset(going, action[going], preview=with_preview)
+        np.testing.assert_array_equal(a[0][:, :OBS_DIM], b[0][:, :OBS_DIM])
+        for x, y in zip(a[1:4], b[1:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(a[4]["position_error"], b[4]["position_error"])
+        ended = a[2] | a[3]
+        shown = ended if not with_preview else np.isin(ids, going)
+        np.testing.assert_array_equal(a[0][shown, OBS_DIM:], b[0][shown, OBS_DIM:])
+        assert np.isnan(b[0][going[~ended[going]], OBS_DIM:]).all() or with_preview
+        unread_ends += 0 if with_preview else int(ended.sum())
+        if ended.any():
+            idx = np.flatnonzero(ended)
+            np.testing.assert_array_equal(read.reset_subset(idx)[0], skip.reset_subset(idx)[0])
+    assert unread_ends >= 2 * n  # every env's episode ended twice at a step without it
+    read.close()
+    skip.close()

@@ -274,3 +274,47 @@ def test_the_log_position_cost_lowers_each_period_by_its_log_error():
     for bad in (0.0, -0.01, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="position_log_scale must be a finite number > 0"):
             PPOTrainConfig(position_log_scale=bad)
+
+
+@pytest.mark.parametrize("pilot", [False, True], ids=["rotor", "pilot"])
+def test_the_preview_read_at_decisions_only_moves_no_bit(pilot, monkeypatch):
+    """The adapter asks the vector env for the preview at a decision's last period only (and at
+    an episode's end): inputs, rewards, ends and terminal observations are the bits of reading it
+    every period, episodes ending mid-hold among them, a pilot's included."""
+
+    def rollout() -> tuple[list[Any], int]:
+        n = len(SCENARIOS)
+        kw: dict[str, Any] = {}
+        act = policy
+        spec = PREVIEW_SPEC
+        if pilot:
+            kw["pilot"] = ResidualPilot(n, 4.0, action_repeat=2, tracker="pid")
+            act = correction_policy
+        venv = _estimating_env(spec, **kw, **PREVIEW_KW)
+        venv.seed(5)
+        f = venv.reset()
+        out: list[Any] = [f]
+        mid_hold = 0
+        for _ in range(40):
+            f, r, d, infos = venv.step(act(f))
+            out += [f, r, d]
+            for info in infos:
+                if "terminal_observation" in info:
+                    out.append(info["terminal_observation"])
+                    mid_hold += info["control_steps"] == 1
+        venv.close()
+        return out, mid_hold
+
+    skipped, mid_hold = rollout()
+    original = ResidualQuadVectorEnv.step_subset
+    monkeypatch.setattr(
+        ResidualQuadVectorEnv,
+        "step_subset",
+        lambda self, ids, actions, preview=True: original(self, ids, actions, True),
+    )
+    every, _ = rollout()
+    assert mid_hold >= 2  # episodes ended mid-hold (the preview read for them at their end)
+    assert len(skipped) == len(every)
+    for a, b in zip(skipped, every, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert np.isfinite(a).all()
