@@ -132,7 +132,7 @@ def _splits(n_envs: int, iterations: int) -> dict[str, Split]:
             if not kind.startswith("ceiling"):
                 real[kind] = make_training_env(cfg)
                 envs.append(real[kind])
-        probe = envs[0]  # the ceiling's network is the recipe's own: its input and output sizes
+        probe = next(iter(real.values()))  # the ceiling's network is the recipe's own
         sizes = {
             "obs_dim": probe.observation_space.shape[0],
             "action_dim": probe.action_space.shape[0],

@@ -70,3 +70,11 @@ def test_the_ceiling_learns_the_same_network_as_end_to_end(monkeypatch):
     assert sorted(shapes) == sorted(KINDS)
     assert len({tuple(s) for s in shapes.values()}) == 1, shapes
     assert len(set(inputs.values())) == 1 and inputs["ceiling"] > FEATURE_DIM, inputs
+
+
+@pytest.mark.parametrize(("obs_dim", "action_dim"), [(0, 4), (35, 0), (-1, -1)])
+def test_a_null_env_without_inputs_or_outputs_is_refused(obs_dim, action_dim):
+    from residual_quad.training.ppo_vec import NullVecEnv
+
+    with pytest.raises(ValueError, match="obs_dim and action_dim must be >= 1"):
+        NullVecEnv(1, obs_dim=obs_dim, action_dim=action_dim)

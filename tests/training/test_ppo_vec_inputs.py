@@ -286,11 +286,10 @@ def test_the_preview_read_at_decisions_only_moves_no_bit(pilot, monkeypatch):
         n = len(SCENARIOS)
         kw: dict[str, Any] = {}
         act = policy
-        spec = PREVIEW_SPEC
         if pilot:
             kw["pilot"] = ResidualPilot(n, 4.0, action_repeat=2, tracker="pid")
             act = correction_policy
-        venv = _estimating_env(spec, **kw, **PREVIEW_KW)
+        venv = _estimating_env(PREVIEW_SPEC, **kw, **PREVIEW_KW)
         venv.seed(5)
         f = venv.reset()
         out: list[Any] = [f]
