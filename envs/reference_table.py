@@ -111,24 +111,24 @@ class BatchReferences:
         :func:`~residual_quad.envs.trajectories.check_reference`, naming the env."""
         slots = self.slot[active]
         tabulated = slots >= 0
-        if not tabulated.any():
-            block = np.empty((len(active), REFERENCE_SIZE))
-            self._per_env(active, steps, ~tabulated, block, failed)
-            return block
-        short = tabulated & (steps >= self._filled[np.maximum(slots, 0)])
-        if short.any():
-            for s in np.unique(slots[short]).tolist():
-                self._fill(s, int(steps[slots == s].max()) + 1)
-        # a step a table could not reach (its trajectory raised there) takes the other path
-        tabulated &= steps < self._filled[np.maximum(slots, 0)]
-        # one gather of whole rows from the tables seen as one (tables × steps, 11) array:
-        # a flat index takes a quarter of the time of a two-array index
-        flat = self._rows.reshape(-1, REFERENCE_SIZE)
-        if tabulated.all():
-            return np.take(flat, slots * self.length + steps, axis=0)
+        taken = None
+        if tabulated.any():
+            short = tabulated & (steps >= self._filled[np.maximum(slots, 0)])
+            if short.any():
+                for s in np.unique(slots[short]).tolist():
+                    self._fill(s, int(steps[slots == s].max()) + 1)
+            # a step a table could not reach (its trajectory raised there) takes the other path
+            tabulated &= steps < self._filled[np.maximum(slots, 0)]
+            # whole rows gathered from the tables seen as one (tables × steps, 11) array: a
+            # flat index takes a quarter of the time of a two-array index
+            flat = self._rows.reshape(-1, REFERENCE_SIZE)
+            index = slots * self.length + steps
+            if tabulated.all():
+                return np.take(flat, index, axis=0)
+            taken = np.take(flat, index[tabulated], axis=0)
         block = np.empty((len(active), REFERENCE_SIZE))
-        ks = np.flatnonzero(tabulated)
-        block[ks] = np.take(flat, slots[ks] * self.length + steps[ks], axis=0)
+        if taken is not None:
+            block[tabulated] = taken
         self._per_env(active, steps, ~tabulated, block, failed)
         return block
 
