@@ -66,6 +66,21 @@ def take_rows(a: np.ndarray, rows: slice | np.ndarray) -> np.ndarray:
     return a[rows].copy() if isinstance(rows, slice) else a[rows]
 
 
+def lane_plan(nbody: np.ndarray, nthread: int) -> list[list[np.ndarray]]:
+    """How a period's batch is shared among threads: ``nbody[j]`` is env ``j``'s model size
+    signature (one ``rollout`` call takes one size); returns, per lane, its pieces (indices into
+    ``nbody``, each of one size). The envs, ordered by size, are cut into up to ``nthread`` lanes
+    of equal count, at least :data:`MIN_LANE_ENVS` each, so the lanes end together whatever the
+    mix of sizes (a size group is split only where a cut falls in it)."""
+    order = np.argsort(nbody, kind="stable")
+    lanes = max(1, min(nthread, len(order) // MIN_LANE_ENVS))
+    plan = []
+    for span in np.array_split(order, lanes):
+        cuts = np.flatnonzero(np.diff(nbody[span])) + 1
+        plan.append(np.split(span, cuts))
+    return plan
+
+
 class PeriodResult(NamedTuple):
     """What the physics reports of one period, one row per stepped env."""
 
@@ -315,15 +330,14 @@ class BatchPhysics:
         env_models = self._env_models
         nbody = self._env_nbody[ids]
         unstable = np.zeros(len(rows), dtype=bool)
-        for nb in np.unique(nbody).tolist():  # one group per model size signature
-            js = np.flatnonzero(nbody == nb)
-            if nb not in self._datas:  # one MjData per lane, made before the lanes start
-                model = env_models[int(ids[js[0]])]
+        plan = lane_plan(nbody, self.nthread)
+        for nb in np.unique(nbody).tolist():  # one MjData per lane and size, made beforehand
+            if nb not in self._datas:
+                model = env_models[int(ids[np.flatnonzero(nbody == nb)[0]])]
                 self._datas[nb] = [mujoco.MjData(model) for _ in range(self.nthread)]
-            lanes = max(1, min(self.nthread, len(js) // MIN_LANE_ENVS))
-            parts = np.array_split(js, lanes)
 
-            def fly(lane: int, g: np.ndarray) -> None:
+        def fly(lane: int, pieces: list[np.ndarray]) -> None:
+            for g in pieces:  # one group's envs each
                 r = rows[g]
                 unstable[g] = self._rollout_group(
                     ids[g],
@@ -337,10 +351,10 @@ class BatchPhysics:
                     lane,
                 )
 
-            pending = [self._lanes.submit(fly, i, g) for i, g in enumerate(parts[1:], 1)]
-            fly(0, parts[0])  # the calling thread flies the first lane
-            for job in pending:
-                job.result()
+        pending = [self._lanes.submit(fly, i, p) for i, p in enumerate(plan[1:], 1)]
+        fly(0, plan[0])  # the calling thread flies the first lane
+        for job in pending:
+            job.result()
         return unstable
 
     def _rollout_group(
