@@ -1,4 +1,4 @@
-"""How a period's batch is shared among threads (:func:`~residual_quad.envs.vector_physics.lane_plan`)."""
+"""How a period's batch is shared among threads (``vector_physics.lane_plan``)."""
 
 import numpy as np
 from hypothesis import given
