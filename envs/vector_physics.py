@@ -140,6 +140,7 @@ class BatchPhysics:
         self._models: dict[tuple[float, int], mujoco.MjModel] = {}  # per (payload kg, nbody)
         self._env_models: list[mujoco.MjModel | None] = [None] * num_envs
         self._datas: dict[int, list[mujoco.MjData]] = {}  # per nbody: one MjData per lane
+        self._plan: tuple[bytes, list[list[np.ndarray]]] = (b"", [])  # (sizes, lane_plan)
         self._fallen: dict[int, np.ndarray] = {}  # per rollout model: see _rollout_period
         self._env_nbody = np.zeros(num_envs, dtype=np.int64)  # of its rollout model; 0: none yet
         self._env_fallen = np.zeros((num_envs, self.nstate))  # its rollout model's _fallen
@@ -330,11 +331,14 @@ class BatchPhysics:
         env_models = self._env_models
         nbody = self._env_nbody[ids]
         unstable = np.zeros(len(rows), dtype=bool)
-        plan = lane_plan(nbody, self.nthread)
-        for nb in np.unique(nbody).tolist():  # one MjData per lane and size, made beforehand
-            if nb not in self._datas:
-                model = env_models[int(ids[np.flatnonzero(nbody == nb)[0]])]
-                self._datas[nb] = [mujoco.MjData(model) for _ in range(self.nthread)]
+        key = nbody.tobytes()
+        if key != self._plan[0]:  # the plan is a function of the sizes: kept while they stay
+            self._plan = (key, lane_plan(nbody, self.nthread))
+            for nb in np.unique(nbody).tolist():  # one MjData per lane and size, made beforehand
+                if nb not in self._datas:
+                    model = env_models[int(ids[np.flatnonzero(nbody == nb)[0]])]
+                    self._datas[nb] = [mujoco.MjData(model) for _ in range(self.nthread)]
+        plan = self._plan[1]
 
         def fly(lane: int, pieces: list[np.ndarray]) -> None:
             for g in pieces:  # one group's envs each

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from residual_quad.envs.disturbances import WindProcess
+from residual_quad.envs.disturbances import WindProcess, refill_blocks
 
 
 class WindMirror:
@@ -64,11 +64,22 @@ class WindMirror:
         else:
             j = np.flatnonzero(fits)
             out[j] = np.take(flat, start[j, None] + np.arange(n), axis=0, mode="clip")
-            for k in np.flatnonzero(~fits).tolist():
-                i = int(envs[k])
-                proc = self._process(i)
-                proc.position = self._pos[i]
-                out[k] = proc.take(n)
-                self.mirror(i)
+            out[~fits] = self._take_across(envs[~fits], n)
         self._pos[envs[fits]] += n
+        return out
+
+    def _take_across(self, envs: np.ndarray, n: int) -> np.ndarray:
+        """:meth:`take` for envs whose next ``n`` samples run past their block: the rest of the
+        block, then the new blocks, drawn together (:func:`refill_blocks`: bit for bit each
+        process's own refill); each env mirrored anew."""
+        out = np.empty((len(envs), n, 3))
+        procs = [self._process(i) for i in envs.tolist()]
+        rest = np.clip(self._len[envs] - self._pos[envs], 0, n).tolist()  # left in the old block
+        for k, i in enumerate(envs.tolist()):
+            out[k, : rest[k]] = self._block[i, self._pos[i] : self._pos[i] + rest[k]]
+        refill_blocks(procs)
+        for k, (i, proc) in enumerate(zip(envs.tolist(), procs, strict=True)):
+            proc.position = 0
+            out[k, rest[k] :] = proc.take(n - rest[k])  # a block shorter than that: its own refills
+            self.mirror(i)
         return out

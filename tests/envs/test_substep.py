@@ -332,6 +332,34 @@ def test_the_wind_mirror_hands_out_each_process_s_own_samples():
             assert _same_bits(got[row], twins[i].take(5)), (period, i)
 
 
+@pytest.mark.parametrize("blocks", [(7, 12, 9, 11), (3, 4, 12, 6)])
+def test_the_wind_mirror_crosses_blocks_mid_period_with_each_process_s_samples(blocks):
+    """Reads that start off the block grid (a reset draws one sample first) run past the block's
+    end within a period, several envs at once, their new blocks drawn together; blocks shorter
+    than a period too: every env still gets its own process's samples, bit for bit."""
+    from residual_quad.envs.wind_mirror import WindMirror
+
+    model = WindModel.from_spec("windy")
+
+    def made():
+        return [
+            WindProcess(model, 0.002, np.random.default_rng(k), block=b, chunk=1)
+            for k, b in enumerate(blocks)
+        ]
+
+    procs, twins = made(), made()
+    mirror = WindMirror(len(procs), lambda i: procs[i])
+    for i in range(len(procs)):
+        procs[i].take(1 + i)  # off the grid, each env at its own place
+        twins[i].take(1 + i)
+        mirror.mirror(i)
+    envs = np.arange(len(procs))
+    for period in range(15):
+        got = mirror.take(envs, 5)
+        for i in envs.tolist():
+            assert _same_bits(got[i], twins[i].take(5)), (period, i)
+
+
 def test_take_rows_copies_and_contiguous_finds_one_run():
     """The vector env's row indexing: one run of envs becomes a slice, anything else stays an
     index array, and the rows taken are a copy either way (the physics updates them in place
