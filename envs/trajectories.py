@@ -405,7 +405,7 @@ def fields_at(trajectory: Trajectory, times: np.ndarray) -> np.ndarray:
     """:func:`reference_fields` of a built-in trajectory (one of :data:`TRAJECTORIES`) at each
     of ``times`` (s), shape ``(len(times), 11)``, bit for bit: its :meth:`~Helix.motion` on
     arrays (:class:`~residual_quad.envs.xp.ARRAYS`, the same expressions as on floats) and the
-    heading wrapped by :func:`math.remainder`, element by element. A time whose reference
+    heading wrapped as :func:`math.remainder` wraps it (:func:`wrap_headings`). A time whose reference
     overflows gets non-finite entries here where the float path may raise; callers that must
     raise there check the rows (:class:`~residual_quad.envs.reference_table.BatchReferences`)."""
     with np.errstate(all="ignore"):
@@ -414,10 +414,23 @@ def fields_at(trajectory: Trajectory, times: np.ndarray) -> np.ndarray:
     for j, entry in enumerate(entries):
         rows[:, j] = entry
     yaw = entries[9]  # a constant heading (a float) is wrapped once
-    rows[:, 9] = (
-        [_wrapped(v) for v in yaw.tolist()] if isinstance(yaw, np.ndarray) else _wrapped(yaw)
-    )
+    rows[:, 9] = wrap_headings(yaw) if isinstance(yaw, np.ndarray) else _wrapped(yaw)
     return rows
+
+
+def wrap_headings(yaw: np.ndarray) -> np.ndarray:
+    """:func:`_wrapped` of each element (rad), bit for bit, as array operations: ``fmod`` is
+    exact, and moving its result ``r`` by one period when ``|r| > π`` is exact too (Sterbenz:
+    ``π < |r| < 2π``); a result of exactly ``±π`` (a tie, which IEEE's remainder breaks to the
+    even quotient) is left to :func:`math.remainder`."""
+    two_pi = 2.0 * math.pi
+    with np.errstate(invalid="ignore"):  # ±inf: NaN, as the float path marks it
+        r = np.fmod(yaw, two_pi)
+    r = np.where(np.abs(r) > math.pi, r - np.copysign(two_pi, r), r)
+    r[np.isnan(r)] = math.nan  # the float path's NaN, whatever the sign bit fmod left
+    for i in np.flatnonzero(np.abs(r) == math.pi).tolist():
+        r[i] = _wrapped(float(yaw[i]))
+    return r
 
 
 def _wrapped(yaw: float) -> float:

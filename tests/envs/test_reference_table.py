@@ -75,15 +75,19 @@ def test_equal_parameters_share_a_table_and_signed_zeros_do_not():
 
 
 def test_tables_fill_lazily_and_never_past_the_episode():
-    refs = BatchReferences(1, DT, 1000)
+    from residual_quad.envs.reference_table import _FIRST_FILL
+
+    refs = BatchReferences(1, DT, 8 * _FIRST_FILL)
     refs.set(0, Helix())
     failed = np.zeros(1, dtype=bool)
     refs.rows(np.array([0]), np.array([3]), failed)
-    assert refs._filled[0] == 64  # the first fill
-    refs.rows(np.array([0]), np.array([200]), failed)
-    assert refs._filled[0] == 201
-    refs.rows(np.array([0]), np.array([1000]), failed)
-    assert refs._filled[0] == 1001  # steps 0 … max_steps
+    assert refs._filled[0] == _FIRST_FILL  # the first fill
+    refs.rows(np.array([0]), np.array([_FIRST_FILL + 5]), failed)
+    assert refs._filled[0] == 2 * _FIRST_FILL  # doubling
+    refs.rows(np.array([0]), np.array([5 * _FIRST_FILL]), failed)
+    assert refs._filled[0] == 5 * _FIRST_FILL + 1  # as far as asked, past a doubling
+    refs.rows(np.array([0]), np.array([8 * _FIRST_FILL]), failed)
+    assert refs._filled[0] == 8 * _FIRST_FILL + 1  # steps 0 … max_steps
 
 
 def test_past_the_budget_a_trajectory_takes_the_per_env_path_with_the_same_bits():

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from residual_quad.envs.trajectories import (
     TRAJECTORIES,
@@ -120,3 +122,25 @@ def test_the_training_families_fly_in_the_single_and_the_vector_env(name):
     obs, _ = venv.reset(seed=[0, 1])
     assert np.all(np.isfinite(obs))
     venv.close()
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-(10**6), 10**6).map(lambda k: k * math.pi),  # near or on a tie
+            st.integers(-(10**6), 10**6).map(lambda k: (k + 0.5) * 2.0 * math.pi),
+        ),
+        min_size=1,
+        max_size=50,
+    )
+)
+def test_the_headings_wrapped_as_arrays_are_the_float_path_s_bits(values):
+    """``wrap_headings`` (the tables' array path) is ``math.remainder(yaw, 2π)`` of each element,
+    bit for bit, ties and non-finite headings (the float path's NaN) included."""
+    from residual_quad.envs.trajectories import _wrapped, wrap_headings
+
+    yaw = np.array(values, dtype=float)
+    got = wrap_headings(yaw)
+    want = np.array([_wrapped(v) for v in yaw.tolist()])
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
