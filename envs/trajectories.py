@@ -405,9 +405,10 @@ def fields_at(trajectory: Trajectory, times: np.ndarray) -> np.ndarray:
     """:func:`reference_fields` of a built-in trajectory (one of :data:`TRAJECTORIES`) at each
     of ``times`` (s), shape ``(len(times), 11)``, bit for bit: its :meth:`~Helix.motion` on
     arrays (:class:`~residual_quad.envs.xp.ARRAYS`, the same expressions as on floats) and the
-    heading wrapped as :func:`math.remainder` wraps it (:func:`wrap_headings`). A time whose reference
-    overflows gets non-finite entries here where the float path may raise; callers that must
-    raise there check the rows (:class:`~residual_quad.envs.reference_table.BatchReferences`)."""
+    heading wrapped as :func:`math.remainder` wraps it (:func:`wrap_headings`). A time whose
+    reference overflows gets non-finite entries here where the float path may raise; callers
+    that must raise there check the rows
+    (:class:`~residual_quad.envs.reference_table.BatchReferences`)."""
     with np.errstate(all="ignore"):
         entries = trajectory.motion(times, ARRAYS)  # type: ignore[attr-defined]
     rows = np.empty((len(times), len(entries)))
