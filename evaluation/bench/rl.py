@@ -190,6 +190,6 @@ def run(quick: bool = False) -> list[BenchRow]:
     sizes = (64,) if quick else (64, 256)
     from residual_quad.evaluation.bench.train_env import training_rows
 
-    iterations = 2 if quick else 4
+    iterations = 2 if quick else 8  # timed PPO iterations per run: eight for a steady median
     rows = [row for n in sizes for row in _rows(n, _splits(n, iterations))]
     return [*rows, *training_rows(quick)]
