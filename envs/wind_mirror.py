@@ -74,12 +74,11 @@ class WindMirror:
         process's own refill); each env mirrored anew."""
         out = np.empty((len(envs), n, 3))
         procs = [self._process(i) for i in envs.tolist()]
-        rest = np.clip(self._len[envs] - self._pos[envs], 0, n).tolist()  # left in the old block
-        for k, i in enumerate(envs.tolist()):
-            out[k, : rest[k]] = self._block[i, self._pos[i] : self._pos[i] + rest[k]]
-        refill_blocks(procs)
+        refill_blocks(procs)  # the mirror still holds each env's old block
         for k, (i, proc) in enumerate(zip(envs.tolist(), procs, strict=True)):
+            rest = min(max(int(self._len[i] - self._pos[i]), 0), n)  # left in the old block
+            out[k, :rest] = self._block[i, self._pos[i] : self._pos[i] + rest]
             proc.position = 0
-            out[k, rest[k] :] = proc.take(n - rest[k])  # a block shorter than that: its own refills
+            out[k, rest:] = proc.take(n - rest)  # a block shorter than that: its own refills
             self.mirror(i)
         return out
