@@ -83,6 +83,12 @@ def _pipeline() -> Runner:
     return run
 
 
+def _evaluation() -> Runner:
+    from residual_quad.evaluation.bench.evaluation import run
+
+    return run
+
+
 def _scaling() -> Runner:
     from residual_quad.evaluation.bench.scaling import run
 
@@ -102,12 +108,13 @@ SECTIONS: dict[str, Callable[[], Runner]] = {
     "rl": _rl,
     "period": _period,
     "pipeline": _pipeline,
+    "evaluation": _evaluation,
     "scaling": _scaling,
 }
 
 #: sections that run only when named in ``--sections``: ``scaling`` sweeps the matrix at every
-#: worker count (minutes, more on more cores)
-ON_REQUEST: frozenset[str] = frozenset({"scaling"})
+#: worker count (minutes, more on more cores), ``evaluation`` flies a batch per matrix row
+ON_REQUEST: frozenset[str] = frozenset({"scaling", "evaluation"})
 
 
 def run_bench(sections: list[str] | None = None, quick: bool = False) -> list[BenchRow]:
