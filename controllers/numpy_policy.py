@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from residual_quad.compiled import compiled
 from residual_quad.controllers.anchor import SparseAnchor, anchored_inputs
 
 _ACTIVATIONS: dict[str, Any] = {
@@ -21,6 +22,50 @@ _ACTIVATIONS: dict[str, Any] = {
 def _einsum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` with a summation order that does not depend on the batch size."""
     return np.einsum("nd,de->ne", a, b)
+
+
+@compiled
+def _rows_times(x, w):  # pragma: no cover - compiled
+    n_rows, n_in = x.shape
+    out = np.zeros((n_rows, w.shape[1]))
+    for n in range(n_rows):
+        o = out[n]
+        for d in range(n_in):
+            xd = x[n, d]
+            wd = w[d]
+            for h in range(wd.shape[0]):
+                o[h] = o[h] + xd * wd[h]
+    return out
+
+
+@compiled
+def _rows_times_narrow(x, w):  # pragma: no cover - compiled
+    n_rows, n_in = x.shape
+    out = np.empty((n_rows, w.shape[1]))
+    for n in range(n_rows):
+        for h in range(w.shape[1]):
+            a = 0.0
+            for d in range(n_in):
+                a = a + x[n, d] * w[d, h]
+            out[n, h] = a
+    return out
+
+
+#: below this many outputs a layer's product keeps each sum in a register (one per output)
+_NARROW = 8
+
+
+def layer_product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ w`` for ``x`` (n, d) and ``w`` (d, h), each output summed over ``d`` in ascending
+    order from zero — ``np.einsum("nd,dh->nh")``'s order and bits where it runs its
+    elementwise loop (``h`` ≥ 2), compiled: about half its time for a policy's layers. A row's
+    bits do not depend on the others; a one-output layer (``h`` = 1, where ``einsum`` sums in
+    another order) stays with ``einsum``."""
+    if w.shape[1] < 2:
+        return np.einsum("nd,dh->nh", x, w)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    return (_rows_times_narrow if w.shape[1] < _NARROW else _rows_times)(x, w)
 
 
 #: action distributions whose deterministic action is the action net's output (gSDE's noise is
@@ -36,10 +81,10 @@ class NumpyPolicy:
 
     Why: SB3's ``predict`` costs a few hundred µs a call (tensor conversions, float32 torch),
     more than the whole vehicle step; this forward costs a few µs. Its products are
-    ``np.einsum`` contractions, whose summation order does not depend on the batch size, so one
-    observation and a batch of them give bit-identical actions (a BLAS matrix product does not:
-    a one-row product takes another kernel). It equals SB3's float32 forward to float32 rounding
-    (``tests/controllers/test_ppo_numpy.py``).
+    sums in a fixed order (:func:`layer_product`, ``np.einsum``'s) that does not depend on the
+    batch size, so one observation and a batch of them give bit-identical actions (a BLAS matrix
+    product does not: a one-row product takes another kernel). It equals SB3's float32 forward
+    to float32 rounding (``tests/controllers/test_ppo_numpy.py``).
     """
 
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
@@ -116,7 +161,7 @@ class NumpyPolicy:
         """The network's output (n, a) for the normalized features ``x`` (n, d), unclipped."""
         h = np.asarray(x, dtype=np.float64)
         for w, b, act in self.layers:
-            h = act(np.einsum("nd,dh->nh", h, w) + b)
+            h = act(layer_product(h, w) + b)
         return h
 
     def __call__(self, x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,71 @@
+"""The policy forward's compiled layer product: ``np.einsum``'s bits on every shape a policy has
+(hypothesis hunts the others), a row's bits independent of its batch, and every shipped policy's
+layers checked on the batch sizes the sweeps fly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from residual_quad.controllers.numpy_policy import layer_product
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "controllers" / "weights"
+#: the policy kinds of the shipped files, longest prefix first (``ppo_acc_seed1.zip`` → ``ppo_acc``)
+KINDS = ("ppo_acc", "ppo_adapt", "ppo_res", "ppo")
+
+
+def _einsum(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.einsum("nd,dh->nh", x, w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    d=st.integers(1, 130),
+    h=st.integers(1, 70),
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([1e-300, 1e-8, 1.0, 1e8, 1e150]),
+)
+def test_the_layer_product_has_einsums_bits(n, d, h, seed, scale):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)) * scale
+    w = rng.standard_normal((d, h))
+    out = layer_product(x, w)
+    np.testing.assert_array_equal(out, _einsum(x, w))
+    row = int(rng.integers(n))
+    np.testing.assert_array_equal(out[row], layer_product(x[row : row + 1], w)[0])
+
+
+def test_non_finite_inputs_give_einsums_nans_and_infs():
+    w = np.array([[1.0, -1.0, 0.0], [2.0, 0.5, 0.0]])
+    x = np.array([[np.inf, 1.0], [np.nan, 0.0], [1e308, 1e308], [-0.0, -0.0]])
+    np.testing.assert_array_equal(layer_product(x, w), _einsum(x, w))
+    assert np.signbit(layer_product(x[3:], w)).tolist() == np.signbit(_einsum(x[3:], w)).tolist()
+
+
+def test_strided_and_float32_inputs_are_read_as_float64_values():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((12, 20))[:, ::2]  # a strided view
+    w = rng.standard_normal((10, 9)).astype(np.float32)
+    np.testing.assert_array_equal(layer_product(x, w), _einsum(x, w.astype(np.float64)))
+
+
+def test_every_shipped_policys_layers_have_einsums_bits():
+    pytest.importorskip("stable_baselines3")
+    from residual_quad.controllers.policy_file import load_policy
+
+    files = sorted(WEIGHTS.glob("ppo*.zip"))
+    assert len(files) >= 20  # every shipped RL file, seeds included
+    rng = np.random.default_rng(0)
+    for path in files:
+        kind = next(k for k in KINDS if path.name.startswith(k))
+        network = load_policy(path, kind)[3]
+        assert network is not None, path
+        for w, _, _ in network.layers:
+            for n in (1, 108, 256):
+                x = rng.standard_normal((n, w.shape[0]))
+                np.testing.assert_array_equal(layer_product(x, w), _einsum(x, w), err_msg=str(path))
