@@ -7,7 +7,11 @@ subtree quantities) inconsistent with the mass.
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections import OrderedDict
 from importlib import resources
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -75,11 +79,31 @@ def build_spec(
     return spec
 
 
+#: compiled models kept per process, by their build arguments (least recently used dropped)
+_COMPILED: OrderedDict[tuple[Any, ...], mujoco.MjModel] = OrderedDict()
+_COMPILED_MAX = 64
+_COMPILED_LOCK = threading.Lock()  # envs may be built on several threads (a server's)
+
+
 def build_model(
     airframe: Airframe | None = None,
     payload_kg: float = 0.0,
     physics_hz: float = 500.0,
     **spec_kwargs: float | bool,
 ) -> mujoco.MjModel:
-    """Compile :func:`build_spec`."""
-    return build_spec(airframe, payload_kg, physics_hz, **spec_kwargs).compile()
+    """Compile :func:`build_spec`: once per process for each set of arguments, then a copy of
+    that model (``copy.copy`` of an ``MjModel`` copies every field and array: the same model,
+    independent of the first) — a sweep builds one plant per run, most of them alike, and the
+    copy costs a sixth of the compile."""
+    key = (airframe or Airframe(), payload_kg, physics_hz, tuple(sorted(spec_kwargs.items())))
+    with _COMPILED_LOCK:
+        model = _COMPILED.get(key)
+        if model is not None:
+            _COMPILED.move_to_end(key)
+    if model is None:
+        model = build_spec(airframe, payload_kg, physics_hz, **spec_kwargs).compile()
+        with _COMPILED_LOCK:
+            _COMPILED[key] = model
+            if len(_COMPILED) > _COMPILED_MAX:
+                _COMPILED.popitem(last=False)
+    return copy.copy(model)

@@ -41,3 +41,31 @@ def test_payload_inertia_consistent_with_parallel_axis():
     assert ixx_origin == pytest.approx(ixx + (m_f + m_p) * z_c**2, rel=1e-9)
     ratio = ixx / 7.5e-3
     assert 1.5 < ratio < 1.7  # [RES §3.3]: "about 1.6x" for +0.75 kg
+
+
+# ------------------------------------------------------------------------------------ the cache
+def test_a_model_built_again_is_a_fresh_compile_and_its_own():
+    """Built models are compiled once per arguments and copied: every array of a second build
+    equals a fresh compile's, and no build shares memory with another or with the cache."""
+    from residual_quad.envs.model import build_spec
+
+    first = build_model(payload_kg=0.35, rotor_tau_s=0.03)
+    second = build_model(payload_kg=0.35, rotor_tau_s=0.03)
+    fresh = build_spec(payload_kg=0.35, rotor_tau_s=0.03).compile()
+    arrays = [n for n in dir(fresh) if isinstance(getattr(fresh, n, None), np.ndarray)]
+    assert len(arrays) > 100
+    for name in arrays:
+        np.testing.assert_array_equal(getattr(second, name), getattr(fresh, name), err_msg=name)
+    assert second.opt.timestep == fresh.opt.timestep and second.na == fresh.na == 4
+    second.body_mass[:] = 7.0
+    second.opt.timestep = 0.1
+    assert first.body_mass[1] == pytest.approx(0.95) and first.opt.timestep == fresh.opt.timestep
+    third = build_model(payload_kg=0.35, rotor_tau_s=0.03)
+    np.testing.assert_array_equal(third.body_mass, fresh.body_mass)
+    assert build_model(payload_kg=0.4).body_mass.sum() != third.body_mass.sum()  # its own key
+
+
+def test_bad_build_arguments_are_refused_every_time():
+    for _ in range(2):  # not cached: the second call refuses as the first did
+        with pytest.raises(ValueError, match="payload must be >= 0 kg"):
+            build_model(payload_kg=-0.1)
