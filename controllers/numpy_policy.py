@@ -90,6 +90,8 @@ class NumpyPolicy:
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray, Any]], squash: bool = False):
         self.layers = layers  # (W (in, out), b (out,), activation) each; the last is the mean
         self.squash = squash  # tanh of the mean (SAC/TQC's squashed Gaussian)
+        for w, _, _ in layers:  # compile (or load) the layer kernels now, not in the first
+            layer_product(np.zeros((1, w.shape[0])), w)  # control period (a server's clock)
         #: an anchored actor's (anchor, mean, std, clip): the mean is μ(x) − μ(x̄)
         #: (:mod:`~residual_quad.controllers.anchor`); ``None`` for a plain one
         self.anchor: tuple[SparseAnchor, np.ndarray, np.ndarray, float] | None = None

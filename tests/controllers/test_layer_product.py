@@ -4,6 +4,8 @@ layers checked on the batch sizes the sweeps fly."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +71,18 @@ def test_every_shipped_policys_layers_have_einsums_bits():
             for n in (1, 108, 256):
                 x = rng.standard_normal((n, w.shape[0]))
                 np.testing.assert_array_equal(layer_product(x, w), _einsum(x, w), err_msg=str(path))
+
+
+def test_a_policy_compiles_its_layer_kernels_when_built_not_in_its_first_step():
+    """In a fresh process no kernel is ready before a policy is built, and both are after."""
+    code = (
+        "import numpy as np\n"
+        "from residual_quad.controllers import numpy_policy as m\n"
+        "assert not m._rows_times.signatures and not m._rows_times_narrow.signatures\n"
+        "rng = np.random.default_rng(5)\n"
+        "m.NumpyPolicy([(rng.standard_normal((6, 16)), np.zeros(16), np.tanh),\n"
+        "               (rng.standard_normal((16, 3)), np.zeros(3), np.tanh)])\n"
+        "assert m._rows_times.signatures and m._rows_times_narrow.signatures\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
