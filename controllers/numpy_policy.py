@@ -62,7 +62,7 @@ def layer_product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     bits do not depend on the others; a one-output layer (``h`` = 1, where ``einsum`` sums in
     another order) stays with ``einsum``."""
     if w.shape[1] < 2:
-        return np.einsum("nd,dh->nh", x, w)
+        return _einsum(x, w)
     x = np.ascontiguousarray(x, dtype=np.float64)
     w = np.ascontiguousarray(w, dtype=np.float64)
     return (_rows_times_narrow if w.shape[1] < _NARROW else _rows_times)(x, w)

@@ -8,10 +8,8 @@ subtree quantities) inconsistent with the mass.
 from __future__ import annotations
 
 import copy
-import threading
-from collections import OrderedDict
+import functools
 from importlib import resources
-from typing import Any
 
 import mujoco
 import numpy as np
@@ -79,12 +77,6 @@ def build_spec(
     return spec
 
 
-#: compiled models kept per process, by their build arguments (least recently used dropped)
-_COMPILED: OrderedDict[tuple[Any, ...], mujoco.MjModel] = OrderedDict()
-_COMPILED_MAX = 64
-_COMPILED_LOCK = threading.Lock()  # envs may be built on several threads (a server's)
-
-
 def build_model(
     airframe: Airframe | None = None,
     payload_kg: float = 0.0,
@@ -95,15 +87,13 @@ def build_model(
     that model (``copy.copy`` of an ``MjModel`` copies every field and array: the same model,
     independent of the first) — a sweep builds one plant per run, most of them alike, and the
     copy costs a sixth of the compile."""
-    key = (airframe or Airframe(), payload_kg, physics_hz, tuple(sorted(spec_kwargs.items())))
-    with _COMPILED_LOCK:
-        model = _COMPILED.get(key)
-        if model is not None:
-            _COMPILED.move_to_end(key)
-    if model is None:
-        model = build_spec(airframe, payload_kg, physics_hz, **spec_kwargs).compile()
-        with _COMPILED_LOCK:
-            _COMPILED[key] = model
-            if len(_COMPILED) > _COMPILED_MAX:
-                _COMPILED.popitem(last=False)
-    return copy.copy(model)
+    spec = tuple(sorted(spec_kwargs.items()))
+    return copy.copy(_compiled(airframe or Airframe(), payload_kg, physics_hz, spec))
+
+
+@functools.lru_cache(maxsize=64)  # the compiled models of a process, least recently used dropped
+def _compiled(
+    airframe: Airframe, payload_kg: float, physics_hz: float, spec: tuple[tuple[str, float], ...]
+) -> mujoco.MjModel:
+    """The model :func:`build_model` copies (never handed out itself)."""
+    return build_spec(airframe, payload_kg, physics_hz, **dict(spec)).compile()

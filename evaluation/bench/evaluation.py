@@ -163,12 +163,7 @@ def run(quick: bool = False) -> list[BenchRow]:
     rows = matrix_rows(cfg)
     if quick:
         rows = {name: labels for name, labels in rows.items() if name in QUICK_ROWS}
-    floor = Floor()
-    for _ in range(3):  # warm-up
-        floor()
-    floor.times.clear()
-    for _ in range(FLOOR_BLOCKS):
-        floor()
+    floor = Floor().start(FLOOR_BLOCKS)
     costs = []
     for labels in rows.values():
         mine = [s for s in specs if s.controller == labels[0]]

@@ -39,12 +39,7 @@ def run(quick: bool = False) -> list[BenchRow]:
     )
 
     cores = os.cpu_count() or 1
-    floor = Floor()
-    for _ in range(3):  # warm-up
-        floor()
-    floor.times.clear()
-    for _ in range(5):
-        floor()
+    floor = Floor().start(5)
     cfg = QUICK if quick else PipelineConfig()
     with tempfile.TemporaryDirectory() as out:
         run_pipeline(cfg, out)

@@ -262,12 +262,7 @@ def sweep_rows(quick: bool, counts: list[int]) -> list[BenchRow]:
 
     matrix = QUICK_MATRIX if quick else {}
     cfg = SweepConfig(controllers=list(SOURCE_TRACKERS), series=[], **matrix)
-    floor = Floor()
-    for _ in range(FLOOR_WARMUP_BLOCKS):
-        floor()
-    floor.times.clear()
-    for _ in range(FLOOR_BLOCKS):
-        floor()
+    floor = Floor().start(FLOOR_BLOCKS, FLOOR_WARMUP_BLOCKS)
     runs = [("vector", w) for w in counts] + [("local", counts[-1])]
     walls: dict[tuple[str, int], float] = {}
     env_steps = runs_flown = 0

@@ -72,6 +72,15 @@ class Floor:
         self.times: list[float] = []
         self.clock = clock  # s: wall time, or the process's CPU time (see out_of_step_rows)
 
+    def start(self, blocks: int, warmup: int = 3) -> Floor:
+        """``warmup`` blocks not kept, then ``blocks`` kept: a section's floor before its runs."""
+        for _ in range(warmup):
+            self()
+        self.times.clear()
+        for _ in range(blocks):
+            self()
+        return self
+
     def __call__(self) -> float:
         t0 = self.clock()
         for _ in range(200):
