@@ -57,10 +57,11 @@ _NARROW = 8
 
 def layer_product(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x @ w`` for ``x`` (n, d) and ``w`` (d, h), each output summed over ``d`` in ascending
-    order from zero — ``np.einsum("nd,dh->nh")``'s order and bits where it runs its
-    elementwise loop (``h`` ≥ 2), compiled: about half its time for a policy's layers. A row's
-    bits do not depend on the others; a one-output layer (``h`` = 1, where ``einsum`` sums in
-    another order) stays with ``einsum``."""
+    order from zero, one multiply and one add per term (numba's IEEE arithmetic: never fused),
+    compiled. That is ``np.einsum("nd,dh->nh")``'s order where it runs its elementwise loop
+    (``h`` ≥ 2), and its bits where numpy's baseline has no fused multiply-add (x86-64 wheels),
+    in about half its time for a policy's layers. A row's bits do not depend on the others; a
+    one-output layer (``h`` = 1, where ``einsum`` sums in another order) stays with ``einsum``."""
     if w.shape[1] < 2:
         return _einsum(x, w)
     x = np.ascontiguousarray(x, dtype=np.float64)
