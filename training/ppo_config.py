@@ -45,6 +45,7 @@ from residual_quad.training.scenarios import (
     check_families,
     trajectory_ranges,
 )
+from residual_quad.training.schedule import check_polish
 
 HELD_OUT_PAYLOADS = ("extra",)
 #: ``reward_weights``'s default: the env reward's weights training uses
@@ -57,6 +58,8 @@ class PPOHyperparams:
 
     learning_rate: float = 3e-4
     lr_final: float | None = 1e-4  # linear decay to this at the end; None = constant
+    polish_steps: int = 0  # the budget's last steps: the rate falls on from lr_final ...
+    polish_lr: float | None = None  # ... to this (training/schedule.py; 0 steps: no polish)
     n_steps: int = 32
     batch_size: int = 1024
     n_epochs: int = 10
@@ -527,6 +530,7 @@ class PPOTrainConfig:
         if self.algo != "ppo":
             return  # offpolicy.check
         h = self.ppo
+        check_polish(h, self.total_steps)
         if h.n_steps < 1 or h.batch_size < 2 or h.n_epochs < 1:
             raise ValueError(
                 f"ppo needs n_steps >= 1, batch_size >= 2 and n_epochs >= 1, got n_steps "

@@ -22,6 +22,7 @@ from residual_quad.controllers.policy_file import (
     rl_purpose,
 )
 from residual_quad.training.ppo_config import PPOTrainConfig
+from residual_quad.training.schedule import polished
 
 
 def training_sampler(cfg: PPOTrainConfig) -> Any:
@@ -136,7 +137,7 @@ def new_model(
     h = cfg.ppo
     lr: Any = h.learning_rate
     if h.lr_final is not None:
-        lr = LinearSchedule(h.learning_rate, h.lr_final)
+        lr = polished(h, cfg.total_steps) or LinearSchedule(h.learning_rate, h.lr_final)
     act = activation(h.activation)
     policy: Any = "MlpPolicy"
     extra: dict[str, Any] = {}
