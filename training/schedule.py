@@ -1,4 +1,4 @@
-"""PPO's learning rate with a polish: the shipped linear decay, then a slower tail.
+"""PPO's learning rate with a polish: the linear decay to ``lr_final``, then a slower tail.
 
 SB3 saves the schedule with the model (pickled by reference), so the class keeps its name and
 module. The linear decay alone is :class:`~residual_quad.training.ppo_model.LinearSchedule`.
@@ -14,7 +14,7 @@ class PolishedSchedule:
     """The rate from ``start`` to ``end`` linearly over the first ``1 − polish`` of the budget,
     then on from ``end`` to ``final`` over the last ``polish`` (a fraction in (0, 1)): the
     recipe's decay as before, and a last stretch at a rate the deterministic mean can settle at
-    (docs/ppo.md, "A low-rate polish")."""
+    (docs/ppo.md, "A low-rate polish at the end of training")."""
 
     def __init__(self, start: float, end: float, final: float, polish: float):
         self.start, self.end, self.final, self.polish = start, end, final, polish
