@@ -54,12 +54,12 @@ class AccelerationPPOController(ResidualPPOController):
         feedforward_accel=True,
         tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances, "
         "smoothness and the learning rate's end: 20 tries of 1–6 M steps; the zero-error "
-        "anchor: 3 trained, 8 at evaluation only (an integral, anchors); the calm floor: 18 "
+        "anchor: 3 trained, 8 at evaluation only (an integral, anchors); the calm floor: 21 "
         "trained (the bound per axis, width, budget, smoothness, a finer kernel, a linear "
         "path, a low-rate polish), 1 at evaluation only (a five-file mean) (docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
-        tuning_trials=50,
+        tuning_trials=53,
     )
 
     # -- the policy's acceleration is the command; there is no residual -----------------------
