@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from residual_quad.training.ppo_config import PPOHyperparams, PPOTrainConfig
 from residual_quad.training.schedule import PolishedSchedule, polished
+from tests.training.test_smoothness import _config  # a small PPO config of 8 envs × 64 steps
 
 
 def test_known_answers() -> None:
@@ -37,19 +37,6 @@ def test_falls_between_its_ends(start, f_end, f_final, polish, progress) -> None
     rates = [s(p) for p in sorted(progress, reverse=True)]  # progress_remaining 1 → 0
     assert all(final * (1 - 1e-12) <= r <= start * (1 + 1e-12) for r in rates)
     assert all(b <= a * (1 + 1e-12) for a, b in zip(rates, rates[1:], strict=False))
-
-
-def _config(**ppo) -> PPOTrainConfig:
-    return PPOTrainConfig(
-        total_steps=1024,
-        n_envs=8,
-        episode_s=5.0,
-        eval_freq=0,
-        eval_scenarios=[["light", "breezy", "hover"]],
-        checkpoint_freq=0,
-        env_threads=1,
-        ppo=PPOHyperparams(n_steps=64, batch_size=128, n_epochs=1, **ppo),
-    )
 
 
 def test_off_by_default() -> None:
