@@ -6,8 +6,9 @@ module. The linear decay alone is :class:`~residual_quad.training.ppo_model.Line
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from residual_quad.envs.checks import integer, is_real
 
 
 class PolishedSchedule:
@@ -37,19 +38,15 @@ def polished(h: Any, total_steps: int) -> PolishedSchedule | None:
 def check_polish(h: Any, total_steps: int) -> None:
     """A one-line ``ValueError`` unless ``ppo.polish_steps`` is an integer in [0, total_steps)
     and, where it is not 0, ``ppo.lr_final`` is set and ``ppo.polish_lr`` is in (0, lr_final]."""
-    steps, lr = h.polish_steps, h.polish_lr
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < total_steps:
-        raise ValueError(
-            f"ppo.polish_steps must be an integer in [0, total_steps {total_steps}), got {steps!r}"
-        )
+    steps = integer("ppo.polish_steps", h.polish_steps, low=0, high=total_steps - 1)
+    lr = h.polish_lr
     if steps == 0:
         if lr is not None:
             raise ValueError(f"ppo.polish_lr is {lr!r} but ppo.polish_steps is 0: no polish")
         return
     if h.lr_final is None:
         raise ValueError("ppo.polish_steps continues the decay to ppo.lr_final: set lr_final")
-    ok = not isinstance(lr, bool) and isinstance(lr, int | float) and math.isfinite(lr)
-    if not (ok and 0 < lr <= h.lr_final):
+    if not (is_real(lr) and 0 < lr <= h.lr_final):
         raise ValueError(
             f"ppo.polish_lr must be a number in (0, lr_final {h.lr_final:g}], got {lr!r}"
         )
