@@ -54,12 +54,13 @@ class AccelerationPPOController(ResidualPPOController):
         feedforward_accel=True,
         tuning="ppo_res's PPO settings; exploration, decision rate, reward tolerances, "
         "smoothness and the learning rate's end: 20 tries of 1–6 M steps; the zero-error "
-        "anchor: 3 trained, 8 at evaluation only (an integral, anchors); the calm floor: 21 "
+        "anchor: 3 trained, 8 at evaluation only (an integral, anchors); the calm floor: 26 "
         "trained (the bound per axis, width, budget, smoothness, a finer kernel, a linear "
-        "path, a low-rate polish), 1 at evaluation only (a five-file mean) (docs/ppo.md)",
+        "path, a 1 M and a 2 M low-rate polish), 1 at evaluation only (a five-file mean) "
+        "(docs/ppo.md)",
         learned="policy",
         action="desired acceleration → the shared attitude loop (no PD)",
-        tuning_trials=53,
+        tuning_trials=58,
     )
 
     # -- the policy's acceleration is the command; there is no residual -----------------------

@@ -195,7 +195,7 @@ SHIPPED = {
             "controller": "the learned outer loop (docs/ppo.md)",
             "tracker": "feedforward: no feedback gain, the policy is the loop",
             "accel_scale": "a 10 m/s² bound: pid's PD at 0.5 m of error",
-            "total_steps": "5 M decisions at 100 Hz",
+            "total_steps": "7 M decisions at 100 Hz: 5 M, then the polish",
             "action_repeat": "1: the trackers' decision rate",
             "payloads": "a payload-mass grid to 0.6 kg (extra, 0.75 kg, still held out)",
             "trajectories": "the randomized families, Lissajous and spline included",
@@ -206,7 +206,8 @@ SHIPPED = {
             "features": "preview, the last 4 actions and the error integral",
             "eval_freq": "0: no selection on matrix conditions",
             "checkpoint_freq": "every 0.5 M steps",
-            "ppo": "ppo_res's update size, a fixed gSDE exploration scale, the rate down to 3e-5",
+            "ppo": "ppo_res's update size, a fixed gSDE exploration scale, the rate down to 3e-5, "
+            "then a 2 M polish to 3e-6",
         },
     ),
     "sac_acc": (
