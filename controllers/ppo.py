@@ -140,10 +140,10 @@ class PPOController(Law):
         "limit): 9 tries of 3–6 M steps, then 8 not shipped (tilt limits, faster shapes, a "
         "focus draw, 100 Hz, a gain penalty), then 6 not shipped (the reward's smoothness "
         "weight, the rate's end twice, a smaller gain penalty, a longer schedule) and a check "
-        "of checkpoints; docs/ppo.md",
+        "of checkpoints, then 3 not shipped (a low-rate polish); docs/ppo.md",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=30,
+        tuning_trials=33,
     )
 
     def __init__(
