@@ -48,11 +48,14 @@ REPRO_DIR = DOCS / "results" / "reproducibility"
 #: trajectories and seeds, the RL training seeds included
 SWEEP_SAMPLE: tuple[str, ...] = (
     "pid|light|windy|figure8|1",
+    "pid_tuned|extra|windy|helix|1",
     "geo|extra|breezy|helix|2",
     "geo_res|heavy|windy|helix|0",
     "geo_rls|extra|windy|helix|0",
     "geo_rls|none|calm|hover|1",
+    "geo_rls_tuned|light|breezy|figure8|2",
     "geo_rls_dob|extra|windy|figure8|1",
+    "geo_rls_dob_tuned|heavy|windy|hover|0",
     "hnewton_rls|heavy|breezy|figure8|2",
     "ppo|extra|windy|figure8|0",
     "ppo:training_seed=2|none|breezy|helix|1",
@@ -62,6 +65,8 @@ SWEEP_SAMPLE: tuple[str, ...] = (
     "ppo_adapt|heavy|breezy|helix|2",
     "ppo_adapt:training_seed=1|light|breezy|figure8|0",
     "ppo_adapt:training_seed=3|extra|breezy|hover|1",
+    "ppo_acc|none|windy|helix|2",
+    "ppo_acc:training_seed=3|heavy|calm|figure8|1",
 )
 #: the sampled stress rows (``run_id`` = label|scenario|seed): each stress group, each hnewton
 #: method, a crash and a loss

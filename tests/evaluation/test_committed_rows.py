@@ -42,6 +42,19 @@ def test_committed_rows_reproduce(kind, run_id):
     assert r.compare(row, r.committed_row(kind, run_id), sens, exact) == []
 
 
+def test_the_sweep_sample_holds_every_controller_row_of_the_matrix():
+    """One sampled row per controller row (an RL row by any of its training seeds), so a change
+    to any shipped controller or policy file moves a sampled row."""
+    from residual_quad.evaluation.sweep.rows import read_rows
+
+    rows = read_rows(r._require_docs("sweep"))
+    committed = {row["controller"].split(":")[0] for row in rows}
+    sampled = {run_id.split("|")[0].split(":")[0] for run_id in r.SWEEP_SAMPLE}
+    assert committed - sampled == set()
+    for run_id in r.SWEEP_SAMPLE:
+        assert r.committed_row("sweep", run_id)["run_id"] == run_id
+
+
 def test_every_sampled_row_has_a_measured_sensitivity_with_stable_outcomes():
     assert set(SENSITIVITY) == {f"{k}|{run_id}" for k, run_id in SAMPLE}
     for key, sens in SENSITIVITY.items():
