@@ -43,6 +43,7 @@ from residual_quad.training.scenarios import (
     FocusDraw,
     check_drawn,
     check_families,
+    check_focus,
     trajectory_ranges,
 )
 from residual_quad.training.schedule import check_polish
@@ -174,8 +175,9 @@ class PPOTrainConfig:
     # decision paying in (0, 1] (training/precision.py, docs/rl_reward.md)
     reward: str = "env"
     precision: PrecisionReward = field(default_factory=PrecisionReward)  # reward: precision
-    # randomized only: this fraction of episodes drawn from the section's own lists (FocusDraw)
-    focus: FocusDraw = field(default_factory=FocusDraw)
+    # randomized only: a share of episodes drawn from the section's own lists (FocusDraw; a
+    # list of them for several hard cases, their fractions summing below 1)
+    focus: FocusDraw | list[FocusDraw] = field(default_factory=FocusDraw)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -228,23 +230,17 @@ class PPOTrainConfig:
                 )
 
     def _check_focus(self) -> None:
-        """``focus``: a :class:`~residual_quad.training.scenarios.FocusDraw` (checked by its
-        ``check`` against this config's draw and lists; its payloads as the main ones)."""
-        if not isinstance(self.focus, FocusDraw):
-            raise ValueError(
-                "focus must be a mapping of FocusDraw's fields (fraction, payloads, winds, "
-                f"trajectories, trajectory_ranges), got {self.focus!r}"
-            )
-        if self.focus.check(self.trajectory_draw, self.trajectories, self.trajectory_ranges):
-            if self.focus.payloads is not None:
-                self._check_payloads(self.focus.payloads, "focus.payloads")
+        """``focus``: :func:`~residual_quad.training.scenarios.check_focus` against this config's
+        draw and lists, its payloads checked as the main ones."""
+        check_focus(self.focus, self.trajectory_draw, self.trajectories, self.trajectory_ranges,
+                    self._check_payloads)  # fmt: skip
 
-    def focus_lists(self) -> dict[str, Any]:
-        """The focus draw's payloads, winds, families and ranges (:meth:`FocusDraw.lists` over
-        this config's lists)."""
-        return self.focus.lists(
-            self.payloads, self.winds, self.trajectories, self.trajectory_ranges
-        )
+    def focus_lists(self) -> list[dict[str, Any]]:
+        """Each active focus draw's payloads, winds, families, ranges (:meth:`FocusDraw.lists`
+        over this config's lists) and ``fraction``."""
+        draws = self.focus if isinstance(self.focus, list) else [self.focus]
+        lists = (self.payloads, self.winds, self.trajectories, self.trajectory_ranges)
+        return [{**d.lists(*lists), "fraction": d.fraction} for d in draws if d.active()]
 
     def __post_init__(self) -> None:
         for name in ("seed", "eval_seed"):

@@ -32,24 +32,20 @@ def training_sampler(cfg: PPOTrainConfig) -> Any:
     if cfg.trajectory_draw == "randomized":
         from residual_quad.training.scenarios import OffMatrixSampler
 
-        focus = None
-        if cfg.focus.active():
-            lists = cfg.focus_lists()
-            focus = OffMatrixSampler(
-                lists["payloads"],
-                lists["winds"],
-                lists["families"],
-                cfg.start_pos_noise,
-                lists["ranges"],
-            )
+        focus = cfg.focus_lists()
         return OffMatrixSampler(
             cfg.payloads,
             cfg.winds,
             cfg.trajectories,
             cfg.start_pos_noise,
             cfg.trajectory_ranges,
-            focus=focus,
-            focus_fraction=cfg.focus.fraction,
+            focus=[
+                OffMatrixSampler(
+                    f["payloads"], f["winds"], f["families"], cfg.start_pos_noise, f["ranges"]
+                )
+                for f in focus
+            ],
+            focus_fraction=[f["fraction"] for f in focus],
         )
     from residual_quad.training.ppo_vec import ScenarioSampler
 

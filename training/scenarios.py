@@ -12,7 +12,7 @@ matrix's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,39 +174,70 @@ class FocusDraw:
         draw: str,
         families: list[str],
         ranges: Mapping[str, Mapping[str, Sequence[float]]],
+        key: str = "focus",
     ) -> bool:
-        """A ``ValueError`` naming ``focus.`` and the key for a fraction outside [0, 1), lists
+        """A ``ValueError`` naming ``key.`` (``focus.``; ``focus[i].`` in a list) and the field
+        for a fraction outside [0, 1), lists
         beside a zero fraction (they would draw nothing), a draw other than ``randomized``, empty
         or unknown winds, unknown families, or ranges that are bad or of a family not drawn
         (``families`` and ``ranges``: the main config's). Whether the focus is active: its
         payloads are then the caller's to check (the main payloads' rules)."""
-        real("focus.fraction", self.fraction, low=0.0, high=1.0, high_open=True)
+        real(f"{key}.fraction", self.fraction, low=0.0, high=1.0, high_open=True)
         if not self.active():
             keys = ("payloads", "winds", "trajectories", "trajectory_ranges")
             given = [k for k in keys if getattr(self, k)]
             if given:
                 raise ValueError(
-                    f"focus.fraction is 0, so focus.{', focus.'.join(given)} would draw nothing: "
+                    f"{key}.fraction is 0, so {key}.{f', {key}.'.join(given)} would draw nothing: "
                     "give the fraction of episodes to draw from them"
                 )
             return False
         if draw != "randomized":
             raise ValueError(
-                "focus mixes in a second randomized draw; it needs trajectory_draw: randomized, "
+                f"{key} mixes in a second randomized draw; it needs trajectory_draw: randomized, "
                 f"not {draw!r}"
             )
         if self.winds is not None:
             if not self.winds:
-                raise ValueError("focus.winds must not be empty (null: the main winds)")
+                raise ValueError(f"{key}.winds must not be empty (null: the main winds)")
             bad = [w for w in self.winds if w not in WIND_LEVELS]
             if bad:
-                raise ValueError(f"focus.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
+                raise ValueError(f"{key}.winds: unknown {bad}; valid: {', '.join(WIND_LEVELS)}")
         drawn = families if self.trajectories is None else self.trajectories
-        check_families("focus.trajectories", drawn)
+        check_families(f"{key}.trajectories", drawn)
         # the focus's ranges on top of the main ones (valid already): the focus's own checked
-        trajectory_ranges(self.lists([], [], drawn, ranges)["ranges"], "focus.trajectory_ranges")
-        check_drawn("focus.trajectory_ranges", self.trajectory_ranges, drawn, "focus trajectories")
+        trajectory_ranges(self.lists([], [], drawn, ranges)["ranges"], f"{key}.trajectory_ranges")
+        check_drawn(
+            f"{key}.trajectory_ranges", self.trajectory_ranges, drawn, f"{key} trajectories"
+        )
         return True
+
+
+def check_focus(
+    focus: FocusDraw | list[FocusDraw],
+    draw: str,
+    families: list[str],
+    ranges: Mapping[str, Mapping[str, Sequence[float]]],
+    check_payloads: Callable[[list[Any], str], None],
+) -> None:
+    """A training config's ``focus``: one :class:`FocusDraw` or a non-empty list of active ones
+    (``focus[i].`` in their errors), each by :meth:`FocusDraw.check`, its payloads by
+    ``check_payloads(payloads, key)``; the fractions must sum below 1."""
+    draws = focus if isinstance(focus, list) else [focus]
+    if not draws or not all(isinstance(d, FocusDraw) for d in draws):
+        raise ValueError(
+            "focus must be a mapping of FocusDraw's fields (fraction, payloads, winds, "
+            f"trajectories, trajectory_ranges) or a non-empty list of them, got {focus!r}"
+        )
+    for i, one in enumerate(draws):
+        key = f"focus[{i}]" if isinstance(focus, list) else "focus"
+        if one.check(draw, families, ranges, key):
+            if one.payloads is not None:
+                check_payloads(one.payloads, f"{key}.payloads")
+        elif isinstance(focus, list):
+            raise ValueError(f"{key}.fraction must be > 0 in a list of focus draws")
+    if (total := sum(d.fraction for d in draws)) >= 1:
+        raise ValueError(f"the focus fractions sum to {total:g}: they must stay below 1")
 
 
 class OffMatrixSampler:
@@ -225,8 +256,11 @@ class OffMatrixSampler:
     ``focus`` (another sampler) and ``focus_fraction`` in [0, 1) mix in a second draw: each
     episode first draws ``u`` uniform in [0, 1) and, below the fraction, takes the focus's
     payload, wind and trajectory (a share of rare hard episodes — a heavy vehicle from rest
-    behind a fast reference — without changing the others' mix). Without a focus no ``u`` is
-    drawn, so a generator state draws what it drew before focus existed.
+    behind a fast reference — without changing the others' mix). Several focuses (sequences of
+    samplers and fractions, the fractions summing below 1) share the one ``u``: the first takes
+    ``u`` below its fraction, the second the next interval, and so on — one focus draws as
+    before. Without a focus no ``u`` is drawn, so a generator state draws what it drew before
+    focus existed.
     """
 
     def __init__(
@@ -236,24 +270,39 @@ class OffMatrixSampler:
         families: Sequence[str],
         start_pos_noise: float = 0.0,  # m
         ranges: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
-        focus: OffMatrixSampler | None = None,
-        focus_fraction: float = 0.0,
+        focus: OffMatrixSampler | Sequence[OffMatrixSampler] | None = None,
+        focus_fraction: float | Sequence[float] = 0.0,
     ):
         check_families("trajectories", families)
         self.conditions = [(p, w) for p in payloads for w in winds]
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
         self.ranges = trajectory_ranges(ranges)
-        fraction = real("focus_fraction", focus_fraction, low=0.0, high=1.0, high_open=True)
-        if (focus is None) != (fraction == 0.0):
+        focuses = [] if focus is None else [focus] if isinstance(focus, OffMatrixSampler) else focus
+        fractions = [focus_fraction] if np.ndim(focus_fraction) == 0 else list(focus_fraction)
+        if not focuses and fractions == [0.0]:
+            fractions = []
+        if len(focuses) != len(fractions):
             raise ValueError("a focus draw needs focus_fraction > 0, and focus_fraction a focus")
-        self.focus = focus
-        self.focus_fraction = fraction
+        self.focus_bounds: list[tuple[float, OffMatrixSampler]] = []  # (u's upper bound, focus)
+        for i, (sampler, share) in enumerate(zip(focuses, fractions, strict=True)):
+            share = real(f"focus_fraction[{i}]", share, low=0.0, high=1.0, high_open=True)
+            if share == 0.0:
+                raise ValueError(
+                    "a focus draw needs focus_fraction > 0, and focus_fraction a focus"
+                )
+            bound = share + (self.focus_bounds[-1][0] if self.focus_bounds else 0.0)
+            if bound >= 1.0:
+                raise ValueError(f"the focus fractions sum to {bound:g}: they must stay below 1")
+            self.focus_bounds.append((bound, sampler))
 
     def draw(self, rng: np.random.Generator) -> tuple[Any, str, TrajectoryDraw, np.ndarray]:
         """One episode's payload, wind, trajectory draw and start offset (m)."""
-        if self.focus is not None and rng.random() < self.focus_fraction:
-            return self.focus.draw(rng)
+        if self.focus_bounds:
+            u = rng.random()
+            for bound, focus in self.focus_bounds:
+                if u < bound:
+                    return focus.draw(rng)
         payload, wind = self.conditions[int(rng.integers(len(self.conditions)))]
         trajectory = draw_trajectory(rng, self.families, self.ranges)
         offset = np.array(trajectory.offset_m, dtype=float)

@@ -130,8 +130,9 @@ def training_scenarios_of(config: dict[str, Any]) -> str:
         ranges = _ranges_text(config.get("trajectory_ranges"))
         parts.append(f"randomized {trajectories}{ranges} (seeds off the matrix's)")
         focus = config.get("focus") or {}
-        if focus.get("fraction"):
-            parts.append(_focus_of(focus, config))
+        for one in focus if isinstance(focus, list) else [focus]:
+            if one.get("fraction"):
+                parts.append(_focus_of(one, config))
     elif trajectories:
         parts.append(f"{trajectories} (the matrix's shapes)")
     return ", ".join(parts) or "not recorded"

@@ -217,6 +217,12 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
         "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's), 15 % of "
         "episodes: payload 0.5–0.7 kg, windy, lissajous/spline, lissajous period 5–8"
     )
+    two = {**focused, "focus": [focused["focus"], {"fraction": 0.2, "payloads": [0.0, 0.05]}]}
+    assert with_policy_record(info, {**record, "config": two}).training_scenarios == (
+        "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's), 15 % of "
+        "episodes: payload 0.5–0.7 kg, windy, lissajous/spline, lissajous period 5–8, 20 % of "
+        "episodes: payload 0–0.05 kg, windy, lissajous/spline"
+    )
     table = information_table(["ppo"], read_policy=lambda t, o: record)
     row = dict(zip(table.headers, table.rows[0], strict=True))
     assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"

@@ -333,7 +333,8 @@ def test_a_focus_draws_its_share_from_its_own_lists():
     the episode it gave before focus existed."""
     main = _config(trajectory_ranges={"figure8": {"period": [8.0, 9.0]}})
     sampler = training_sampler(dataclasses.replace(main, focus=FOCUS))
-    assert sampler.focus.ranges["figure8"]["period"] == (8.0, 9.0)  # the main's, kept
+    [(_, focus_sampler)] = sampler.focus_bounds
+    assert focus_sampler.ranges["figure8"]["period"] == (8.0, 9.0)  # the main's, kept
     rng = np.random.default_rng(4)
     scenarios = [sampler(rng) for _ in range(4000)]
     focus = [s for s in scenarios if _is_focus(s)]
@@ -361,12 +362,41 @@ def test_a_focus_range_replaces_one_parameter_on_top_of_the_main_ranges():
         trajectory_ranges={"helix": {"radius": [2.0, 2.5], "period": [6.0, 7.0]}},
         focus=dataclasses.replace(FOCUS, trajectory_ranges={"helix": {"period": [4.0, 5.0]}}),
     )
-    assert cfg.focus_lists()["ranges"]["helix"] == {"radius": [2.0, 2.5], "period": [4.0, 5.0]}
-    assert cfg.focus_lists()["payloads"] == [0.6, 0.65]
-    unset = _config(focus=FocusDraw(fraction=0.1))  # every list the main one
-    assert unset.focus_lists()["payloads"] == unset.payloads
-    assert unset.focus_lists()["winds"] == unset.winds
-    assert unset.focus_lists()["families"] == unset.trajectories
+    [lists] = cfg.focus_lists()
+    assert lists["ranges"]["helix"] == {"radius": [2.0, 2.5], "period": [4.0, 5.0]}
+    assert lists["payloads"] == [0.6, 0.65] and lists["fraction"] == 0.25
+    [unset] = _config(focus=FocusDraw(fraction=0.1)).focus_lists()  # every list the main one
+    main = _config()
+    assert unset["payloads"] == main.payloads and unset["winds"] == main.winds
+    assert unset["families"] == main.trajectories
+    assert main.focus_lists() == []
+
+
+#: a second focus: light vehicles in windy air, every main family
+LIGHT_GUSTS = FocusDraw(fraction=0.2, payloads=[0.0, 0.05], winds=["windy"])
+
+
+def test_several_focus_draws_share_one_number_and_one_focus_draws_as_before():
+    """A list of two focuses: each takes its share of 4 000 episodes (the first the lowest
+    interval of ``u``), the rest the main lists. A list of one draws exactly what the single
+    mapping draws, and a YAML list loads into FocusDraws."""
+    two = training_sampler(_config(focus=[FOCUS, LIGHT_GUSTS]))
+    assert [bound for bound, _ in two.focus_bounds] == [0.25, 0.45]
+    rng = np.random.default_rng(5)
+    scenarios = [two(rng) for _ in range(4000)]
+    heavy = sum(_is_focus(s) for s in scenarios) / len(scenarios)
+    light = sum(s["payload"] in (0.0, 0.05) and s["wind"] == "windy" for s in scenarios)
+    assert 0.22 < heavy < 0.30 and 0.17 < light / len(scenarios) < 0.23  # 25 % and 20 %
+    one, listed = training_sampler(_config(focus=FOCUS)), training_sampler(_config(focus=[FOCUS]))
+    rng_a, rng_b = np.random.default_rng(6), np.random.default_rng(6)
+    for _ in range(300):
+        a, b = one.draw(rng_a), listed.draw(rng_b)
+        assert a[:3] == b[:3] and np.array_equal(a[3], b[3])
+    loaded = configs.load(
+        PPOTrainConfig,
+        {**configs.to_dict(_config()), "focus": [configs.to_dict(FOCUS), {"fraction": 0.2}]},
+    )
+    assert loaded.focus == [FOCUS, FocusDraw(fraction=0.2)]
 
 
 @pytest.mark.parametrize(
@@ -392,6 +422,11 @@ def test_a_focus_range_replaces_one_parameter_on_top_of_the_main_ranges():
             "focus.trajectory_ranges.helix.period: helix period must be a finite real",
         ),
         ({"fraction": 0.1}, "focus must be a mapping of FocusDraw's fields"),
+        ([], "or a non-empty list of them"),
+        ([FOCUS, FocusDraw(fraction=0.1, winds=["gale"])], "focus[1].winds: unknown ['gale']"),
+        ([FOCUS, FocusDraw()], "focus[1].fraction must be > 0 in a list of focus draws"),
+        ([FOCUS, FocusDraw(fraction=0.1, payloads=[0.75])], "focus[1].payloads: 0.75 (0.75 kg)"),
+        ([FOCUS, dataclasses.replace(FOCUS, fraction=0.75)], "the focus fractions sum to 1: "),
     ],
 )
 def test_bad_focus_draws_are_named(focus, message):
