@@ -232,8 +232,8 @@ class PPOTrainConfig:
     def _check_focus(self) -> None:
         """``focus``: :func:`~residual_quad.training.scenarios.check_focus` against this config's
         draw and lists, its payloads checked as the main ones."""
-        check_focus(self.focus, self.trajectory_draw, self.trajectories, self.trajectory_ranges,
-                    self._check_payloads)  # fmt: skip
+        lists = (self.trajectory_draw, self.trajectories, self.trajectory_ranges)
+        check_focus(self.focus, *lists, self._check_payloads)
 
     def focus_lists(self) -> list[dict[str, Any]]:
         """Each active focus draw's payloads, winds, families, ranges (:meth:`FocusDraw.lists`

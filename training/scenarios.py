@@ -177,11 +177,11 @@ class FocusDraw:
         key: str = "focus",
     ) -> bool:
         """A ``ValueError`` naming ``key.`` (``focus.``; ``focus[i].`` in a list) and the field
-        for a fraction outside [0, 1), lists
-        beside a zero fraction (they would draw nothing), a draw other than ``randomized``, empty
-        or unknown winds, unknown families, or ranges that are bad or of a family not drawn
-        (``families`` and ``ranges``: the main config's). Whether the focus is active: its
-        payloads are then the caller's to check (the main payloads' rules)."""
+        for a fraction outside [0, 1), lists beside a zero fraction (they would draw nothing), a
+        draw other than ``randomized``, empty or unknown winds, unknown families, or ranges that
+        are bad or of a family not drawn (``families`` and ``ranges``: the main config's).
+        Whether the focus is active: its payloads are then the caller's to check (the main
+        payloads' rules)."""
         real(f"{key}.fraction", self.fraction, low=0.0, high=1.0, high_open=True)
         if not self.active():
             keys = ("payloads", "winds", "trajectories", "trajectory_ranges")

@@ -7,6 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("stable_baselines3")
 
@@ -397,6 +399,30 @@ def test_several_focus_draws_share_one_number_and_one_focus_draws_as_before():
         {**configs.to_dict(_config()), "focus": [configs.to_dict(FOCUS), {"fraction": 0.2}]},
     )
     assert loaded.focus == [FOCUS, FocusDraw(fraction=0.2)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 2)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_any_focus_fractions_give_ordered_bounds_or_a_named_error(fractions):
+    """Whatever the fractions, a sampler of several focuses is built with bounds that rise
+    strictly and stay below 1 (each interval the focus's own share), or refused by name."""
+    focus = OffMatrixSampler([0.0], ["calm"], ["hover"])
+    try:
+        sampler = OffMatrixSampler(
+            [0.0], ["calm"], ["hover"], focus=[focus] * len(fractions), focus_fraction=fractions
+        )
+    except ValueError as err:
+        assert "focus" in str(err)
+        return
+    bounds = [bound for bound, _ in sampler.focus_bounds]
+    assert all(0 < f < 1 for f in fractions) and sum(fractions) == pytest.approx(bounds[-1])
+    assert all(a < b for a, b in zip([0.0, *bounds], bounds, strict=False)) and bounds[-1] < 1
 
 
 @pytest.mark.parametrize(
