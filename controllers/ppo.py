@@ -140,12 +140,13 @@ class PPOController(Law):
         "limit): 9 tries of 3–6 M steps, then 8 not shipped (tilt limits, faster shapes, a "
         "focus draw, 100 Hz, a gain penalty), then 6 not shipped (the reward's smoothness "
         "weight, the rate's end twice, a smaller gain penalty, a longer schedule) and a check "
-        "of checkpoints, then 3 not shipped (a low-rate polish), then 14 not shipped (focus "
-        "draws on light vehicles in gusts, alone and with heavy starts; a privileged critic); "
+        "of checkpoints, then 3 not shipped (a low-rate polish), then 19 not shipped (focus "
+        "draws on light vehicles in gusts, alone and with heavy starts, at 3 and 5 M steps; a "
+        "privileged critic); "
         "docs/ppo.md",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=47,
+        tuning_trials=52,
     )
 
     def __init__(
