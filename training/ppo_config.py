@@ -44,6 +44,7 @@ from residual_quad.training.scenarios import (
     check_drawn,
     check_families,
     check_focus,
+    focus_draws,
     trajectory_ranges,
 )
 from residual_quad.training.schedule import check_polish
@@ -238,9 +239,12 @@ class PPOTrainConfig:
     def focus_lists(self) -> list[dict[str, Any]]:
         """Each active focus draw's payloads, winds, families, ranges (:meth:`FocusDraw.lists`
         over this config's lists) and ``fraction``."""
-        draws = self.focus if isinstance(self.focus, list) else [self.focus]
         lists = (self.payloads, self.winds, self.trajectories, self.trajectory_ranges)
-        return [{**d.lists(*lists), "fraction": d.fraction} for d in draws if d.active()]
+        return [
+            {**d.lists(*lists), "fraction": d.fraction}
+            for d in focus_draws(self.focus)
+            if d.active()
+        ]
 
     def __post_init__(self) -> None:
         for name in ("seed", "eval_seed"):

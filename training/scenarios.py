@@ -213,6 +213,11 @@ class FocusDraw:
         return True
 
 
+def focus_draws(focus: FocusDraw | list[FocusDraw]) -> list[FocusDraw]:
+    """A training config's ``focus`` as a list: one section, or the list of them."""
+    return focus if isinstance(focus, list) else [focus]
+
+
 def check_focus(
     focus: FocusDraw | list[FocusDraw],
     draw: str,
@@ -223,7 +228,7 @@ def check_focus(
     """A training config's ``focus``: one :class:`FocusDraw` or a non-empty list of active ones
     (``focus[i].`` in their errors), each by :meth:`FocusDraw.check`, its payloads by
     ``check_payloads(payloads, key)``; the fractions must sum below 1."""
-    draws = focus if isinstance(focus, list) else [focus]
+    draws = focus_draws(focus)
     if not draws or not all(isinstance(d, FocusDraw) for d in draws):
         raise ValueError(
             "focus must be a mapping of FocusDraw's fields (fraction, payloads, winds, "
@@ -253,14 +258,12 @@ class OffMatrixSampler:
     ``-start_pos_noise / 2``), added to a hover's. ``ranges`` replaces some families'
     parameter ranges (:func:`trajectory_ranges`).
 
-    ``focus`` (another sampler) and ``focus_fraction`` in [0, 1) mix in a second draw: each
-    episode first draws ``u`` uniform in [0, 1) and, below the fraction, takes the focus's
-    payload, wind and trajectory (a share of rare hard episodes — a heavy vehicle from rest
-    behind a fast reference — without changing the others' mix). Several focuses (sequences of
-    samplers and fractions, the fractions summing below 1) share the one ``u``: the first takes
-    ``u`` below its fraction, the second the next interval, and so on — one focus draws as
-    before. Without a focus no ``u`` is drawn, so a generator state draws what it drew before
-    focus existed.
+    ``focus`` (other samplers) and ``focus_fraction`` (their shares, each in (0, 1), summing
+    below 1) mix in further draws: each episode first draws ``u`` uniform in [0, 1) and takes the
+    first focus whose share's interval holds it (the first focus ``u`` below its fraction, the
+    second the next interval, ...), else the main lists — a share of rare hard episodes (a heavy
+    vehicle from rest behind a fast reference) without changing the others' mix. Without a
+    focus no ``u`` is drawn, so a generator state draws what it drew before focus existed.
     """
 
     def __init__(
@@ -270,28 +273,25 @@ class OffMatrixSampler:
         families: Sequence[str],
         start_pos_noise: float = 0.0,  # m
         ranges: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
-        focus: OffMatrixSampler | Sequence[OffMatrixSampler] | None = None,
-        focus_fraction: float | Sequence[float] = 0.0,
+        focus: Sequence[OffMatrixSampler] = (),
+        focus_fraction: Sequence[float] = (),
     ):
         check_families("trajectories", families)
         self.conditions = [(p, w) for p in payloads for w in winds]
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
         self.ranges = trajectory_ranges(ranges)
-        focuses = [] if focus is None else [focus] if isinstance(focus, OffMatrixSampler) else focus
-        fractions = [focus_fraction] if np.ndim(focus_fraction) == 0 else list(focus_fraction)
-        if not focuses and fractions == [0.0]:
-            fractions = []
-        if len(focuses) != len(fractions):
-            raise ValueError("a focus draw needs focus_fraction > 0, and focus_fraction a focus")
+        if len(focus) != len(focus_fraction):
+            raise ValueError(
+                "every focus draw needs its focus_fraction, and every fraction a focus"
+            )
         self.focus_bounds: list[tuple[float, OffMatrixSampler]] = []  # (u's upper bound, focus)
-        for i, (sampler, share) in enumerate(zip(focuses, fractions, strict=True)):
+        bound = 0.0
+        for i, (sampler, share) in enumerate(zip(focus, focus_fraction, strict=True)):
             share = real(f"focus_fraction[{i}]", share, low=0.0, high=1.0, high_open=True)
             if share == 0.0:
-                raise ValueError(
-                    "a focus draw needs focus_fraction > 0, and focus_fraction a focus"
-                )
-            bound = share + (self.focus_bounds[-1][0] if self.focus_bounds else 0.0)
+                raise ValueError(f"focus_fraction[{i}] is 0: a focus draw needs a share above 0")
+            bound += share
             if bound >= 1.0:
                 raise ValueError(f"the focus fractions sum to {bound:g}: they must stay below 1")
             self.focus_bounds.append((bound, sampler))

@@ -350,9 +350,7 @@ def test_a_focus_draws_its_share_from_its_own_lists():
     )
     plain, zero = (
         training_sampler(main),
-        OffMatrixSampler(
-            main.payloads, main.winds, FAMILIES, 0.0, main.trajectory_ranges, None, 0.0
-        ),
+        OffMatrixSampler(main.payloads, main.winds, FAMILIES, 0.0, main.trajectory_ranges),
     )
     rng_a, rng_b = np.random.default_rng(9), np.random.default_rng(9)
     for _ in range(200):
