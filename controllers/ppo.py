@@ -142,11 +142,12 @@ class PPOController(Law):
         "weight, the rate's end twice, a smaller gain penalty, a longer schedule) and a check "
         "of checkpoints, then 3 not shipped (a low-rate polish), then 19 not shipped (focus "
         "draws on light vehicles in gusts, alone and with heavy starts, at 3 and 5 M steps; a "
-        "privileged critic); "
+        "privileged critic), then 18 not shipped (a third focus, an alive floor, 7 M steps, a "
+        "45° tilt limit); "
         "docs/ppo.md",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=52,
+        tuning_trials=70,
     )
 
     def __init__(
