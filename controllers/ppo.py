@@ -143,11 +143,11 @@ class PPOController(Law):
         "of checkpoints, then 3 not shipped (a low-rate polish), then 19 not shipped (focus "
         "draws on light vehicles in gusts, alone and with heavy starts, at 3 and 5 M steps; a "
         "privileged critic), then 18 not shipped (a third focus, an alive floor, 7 M steps, a "
-        "45° tilt limit); "
+        "45° tilt limit), then the shipped one (weaker motors in training: 5 runs); "
         "docs/ppo.md",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=70,
+        tuning_trials=75,
     )
 
     def __init__(

@@ -41,11 +41,9 @@ from residual_quad.training.precision import PrecisionReward
 from residual_quad.training.scenarios import (
     FIRST_OFF_MATRIX_SEED,
     FocusDraw,
-    check_drawn,
-    check_families,
     check_focus,
+    check_randomized_draw,
     focus_draws,
-    trajectory_ranges,
 )
 from residual_quad.training.schedule import check_polish
 
@@ -179,6 +177,9 @@ class PPOTrainConfig:
     # randomized only: a share of episodes drawn from the section's own lists (FocusDraw; a
     # list of them for several hard cases, their fractions summing below 1)
     focus: FocusDraw | list[FocusDraw] = field(default_factory=FocusDraw)
+    # randomized only: every rotor's efficiency (thrust and torque), one draw per episode from
+    # this list (weaker motors: a lower thrust-to-weight ratio without another mass); []: none
+    rotor_efficiency: list[float] = field(default_factory=list)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # other ResidualQuad-v0 kwargs
     normalize_obs: bool = True  # VecNormalize on the features (stats saved with the policy)
     normalize_reward: bool = True  # VecNormalize return scaling (training only)
@@ -402,16 +403,8 @@ class PPOTrainConfig:
                 f"trajectory_draw must be one of {list(TRAJECTORY_DRAWS)}, got "
                 f"{self.trajectory_draw!r}"
             )
-        if self.trajectory_draw == "randomized":
-            check_families("trajectories", self.trajectories)
-        if self.trajectory_ranges:
-            if self.trajectory_draw != "randomized":
-                raise ValueError(
-                    "trajectory_ranges replaces the ranges of randomized trajectories; it needs "
-                    f"trajectory_draw: randomized, not {self.trajectory_draw!r}"
-                )
-            trajectory_ranges(self.trajectory_ranges)
-            check_drawn("trajectory_ranges", self.trajectory_ranges, self.trajectories)
+        lists = (self.trajectories, self.trajectory_ranges, self.rotor_efficiency)
+        check_randomized_draw(self.trajectory_draw, *lists)
 
     def env_seed_offset(self) -> int:
         """What the training envs' seeds start from: 0 (``trajectory_draw: fixed``, env ``i``

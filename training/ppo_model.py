@@ -46,6 +46,7 @@ def training_sampler(cfg: PPOTrainConfig) -> Any:
                 for f in focus
             ],
             focus_fraction=[f["fraction"] for f in focus],
+            efficiencies=cfg.rotor_efficiency,
         )
     from residual_quad.training.ppo_vec import ScenarioSampler
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from residual_quad.envs.checks import real
 from residual_quad.envs.disturbances import WIND_LEVELS
+from residual_quad.envs.events import NUM_ROTORS, RotorEvent
 from residual_quad.envs.trajectories import Trajectory, make_named_trajectory
 from residual_quad.training.blas import blas_threads
 
@@ -213,6 +214,43 @@ class FocusDraw:
         return True
 
 
+def check_randomized_draw(
+    draw: str,
+    families: Sequence[str],
+    ranges: Mapping[str, Any],
+    efficiencies: Sequence[float],
+) -> None:
+    """A training config's draw settings: with ``draw`` ``randomized`` every family in
+    :data:`TRAJECTORY_RANGES`; replaced ``ranges`` (of drawn families) and rotor
+    ``efficiencies`` change the randomized draw, so another draw beside them is an error."""
+    if draw == "randomized":
+        check_families("trajectories", families)
+    for key, value in (("trajectory_ranges", ranges), ("rotor_efficiency", efficiencies)):
+        if value and draw != "randomized":
+            raise ValueError(
+                f"{key} changes the randomized draw of training scenarios; it needs "
+                f"trajectory_draw: randomized, not {draw!r}"
+            )
+    if ranges:
+        trajectory_ranges(ranges)
+        check_drawn("trajectory_ranges", ranges, families)
+    check_efficiencies(efficiencies)
+
+
+def check_efficiencies(
+    efficiencies: Sequence[float], key: str = "rotor_efficiency"
+) -> tuple[float, ...]:
+    """``efficiencies`` as a tuple of floats, each in (0, 1]; else a ``ValueError`` naming
+    ``key`` and the entry."""
+    if isinstance(efficiencies, (str, bytes)) or not isinstance(efficiencies, Sequence):
+        raise ValueError(
+            f"{key} must be a list of rotor efficiencies in (0, 1], got {efficiencies!r}"
+        )
+    return tuple(
+        real(f"{key}[{i}]", e, low=0.0, high=1.0, low_open=True) for i, e in enumerate(efficiencies)
+    )
+
+
 def focus_draws(focus: FocusDraw | list[FocusDraw]) -> list[FocusDraw]:
     """A training config's ``focus`` as a list: one section, or the list of them."""
     return focus if isinstance(focus, list) else [focus]
@@ -264,6 +302,11 @@ class OffMatrixSampler:
     second the next interval, ...), else the main lists — a share of rare hard episodes (a heavy
     vehicle from rest behind a fast reference) without changing the others' mix. Without a
     focus no ``u`` is drawn, so a generator state draws what it drew before focus existed.
+
+    ``efficiencies`` (a list in (0, 1], drawn uniformly after the rest, focus episodes
+    included) weakens every rotor alike for the whole episode: thrust and reaction torque
+    scaled by the drawn value (four rotor events at t = 0; 1: none) — weaker motors, a lower
+    thrust-to-weight ratio without another mass. Without it nothing more is drawn.
     """
 
     def __init__(
@@ -275,8 +318,10 @@ class OffMatrixSampler:
         ranges: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
         focus: Sequence[OffMatrixSampler] = (),
         focus_fraction: Sequence[float] = (),
+        efficiencies: Sequence[float] = (),
     ):
         check_families("trajectories", families)
+        self.efficiencies = check_efficiencies(efficiencies)
         self.conditions = [(p, w) for p in payloads for w in winds]
         self.families = tuple(families)
         self.start_pos_noise = float(start_pos_noise)
@@ -320,4 +365,10 @@ class OffMatrixSampler:
         scenario: dict[str, Any] = {"payload": payload, "wind": wind, "trajectory": built}
         if offset.any():
             scenario["options"] = {"position_offset": offset}
+        if self.efficiencies:
+            efficiency = self.efficiencies[int(rng.integers(len(self.efficiencies)))]
+            if efficiency < 1.0:
+                scenario["events"] = tuple(
+                    RotorEvent(0.0, rotor, efficiency) for rotor in range(NUM_ROTORS)
+                )
         return scenario

@@ -133,6 +133,9 @@ def training_scenarios_of(config: dict[str, Any]) -> str:
         for one in focus if isinstance(focus, list) else [focus]:
             if one.get("fraction"):
                 parts.append(_focus_of(one, config))
+        if config.get("rotor_efficiency"):
+            effs = [float(e) for e in config["rotor_efficiency"]]
+            parts.append(f"rotor efficiency {min(effs):g}–{max(effs):g} (weaker motors)")
     elif trajectories:
         parts.append(f"{trajectories} (the matrix's shapes)")
     return ", ".join(parts) or "not recorded"

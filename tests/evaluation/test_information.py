@@ -223,6 +223,11 @@ def test_a_policy_record_gives_the_rate_the_reward_the_scenarios_and_the_budget(
         "episodes: payload 0.5–0.7 kg, windy, lissajous/spline, lissajous period 5–8, 20 % of "
         "episodes: payload 0–0.05 kg, windy, lissajous/spline"
     )
+    weak = {**record["config"], "rotor_efficiency": [1.0, 0.95, 0.9]}
+    assert with_policy_record(info, {**record, "config": weak}).training_scenarios == (
+        "payload 0–0.5 kg, windy, randomized lissajous/spline (seeds off the matrix's), rotor "
+        "efficiency 0.9–1 (weaker motors)"
+    )
     table = information_table(["ppo"], read_policy=lambda t, o: record)
     row = dict(zip(table.headers, table.rows[0], strict=True))
     assert row["action"] == "rotor thrusts" and row["decisions"] == "25 Hz"

@@ -481,3 +481,83 @@ def test_smoke_training_off_the_matrix(tmp_path):
     record = read_meta(tmp_path / "final.zip")["config"]
     assert record["trajectory_draw"] == "randomized" and record["trajectories"] == FAMILIES
     assert dataclasses.asdict(cfg)["trajectory_draw"] == "randomized"
+
+
+def test_rotor_efficiency_draws_weaker_motors_after_the_rest():
+    """``efficiencies`` draws one value per episode after everything else (the first episode's
+    payload, wind and trajectory are those of the sampler without it), every rotor alike from
+    t = 0 (four rotor events; 1: no event), seeded: the same generator, the same episodes."""
+    plain = OffMatrixSampler([0.0, 0.5], ["calm", "windy"], FAMILIES)
+    weak = OffMatrixSampler([0.0, 0.5], ["calm", "windy"], FAMILIES, efficiencies=[1.0, 0.9, 0.8])
+    first, first_weak = plain(np.random.default_rng(5)), weak(np.random.default_rng(5))
+    for key in ("payload", "wind"):
+        assert first[key] == first_weak[key]
+    assert repr(first["trajectory"]) == repr(first_weak["trajectory"])
+    rng, again = np.random.default_rng(9), np.random.default_rng(9)
+    seen = set()
+    for _ in range(60):
+        sc = weak(rng)
+        assert repr(sc) == repr(weak(again))
+        events = sc.get("events", ())
+        if not events:
+            seen.add(1.0)
+            continue
+        assert [e.rotor for e in events] == [0, 1, 2, 3]
+        assert {e.t_s for e in events} == {0.0} and len({e.efficiency for e in events}) == 1
+        seen.add(events[0].efficiency)
+    assert seen == {1.0, 0.9, 0.8}
+
+
+def test_the_training_env_flies_the_drawn_efficiency():
+    """A config's ``rotor_efficiency`` reaches the plant: every training env's rotors deliver the
+    drawn fraction from its first period (the env's truth in ``info``)."""
+    cfg = _config(payloads=["light"], trajectories=["hover"], rotor_efficiency=[0.8])
+    venv = make_training_env(cfg)
+    venv.reset()
+    vec = venv.venv.vector_env
+    _, _, _, _, info = vec.step(np.zeros((vec.num_envs, 4)))
+    np.testing.assert_array_equal(info["rotor_efficiency"], np.full((vec.num_envs, 4), 0.8))
+    venv.close()
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (
+            {"trajectory_draw": "fixed", "trajectories": ["helix"]},
+            "needs trajectory_draw: randomized",
+        ),
+        (
+            {"rotor_efficiency": [0.9, 1.1]},
+            "rotor_efficiency[1] must be a finite real number in (0, 1]",
+        ),
+        ({"rotor_efficiency": [0.0]}, "rotor_efficiency[0] must be a finite real number in (0, 1]"),
+        ({"rotor_efficiency": [float("nan")]}, "rotor_efficiency[0]"),
+        ({"rotor_efficiency": 0.9}, "rotor_efficiency must be a list of rotor efficiencies"),
+    ],
+)
+def test_bad_rotor_efficiencies_are_named(kw, message):
+    with pytest.raises(ValueError) as err:
+        _config(**{"rotor_efficiency": [0.9], **kw})
+    assert message in str(err.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=1, max_size=5),
+    st.integers(0, 2**32 - 1),
+)
+def test_any_efficiency_list_draws_its_own_values_or_names_the_bad_entry(effs, seed):
+    """Any list: entries in (0, 1] draw only themselves (1 as no event); any other entry is a
+    ``ValueError`` naming its index, before anything is drawn."""
+    bad = [i for i, e in enumerate(effs) if not (np.isfinite(e) and 0.0 < e <= 1.0)]
+    if bad:
+        with pytest.raises(ValueError, match=rf"rotor_efficiency\[{bad[0]}\]"):
+            OffMatrixSampler([0.0], ["calm"], ["hover"], efficiencies=effs)
+        return
+    sampler = OffMatrixSampler([0.0], ["calm"], ["hover"], efficiencies=effs)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        events = sampler(rng).get("events", ())
+        drawn = events[0].efficiency if events else 1.0
+        assert drawn in [*effs, 1.0] and (drawn < 1.0) == bool(events)
