@@ -39,6 +39,7 @@ from typing import Any
 
 from residual_quad import configs
 from residual_quad.controllers.policy_file import algo_module, import_sb3, rl_purpose
+from residual_quad.memory import fix_mmap_threshold
 from residual_quad.training.checkpoints import (
     RunState,
     checkpoints,
@@ -97,6 +98,7 @@ def train(
         refuse_existing_run(out)
         out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, cfg.torch_threads))
+    fix_mmap_threshold()  # a run frees MiB arrays every period: keep them off the heap
     venv = make_training_env(cfg)
     n_envs = venv.num_envs
     state = RunState()
