@@ -156,7 +156,7 @@ class PPOAdaptController(PPOController):
     """``ppo``, whose policy also sees ``geo_rls``'s residual estimate Δâ (module docstring).
 
     Args: as :class:`~residual_quad.controllers.ppo.PPOController`: the shipped policy of
-    ``training_seed`` (0, 1, 2: ``configs/ppo_adapt.yaml``) or a ``ppo_adapt`` policy file
+    ``training_seed`` (0–4: ``configs/ppo_adapt.yaml``) or a ``ppo_adapt`` policy file
     (``rquad train ppo_adapt``). The shipped policies see a 0.6 s reference preview, which
     :func:`~residual_quad.episode.run_episode` and the sweeps give them by themselves. The
     estimator's state is the state's ``estimator`` (its ``last_estimate``: Δâ of the last
@@ -167,12 +167,12 @@ class PPOAdaptController(PPOController):
         feedforward_accel=True,
         memory="RLS state of geo_rls's estimator (λ 0.99, ≈ 1 s)",
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
-        tuning="ppo's shipped recipe (its first 23 tries) with the estimate added: 1 try; "
-        "the estimator as geo_rls ships it; then ppo's smoothness weight and rate's end on two "
-        "seeds: 1 try, not shipped",
+        tuning="ppo's shipped recipe (its 75 tries) with the estimate added, five seeds: 1 try; "
+        "the estimator as geo_rls ships it; before it, on ppo's first recipe: the estimate added "
+        "(1 try) and ppo's smoothness weight and rate's end on two seeds (1 try, not shipped)",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=25,
+        tuning_trials=78,
     )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"

@@ -74,12 +74,13 @@ def test_a_different_outcome_is_named():
     committed = committed_outcome()
     mine = copy.deepcopy(committed)
     mine["targets"][0]["met"] = True
-    mine["diverged"] = {}
+    one_more = {**committed["diverged"], "ppo": committed["diverged"].get("ppo", 0) + 1}
+    mine["diverged"] = one_more
     mine["targets"] = [t for t in mine["targets"] if not t["target"].startswith("ppo ")]
     diffs = outcome_differences(mine, committed)
     assert f"{committed['targets'][0]['target']} now met" in diffs
     assert any(d.startswith("target not checked here: ppo ") for d in diffs)
-    assert any(d.startswith("diverged runs {}") for d in diffs)
+    assert f"diverged runs {one_more} (committed: {committed['diverged']})" in diffs
     assert closing_lines(mine, committed)[-1].startswith("differs from the committed run")
 
 
