@@ -3,6 +3,8 @@ instead of staying resident behind a small block, as it does under glibc's dynam
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import sys
 from unittest import mock
@@ -32,16 +34,21 @@ print(fixed, rss_mib() - before)
 
 
 def _held_mib(mode: str) -> tuple[str, float]:
+    # the allocator's own defaults: a user's MALLOC_* or GLIBC_TUNABLES would set the threshold
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE, mode], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", _PROBE, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
     )
     fixed, held = out.stdout.split()
     return fixed, float(held)
 
 
 def _glibc() -> bool:
-    import platform
-
     return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
