@@ -178,10 +178,13 @@ class PPOController(Law):
         normalizer: ObsNormalizer | None = None,
         action_repeat: int = 1,
         spec: FeatureSpec | None = None,
+        record: dict[str, Any] | None = None,
     ) -> LawController:
         """The controller of an in-memory SB3 model (the training's evaluation callback): no
-        file, the model's own ``predict``."""
+        file, the model's own ``predict``; ``record``: the entries of a policy file's record
+        its kind reads (``ppo_adapt``'s ``estimate_feedforward``)."""
         self = in_memory(cls, model, normalizer, action_repeat, spec)
+        self.meta = dict(record or {})
         self.action_mode = action_mode
         self.context = ControlContext()
         self.inputs = policy_inputs(self)

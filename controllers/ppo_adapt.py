@@ -20,6 +20,13 @@ records, through :meth:`ResidualEstimator.set_command`, the nominal acceleration
 thrusts it commands, :func:`commanded_acceleration` — the quantity ``a_eff`` is for ``geo_rls``.
 The estimator runs every control period, also between held actions, as in ``geo_rls``.
 
+**The estimate as feed-forward (an option, not shipped).** A policy file recording
+``estimate_feedforward: true`` (trained with ``estimate_feedforward: true`` in its config) also
+flies the estimate's thrust-axis part as feed-forward: the rotors get the policy's action plus
+:func:`thrust_feedforward` (``ΔT = −m·b3·Δâ``, a quarter each), clipped, and that sum is the
+command the estimator records; the action history keeps the policy's own action. Measured
+(docs/ppo.md, "The estimate as thrust feed-forward"): worse than the input alone.
+
 ``ppo_adapt`` is one law (:class:`PPOAdaptController`): the estimator's state is the policy
 state's ``estimator``, stepped by the estimator's one-vehicle kernel for one vehicle (as
 ``geo_rls``) and by its batch form for N envs. :class:`AdaptEstimator` is training's: the same
@@ -71,6 +78,33 @@ def commanded_acceleration(actions: np.ndarray, R: np.ndarray, airframe: Airfram
     return a
 
 
+def thrust_feedforward(estimate: np.ndarray, R: np.ndarray, airframe: Airframe) -> np.ndarray:
+    """The rotor-action offsets (n, 4) that cancel the thrust-axis part of the residual
+    ``estimate`` Δâ (n, 3) (world, m/s²) at rotations ``R`` (n, 3, 3): a collective thrust
+    ``ΔT = −m·(R·e_z)·Δâ`` (nominal mass), a quarter per rotor, in action units
+    (``Δu = 2·Δf/f_max``). A rotor-level policy has no attitude loop to tilt for the other
+    components; they stay the policy's (it sees Δâ). Element-wise: a batch equals its rows."""
+    e = np.asarray(estimate, dtype=np.float64)
+    along = R[:, 0, 2] * e[:, 0] + R[:, 1, 2] * e[:, 1] + R[:, 2, 2] * e[:, 2]  # m/s²
+    du = along * (-airframe.mass / (2.0 * airframe.max_rotor_thrust))
+    return np.repeat(du[:, None], 4, axis=1)
+
+
+def applied_actions(
+    actions: np.ndarray, estimate: np.ndarray, R: np.ndarray, airframe: Airframe
+) -> np.ndarray:
+    """The rotor actions (n, 4) a feed-forward ``ppo_adapt`` applies: the policy's ``actions``
+    plus :func:`thrust_feedforward` of ``estimate``, clipped to [-1, 1]."""
+    return np.clip(actions + thrust_feedforward(estimate, R, airframe), -1.0, 1.0)
+
+
+def adapt_record(feedforward: bool) -> dict[str, Any]:
+    """The policy record's entries of ``ppo_adapt``'s loop, as :class:`PPOAdaptController`
+    reads them: ``estimate_feedforward`` where the feed-forward is on (files without it fly
+    the estimate as an input only)."""
+    return {"estimate_feedforward": True} if feedforward else {}
+
+
 def estimator_settings(config: str | Path | ResidualConfig | None = None) -> ResidualConfig:
     """``geo_rls``'s residual settings (``configs/residual.yaml`` by default)."""
     return RLSGeoTracker.settings(config)
@@ -87,6 +121,8 @@ class AdaptEstimator:
         context: nominal airframe and control period.
         config: residual settings (``None``: ``geo_rls``'s).
         network: a residual network instead of the config's weights.
+        feedforward: the estimate also as collective-thrust feed-forward
+            (:meth:`applied`, :func:`thrust_feedforward`).
     """
 
     def __init__(
@@ -95,8 +131,10 @@ class AdaptEstimator:
         context: ControlContext | None = None,
         config: str | Path | ResidualConfig | None = None,
         network: ResidualMLP | None = None,
+        feedforward: bool = False,
     ):
         self.context = context or ControlContext()
+        self.feedforward = bool(feedforward)
         self.n_envs = check_n_envs(n_envs)
         self.estimator = ResidualEstimator(
             self.context, estimator_settings(config), network, learn=True
@@ -134,6 +172,15 @@ class AdaptEstimator:
         put_rows(self.state, still, saved)
         return self.state.last_estimate.copy()
 
+    def applied(self, obs: np.ndarray, actions: np.ndarray, estimate: np.ndarray) -> np.ndarray:
+        """The rotor actions (N, 4) the envs receive for the policy's ``actions`` at
+        observations ``obs`` with the estimates ``estimate`` (N, 3): with ``feedforward``
+        :func:`applied_actions`, else the actions themselves."""
+        if not self.feedforward:
+            return actions
+        R = np.asarray(obs, dtype=np.float64)[:, L.rot].reshape(-1, 3, 3)
+        return applied_actions(actions, estimate, R, self.context.airframe)
+
     def command(self, obs: np.ndarray, actions: np.ndarray, rows: np.ndarray | None = None) -> None:
         """Record the rotor ``actions`` (N, 4) commanded at observations ``obs`` for the envs
         ``rows`` (default: all): their :func:`commanded_acceleration` becomes the regressor's
@@ -169,10 +216,13 @@ class PPOAdaptController(PPOController):
         residual_estimate="geo_rls's estimator (offline network, last layer by online RLS)",
         tuning="ppo's shipped recipe (its 75 tries) with the estimate added, five seeds: 1 try; "
         "the estimator as geo_rls ships it; before it, on ppo's first recipe: the estimate added "
-        "(1 try) and ppo's smoothness weight and rate's end on two seeds (1 try, not shipped)",
+        "(1 try) and ppo's smoothness weight and rate's end on two seeds (1 try, not shipped); "
+        "after it, not shipped: the estimate as thrust feed-forward (under ppo's five files: "
+        "1 try; trained, three seeds: 1 try), zeroed in training (the control, three seeds: "
+        "1 try), low-passed (three seeds: 1 try)",
         learned="policy",
         action="rotor thrusts",
-        tuning_trials=78,
+        tuning_trials=82,
     )
     OPTIONS = POLICY_OPTIONS
     kind = "ppo_adapt"
@@ -194,6 +244,12 @@ class PPOAdaptController(PPOController):
         if self.action_mode != "rotor":
             raise PolicyFileError(f"{self.path}: a ppo_adapt policy acts in action_mode 'rotor'")
         self.estimator = ResidualEstimator(self.context, estimator_settings(), learn=True)
+        feedforward = self.meta.get("estimate_feedforward", False)
+        if not isinstance(feedforward, bool):
+            raise PolicyFileError(
+                f"{self.path}: estimate_feedforward must be true or false, got {feedforward!r}"
+            )
+        self.feedforward = feedforward
 
     def init_state(self, n: int) -> PolicyState:
         return replace(super().init_state(n), estimator=self.estimator.init_state(n))
@@ -220,9 +276,13 @@ class PPOAdaptController(PPOController):
         if rows is not None:
             state.held[rows] = self.decide(state, obs[rows], est[rows], rows)
         state.k[...] += 1
-        a = commanded_acceleration(state.held, R, self.context.airframe)
+        airframe = self.context.airframe
+        applied = state.held.copy()
+        if self.feedforward:
+            applied = applied_actions(applied, est, R, airframe)
+        a = commanded_acceleration(applied, R, airframe)
         state = state._replace(estimator=self.estimator.set_command(state.estimator, a))
-        return state, state.held.copy()
+        return state, applied
 
     def act_one(self, state: PolicyState, obs: np.ndarray) -> tuple[PolicyState, np.ndarray]:
         """:meth:`act` of one vehicle: the estimator's float kernel, the policy's batch of one."""
@@ -234,6 +294,10 @@ class PPOAdaptController(PPOController):
                 self, obs[None, :], state.inputs, held[None, :], est[None, :]
             )
             held = held[0]
-        a = commanded_acceleration(held[None, :], R[None, :, :], self.context.airframe)
+        airframe = self.context.airframe
+        applied = held[None, :]
+        if self.feedforward:
+            applied = applied_actions(applied, np.asarray(est)[None, :], R[None, :, :], airframe)
+        a = commanded_acceleration(applied, R[None, :, :], airframe)
         est_state = self.estimator.set_command_one(est_state, a[0])
-        return PolicyState(state.k + 1, held, state.inputs, est_state), held.copy()
+        return PolicyState(state.k + 1, held, state.inputs, est_state), applied[0].copy()

@@ -58,10 +58,15 @@ def policy_controller(model: Any, cfg: PPOTrainConfig, vec_env: Any) -> Any:
             cfg.env_kwargs,
         )
     if cfg.controller == "ppo_adapt":
-        from residual_quad.controllers.ppo_adapt import PPOAdaptController
+        from residual_quad.controllers.ppo_adapt import PPOAdaptController, adapt_record
 
         return PPOAdaptController.from_model(
-            model, cfg.action_mode, normalizer, cfg.action_repeat, spec
+            model,
+            cfg.action_mode,
+            normalizer,
+            cfg.action_repeat,
+            spec,
+            adapt_record(cfg.estimate_feedforward),
         )
     cls = controller_class(cfg.deployed_name())
     return cls.from_model(model, cfg.action_mode, normalizer, cfg.action_repeat, spec)

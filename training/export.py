@@ -56,6 +56,10 @@ def save_policy(
             kind["attitude"] = dataclasses.asdict(gains)
         if cfg.core != CORE_DEFAULTS[0]:  # files of the source's defaults carry no entry
             kind["core"] = cfg.core
+    if cfg.controller == "ppo_adapt":
+        from residual_quad.controllers.ppo_adapt import adapt_record
+
+        kind.update(adapt_record(cfg.estimate_feedforward))
     spec = cfg.features.spec()
     if not spec.empty:  # files of the base features carry no entry (read as the empty spec)
         kind["features"] = spec.to_record()

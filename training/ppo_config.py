@@ -130,6 +130,7 @@ class PPOTrainConfig:
     # not given — ideal: the source's on any plant; plant: its own for the training plant (behind
     # lagging rotors the lag-tuned gains, INDI, the rotor model and the latency predictor)
     core: str = "ideal"
+    estimate_feedforward: bool = False  # ppo_adapt: Δâ also as thrust feed-forward (−m·b3·Δâ)
     total_steps: int = 6_000_000  # policy decisions (PPO timesteps), all envs together
     n_envs: int | None = 256  # None → os.cpu_count(); part of the data, so fix it to reproduce
     backend: str = "vector"  # one ResidualQuadVectorEnv (subproc is retired: SUBPROC_RETIRED)
@@ -268,7 +269,12 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and features.estimate true (got {self.action_mode!r}, "
                     f"{spec.estimate})"
                 )
-        elif spec.estimate and self.controller not in ACCELERATION_KINDS:
+        if self.estimate_feedforward is True and self.controller != "ppo_adapt":
+            raise ValueError(
+                "estimate_feedforward needs controller 'ppo_adapt' (the rotor-level policy with "
+                f"geo_rls's estimator in its loop), got {self.controller!r}"
+            )
+        if spec.estimate and self.controller not in (*ACCELERATION_KINDS, "ppo_adapt"):
             raise ValueError(
                 "features.estimate needs controller 'ppo_adapt', 'ppo_res' or 'ppo_acc' "
                 f"(geo_rls's estimator runs in their loop), got {self.controller!r}"
@@ -477,10 +483,9 @@ class PPOTrainConfig:
         """``algo``, ``offpolicy`` and ``privileged_critic`` (separate from the PPO checks)."""
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
-        if not isinstance(self.privileged_critic, bool):
-            raise ValueError(
-                f"privileged_critic must be true or false, got {self.privileged_critic!r}"
-            )
+        for key in ("privileged_critic", "estimate_feedforward"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         self.offpolicy.check()  # a section that cannot run is an error whichever algo is used
         check_anchorable(self, ACCELERATION_KINDS)  # ppo.anchored
         if self.algo == "ppo":

@@ -83,7 +83,7 @@ def make_training_env(cfg: PPOTrainConfig, **vector_kwargs: Any) -> Any:
     if cfg.features.estimate:  # ppo_adapt, or ppo_res with the estimate
         from residual_quad.controllers.ppo_adapt import AdaptEstimator
 
-        estimator = AdaptEstimator(n_envs)
+        estimator = AdaptEstimator(n_envs, feedforward=cfg.estimate_feedforward)
     venv = QuadVecEnv(
         n_envs,
         sampler,

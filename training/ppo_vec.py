@@ -397,8 +397,9 @@ class QuadVecEnv(VecEnv):
             if est is not None:  # as deployed: Δâ of the new observation, then the command
                 if k:
                     self._estimate = est.observe(self._raw, running)
-                if self.pilot is None:
-                    est.command(self._raw, action, running)
+                if self.pilot is None:  # the rotor actions, with a feed-forward of Δâ
+                    act = est.applied(self._raw, action, self._estimate)
+                    est.command(self._raw, act, running)
                 else:
                     est.set_command(self.pilot.last_command, running)
             # the preview is read at the decision's last period only (and at an episode's end)

@@ -208,6 +208,11 @@ def test_bad_records_and_configs_are_value_errors():
         PPOTrainConfig(
             controller="ppo_adapt", action_mode="ctbr", features=FeatureConfig(estimate=True)
         )
+    with pytest.raises(ValueError, match="estimate_feedforward needs controller 'ppo_adapt'"):
+        PPOTrainConfig(estimate_feedforward=True)
+    adapt = {"controller": "ppo_adapt", "features": FeatureConfig(estimate=True)}
+    with pytest.raises(ValueError, match="estimate_feedforward must be true or false, got 1"):
+        PPOTrainConfig(estimate_feedforward=1, **adapt)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="0 preview points but features.preview_k is 2"):
         PPOTrainConfig(features=FeatureConfig(preview_k=2))
     with pytest.raises(ValueError, match=r"features: unknown key\(s\) \['history'\]"):

@@ -10,6 +10,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from scipy.spatial.transform import Rotation
 
 from residual_quad.controllers import make_controller
 from residual_quad.controllers.batch import batch_from_spec
@@ -21,6 +25,7 @@ from residual_quad.controllers.policy_file import (
 )
 from residual_quad.controllers.policy_inputs import FeatureSpec
 from residual_quad.controllers.ppo import observation_actions
+from residual_quad.controllers.ppo_adapt import applied_actions, commanded_acceleration
 from residual_quad.controllers.residual.estimator import ResidualEstimator
 from residual_quad.controllers.residual.trackers import RLSGeoTracker
 from residual_quad.controllers.specs import parse_spec
@@ -91,8 +96,12 @@ def test_ppo_with_a_history_and_integral_batched_equals_single_bit_for_bit(tmp_p
         assert np.array_equal(a, b)
 
 
-def test_ppo_adapt_batched_equals_single(tmp_path):
-    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+@pytest.mark.parametrize(
+    "record", [{}, {"estimate_feedforward": True}], ids=["input", "feedforward"]
+)
+def test_ppo_adapt_batched_equals_single(tmp_path, record):
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT, **record)
+    assert make_controller("ppo_adapt", path=path).law.feedforward == bool(record)
     got, want = _closed_loop(
         f"ppo_adapt:path={path}", lambda: make_controller("ppo_adapt", path=path)
     )
@@ -127,17 +136,27 @@ def _beside_a_geo_rls_estimator(kind: str, path: Path, make_env) -> tuple:
     return ctrl, geo_rls, ref, env, obs
 
 
-def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, make_env):
-    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT)
+@pytest.mark.parametrize("feedforward", [False, True], ids=["input", "feedforward"])
+def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(
+    tmp_path, make_env, feedforward
+):
+    """The estimator sees geo_rls's stream; with the feed-forward the rotors get the policy's
+    action plus ``−m·(b3·Δâ)/(2·f_max)`` each (by hand), and that is the command it records."""
+    record = {"estimate_feedforward": True} if feedforward else {}
+    path = tiny_policy(tmp_path / "a.zip", "ppo_adapt", ADAPT, **record)
     ctrl, geo_rls, ref, env, obs = _beside_a_geo_rls_estimator("ppo_adapt", path, make_env)
     frame = Airframe()
-    estimates = []
+    estimates, moved = [], 0.0
     for _ in range(120):
         action = ctrl.policy(obs)
         R = L.rotation(obs)
         est = ref.estimate(obs, R, np.zeros(3))
         assert np.array_equal(ctrl.state.estimator.last_estimate, est)
         estimates.append(est)
+        du = -frame.mass * float(R[:, 2] @ est) / (2.0 * frame.max_rotor_thrust) * feedforward
+        want = np.clip(ctrl.state.held + du, -1.0, 1.0)
+        assert np.allclose(action, want, rtol=0.0, atol=1e-12)
+        moved = max(moved, float(np.abs(action - ctrl.state.held).max()))
         # the command it records: the nominal acceleration of the rotor thrusts, by hand
         f0, f1, f2, f3 = (action + 1.0) * (0.5 * frame.max_rotor_thrust)  # N
         a = R[:, 2] * ((f0 + f1 + f2 + f3) / frame.mass)
@@ -148,6 +167,33 @@ def test_ppo_adapt_estimate_is_geo_rls_estimator_fed_the_same_stream(tmp_path, m
             break
     assert len(estimates) > 50 and np.abs(np.array(estimates)[-1]).max() > 0.1
     assert ctrl.estimator.config == geo_rls.config  # geo_rls's network and RLS settings
+    assert (moved > 0.01) == feedforward  # the heavy payload's feed-forward is felt
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    q=hnp.arrays(np.float64, (5, 4), elements=st.floats(-1.0, 1.0)),
+    est=hnp.arrays(np.float64, (5, 3), elements=st.floats(-20.0, 20.0)),
+    held=hnp.arrays(np.float64, (5, 4), elements=st.floats(-0.5, 0.5)),
+)
+def test_thrust_feedforward_cancels_the_thrust_axis_part_of_the_estimate(q, est, held):
+    """Known answer: unclipped, the feed-forward moves the commanded nominal acceleration by
+    ``−(b3·Δâ)·b3`` — the thrust axis' part of the estimate, cancelled — and a batch equals its
+    rows bit for bit."""
+    norm = np.linalg.norm(q, axis=1)
+    assume(np.all(norm > 0.1))
+    R = Rotation.from_quat(q / norm[:, None]).as_matrix()
+    frame = Airframe()
+    applied = applied_actions(held, est, R, frame)
+    b3 = R[:, :, 2]
+    along = np.sum(b3 * est, axis=1)
+    free = np.all(np.abs(applied) < 1.0, axis=1)  # the rows the clip left alone
+    moved = commanded_acceleration(applied, R, frame) - commanded_acceleration(held, R, frame)
+    assert np.allclose(moved[free], -along[free, None] * b3[free], rtol=0.0, atol=1e-9)
+    for i in range(len(q)):
+        one = applied_actions(held[i : i + 1], est[i : i + 1], R[i : i + 1], frame)
+        assert np.array_equal(one[0], applied[i])
+    assert np.all(np.abs(applied) <= 1.0)
 
 
 def test_a_file_without_a_features_record_reads_as_the_empty_spec_and_acts_as_before(tmp_path):
@@ -190,6 +236,12 @@ def test_a_network_of_another_layout_names_both(tmp_path):
         ),
         ("ppo_adapt", SPEC, {}, "ppo_adapt policy acts in action_mode 'rotor' and sees the est"),
         ("ppo", SPEC, {"features": {"history": 1}}, r"features keys \['history'\] unknown"),
+        (
+            "ppo_adapt",
+            ADAPT,
+            {"estimate_feedforward": "yes"},
+            "estimate_feedforward must be true or false, got 'yes'",
+        ),
         ("ppo", SPEC, {"features": {"action_history": -1}}, "action_history must be an integer"),
     ],
 )

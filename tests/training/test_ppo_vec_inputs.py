@@ -67,11 +67,17 @@ class _Model:
 
 
 def _controller_inputs(
-    i: int, seed: int, decisions: int, spec: FeatureSpec = SPEC, env_kw: dict = ENV_KW
+    i: int,
+    seed: int,
+    decisions: int,
+    spec: FeatureSpec = SPEC,
+    env_kw: dict = ENV_KW,
+    feedforward: bool = False,
 ) -> list[np.ndarray]:
     """The inputs the deployed ``ppo_adapt`` computes, env ``i`` alone, per decision."""
     model = _Model()
-    ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, spec)
+    record = {"estimate_feedforward": True} if feedforward else None
+    ctrl = PPOAdaptController.from_model(model, "rotor", None, 2, spec, record)
     ctrl.law.inputs = PolicyFeatures(spec, 4, 0.02)  # training's batched base features
     return _deployed_inputs(ctrl, model, i, seed, decisions, env_kw)
 
@@ -100,19 +106,28 @@ PREVIEW_KW = {**ENV_KW, "preview": (5, 0.04)}
 
 
 @pytest.mark.parametrize(
-    ("spec", "env_kw"), [(SPEC, ENV_KW), (PREVIEW_SPEC, PREVIEW_KW)], ids=["memory", "preview"]
+    ("spec", "env_kw", "feedforward"),
+    [(SPEC, ENV_KW, False), (PREVIEW_SPEC, PREVIEW_KW, False), (SPEC, ENV_KW, True)],
+    ids=["memory", "preview", "feedforward"],
 )
-def test_training_inputs_are_the_deployed_controllers(spec, env_kw):
+def test_training_inputs_are_the_deployed_controllers(spec, env_kw, feedforward):
+    """With the feed-forward the inputs (estimate, integral) depend on the thrust it adds: equal
+    inputs mean training flew the deployed law's rotor actions."""
     seed, steps = 5, 30
-    venv = _estimating_env(spec, **env_kw)
+    venv = _estimating_env(spec, feedforward=feedforward, **env_kw)
     assert venv.observation_space.shape == (spec.dim(),)
     feats = _training_inputs(venv, policy, seed, steps)
     for i in range(len(SCENARIOS)):
-        _assert_same_inputs(feats, i, _controller_inputs(i, seed, steps, spec, env_kw))
+        deployed = _controller_inputs(i, seed, steps, spec, env_kw, feedforward)
+        _assert_same_inputs(feats, i, deployed)
+    if feedforward:  # the thrust it adds moves the flights: the inputs are not the plain ones
+        plain = _training_inputs(_estimating_env(spec, **env_kw), policy, seed, steps)
+        assert not all(np.array_equal(a, b) for a, b in zip(feats, plain, strict=True))
 
 
-def _estimating_env(spec: FeatureSpec, **kw: Any) -> QuadVecEnv:
-    """One env per scenario, 50 Hz decisions, with the batched estimator and ``spec``'s inputs."""
+def _estimating_env(spec: FeatureSpec, feedforward: bool = False, **kw: Any) -> QuadVecEnv:
+    """One env per scenario, 50 Hz decisions, with the batched estimator (its feed-forward on or
+    off) and ``spec``'s inputs."""
     n = len(SCENARIOS)
     return QuadVecEnv(
         n,
@@ -121,7 +136,7 @@ def _estimating_env(spec: FeatureSpec, **kw: Any) -> QuadVecEnv:
         nthread=1,
         scenarios=SCENARIOS,
         features=spec,
-        estimator=AdaptEstimator(n),
+        estimator=AdaptEstimator(n, feedforward=feedforward),
         **kw,
     )
 
@@ -199,16 +214,19 @@ def test_smoke_training_of_ppo_res_with_the_estimate(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_training_of_ppo_adapt(tmp_path):
+@pytest.mark.parametrize("feedforward", [False, True], ids=["input", "feedforward"])
+def test_smoke_training_of_ppo_adapt(tmp_path, feedforward):
     features = FeatureConfig(action_history=2, error_integral=True, estimate=True)
-    cfg = _smoke_config(controller="ppo_adapt", features=features)
+    cfg = _smoke_config(controller="ppo_adapt", features=features, estimate_feedforward=feedforward)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["steps"] == 1024
     meta = read_meta(tmp_path / "run" / "final.zip")
     assert meta["controller"] == "ppo_adapt"
+    assert meta.get("estimate_feedforward", False) is feedforward
     assert FeatureSpec.from_record(meta["features"]) == cfg.features.spec()
     assert meta["observation_layout"] == "base + history 2 + integral + estimate (49)"
     ctrl = make_controller("ppo_adapt", path=tmp_path / "run" / "final.zip")
+    assert ctrl.law.feedforward is feedforward
     obs = np.zeros(36)
     obs[6:15] = np.eye(3).ravel()
     obs[29:33] = 1.2
