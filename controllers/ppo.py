@@ -183,8 +183,7 @@ class PPOController(Law):
         """The controller of an in-memory SB3 model (the training's evaluation callback): no
         file, the model's own ``predict``; ``record``: the entries of a policy file's record
         its kind reads (``ppo_adapt``'s ``estimate_feedforward``)."""
-        self = in_memory(cls, model, normalizer, action_repeat, spec)
-        self.meta = dict(record or {})
+        self = in_memory(cls, model, normalizer, action_repeat, spec, record)
         self.action_mode = action_mode
         self.context = ControlContext()
         self.inputs = policy_inputs(self)
@@ -288,12 +287,14 @@ def in_memory(
     normalizer: ObsNormalizer | None,
     action_repeat: int,
     spec: FeatureSpec | None = None,
+    record: dict[str, Any] | None = None,
 ) -> Any:
     """A ``ppo``/``ppo_res``/``ppo_adapt`` law of class ``cls`` around an in-memory SB3 model
-    (the training's evaluation callback), before its kind's own fields are set: no file, no
-    record, no numpy forward (the model is still training: its own ``predict``)."""
+    (the training's evaluation callback), before its kind's own fields are set: no file, the
+    ``record`` entries its kind reads (default none), no numpy forward (the model is still
+    training: its own ``predict``)."""
     self = cls.__new__(cls)
-    self.path, self.meta, self.model, self.normalizer = None, {}, model, normalizer
+    self.path, self.meta, self.model, self.normalizer = None, dict(record or {}), model, normalizer
     self.network, self.env_kwargs, self.action_repeat = None, {}, int(action_repeat)
     self.spec = spec or FeatureSpec()
     return self

@@ -269,7 +269,7 @@ class PPOTrainConfig:
                     f"action_mode 'rotor' and features.estimate true (got {self.action_mode!r}, "
                     f"{spec.estimate})"
                 )
-        if self.estimate_feedforward is True and self.controller != "ppo_adapt":
+        if self.estimate_feedforward and self.controller != "ppo_adapt":
             raise ValueError(
                 "estimate_feedforward needs controller 'ppo_adapt' (the rotor-level policy with "
                 f"geo_rls's estimator in its loop), got {self.controller!r}"
